@@ -1,0 +1,310 @@
+"""Communication: the only module that imports mpi4py. Strategies: allreduce, gather, null."""
+import sys
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+from mpinn.config import MpinnError
+
+INDEX = np.int32     # CSR column ids and row lengths on the wire
+
+
+def check_buffer(buf, dtype, length, what="buffer"):
+    """The boundary check every buffer passes before MPI reads or writes it."""
+    if not isinstance(buf, np.ndarray):
+        raise TypeError("%s: expected a numpy array, got %s" % (what, type(buf).__name__))
+    if not buf.flags.c_contiguous:
+        raise ValueError("%s: not C-contiguous (a Fortran-ordered or strided array would be sent "
+                         "in the wrong element order); convert it with numpy.ascontiguousarray "
+                         "where it is loaded" % what)
+    if buf.dtype != np.dtype(dtype):
+        raise ValueError("%s: dtype %s, expected %s" % (what, buf.dtype, np.dtype(dtype)))
+    if buf.size != length:
+        raise ValueError("%s: %d elements, expected %d" % (what, buf.size, length))
+    return buf
+
+
+def split_counts(n, parts):
+    """Rows per rank for a batch of n rows: contiguous slices, the first n % parts ranks get one more."""
+    base, extra = divmod(int(n), parts)
+    return np.array([base + (r < extra) for r in range(parts)], dtype=np.int64)
+
+
+def _displs(counts):
+    d = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=d[1:])
+    return d
+
+
+class Communicator:
+    """A duplicate of the communicator it is given, so mpinn's messages never match the user's."""
+
+    name = "base"
+    updates_here = True      # does this rank apply the optimizer step?
+    wants_dense = False      # must sparse gradient rows be densified before reduce_gradients_?
+
+    def __init__(self, comm=None, sparse_threshold=0.25):
+        self.comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.sparse_threshold = sparse_threshold  # dense exchange once gathered rows exceed this share
+        self.last_exchange = None
+
+    # ------------------------------------------------------------ objects (start-up only)
+    def bcast_obj(self, obj, root=0):
+        return self.comm.bcast(obj, root=root)
+
+    def gather_obj(self, obj, root=0):
+        return self.comm.gather(obj, root=root)
+
+    def allgather_obj(self, obj):
+        return self.comm.allgather(obj)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    # ------------------------------------------------------------ checked buffers
+    def Bcast_(self, buf, root=0, what="Bcast buffer"):
+        check_buffer(buf, buf.dtype, buf.size, what)
+        self.comm.Bcast(buf, root=root)
+        return buf
+
+    def Allreduce_sum_(self, buf, what="Allreduce buffer"):
+        check_buffer(buf, buf.dtype, buf.size, what)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        return buf
+
+    def Scatterv_(self, send, counts, recv, root=0, what="Scatterv"):
+        """send (root only) holds sum(counts) elements; this rank receives counts[rank] into recv."""
+        check_buffer(recv, recv.dtype, int(counts[self.rank]), what + " receive buffer")
+        if self.rank == root:
+            check_buffer(send, recv.dtype, int(counts.sum()), what + " send buffer")
+            self.comm.Scatterv([send, (counts, _displs(counts))], recv, root=root)
+        else:
+            self.comm.Scatterv(None, recv, root=root)
+        return recv
+
+    def Allgatherv_(self, send, counts, recv, what="Allgatherv"):
+        check_buffer(send, recv.dtype, int(counts[self.rank]), what + " send buffer")
+        check_buffer(recv, recv.dtype, int(counts.sum()), what + " receive buffer")
+        self.comm.Allgatherv(send, [recv, (counts, _displs(counts))])
+        return recv
+
+    # ------------------------------------------------------------ start-up agreement
+    def root_call(self, fn, root=0):
+        """Run fn on root only; if it raises MpinnError, every rank raises it (collectively)."""
+        result, error = None, None
+        if self.rank == root:
+            try:
+                result = fn()
+            except MpinnError as e:
+                error = str(e)
+        error = self.bcast_obj(error, root=root)
+        if error is not None:
+            raise MpinnError(error, collective=True)
+        return result
+
+    def check_signature(self, signature):
+        """Every rank must run the same mpinn version, model layout and dtype; name the one that does not."""
+        sigs = self.allgather_obj(signature)
+        for r, s in enumerate(sigs):
+            if s != sigs[0]:
+                keys = sorted(k for k in set(s) | set(sigs[0]) if s.get(k) != sigs[0].get(k))
+                detail = "; ".join("%s: %r on rank %d, %r on rank 0" % (k, s.get(k), r, sigs[0].get(k))
+                                   for k in keys)
+                raise MpinnError("rank %d does not match rank 0 (%s)" % (r, detail), collective=True)
+
+    # ------------------------------------------------------------ data
+    def scatter_batch(self, batch, layout, root=0):
+        """Rank root splits its global batch into contiguous row slices, one per rank, and sends
+        each as typed buffers: row lengths, column ids, values, labels, dense features. Returns
+        this rank's slice as a Batch (row counts may differ by one between ranks)."""
+        from_root = self.rank == root
+        P = self.size
+        head = np.zeros(2 * P, dtype=np.int64)
+        if from_root:
+            counts = split_counts(batch.n, P)
+            head[:P] = counts
+            if layout.n_sparse:
+                ends = np.cumsum(counts)
+                head[P:] = batch.Xs.indptr[ends] - batch.Xs.indptr[ends - counts]
+        self.Bcast_(head, root=root, what="batch header")
+        counts, nnz = head[:P], head[P:]
+        n = int(counts[self.rank])
+        y = np.empty(n, dtype=layout.y_dtype)
+        self.Scatterv_(np.ascontiguousarray(batch.y, layout.y_dtype) if from_root else None,
+                       counts, y, root, "labels")
+        Xd = Xs = None
+        if layout.n_dense:
+            Xd = np.empty((n, layout.n_dense), dtype=layout.dtype)
+            self.Scatterv_(np.ascontiguousarray(batch.Xd, layout.dtype) if from_root else None,
+                           counts * layout.n_dense, Xd, root, "dense features")
+        if layout.n_sparse:
+            g = batch.Xs if from_root else None
+            lengths = np.empty(n, dtype=INDEX)
+            self.Scatterv_(np.diff(g.indptr).astype(INDEX) if from_root else None,
+                           counts, lengths, root, "CSR row lengths")
+            indices = np.empty(int(nnz[self.rank]), dtype=INDEX)
+            self.Scatterv_(np.ascontiguousarray(g.indices, INDEX) if from_root else None,
+                           nnz, indices, root, "CSR column ids")
+            data = np.empty(int(nnz[self.rank]), dtype=layout.dtype)
+            self.Scatterv_(np.ascontiguousarray(g.data, layout.dtype) if from_root else None,
+                           nnz, data, root, "CSR values")
+            indptr = np.zeros(n + 1, dtype=INDEX)
+            np.cumsum(lengths, out=indptr[1:])
+            import scipy.sparse as sp
+            Xs = sp.csr_matrix((data, indices, indptr), shape=(n, layout.n_sparse))
+        from mpinn.model import Batch
+        return Batch(Xs, Xd, y)
+
+    # ------------------------------------------------------------ gradients (strategy-specific)
+    def reduce_gradients_(self, grad_buffer, sparse=None):
+        """Combine every rank's (already 1/N-scaled) gradient. Returns the reduced SparseRows
+        when the sparse block travelled as rows, else None (the buffer then holds everything)."""
+        raise NotImplementedError
+
+    def sync_params_(self, params):
+        """After the optimizer step: make every rank's parameters equal (a no-op for allreduce)."""
+
+    # ------------------------------------------------------------ the sparse-row exchange
+    def exchange_rows(self, sparse):
+        """Allgatherv of every rank's (row id, row) pairs, coalesced; None when the density rule
+        says a dense Allreduce of the block is cheaper (every rank reaches the same verdict)."""
+        mine = np.array([sparse.ids.shape[0]], dtype=np.int64)
+        counts = np.empty(self.size, dtype=np.int64)
+        self.comm.Allgather(mine, counts)
+        total = int(counts.sum())
+        if total > self.sparse_threshold * sparse.n_rows:
+            self.last_exchange = "dense"
+            return None
+        self.last_exchange = "sparse"
+        w = sparse.width
+        ids = self.Allgatherv_(np.ascontiguousarray(sparse.ids, np.int64), counts,
+                               np.empty(total, dtype=np.int64), "sparse row ids")
+        rows = np.empty((total, w), dtype=sparse.rows.dtype)
+        self.Allgatherv_(sparse.rows, counts * w, rows, "sparse rows")
+        return coalesce_rows(ids, rows, sparse.n_rows)
+
+
+def coalesce_rows(ids, rows, n_rows):
+    """Sum rows that share an id, in rank order; return SparseRows with sorted unique ids.
+    The sum is one sparse (unique x total) @ (total x width) product: 10x faster than reduceat."""
+    import scipy.sparse as sp
+    from mpinn.model import SparseRows
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    inverse = inverse.ravel()
+    indptr = np.zeros(uniq.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(inverse, minlength=uniq.size), out=indptr[1:])
+    pick = sp.csr_matrix((np.ones(ids.size, rows.dtype), np.argsort(inverse, kind="stable"), indptr),
+                         shape=(uniq.size, ids.size))
+    return SparseRows(uniq, np.ascontiguousarray(pick @ rows), n_rows)
+
+
+def _densify_(grad_buffer, sparse):
+    block = grad_buffer[:sparse.n_rows * sparse.width].reshape(sparse.n_rows, sparse.width)
+    block.fill(0)
+    block[sparse.ids] = sparse.rows
+
+
+class AllreduceCommunicator(Communicator):
+    """One Allreduce(SUM) of the flat gradient buffer; every rank then applies the same step."""
+
+    name = "allreduce"
+
+    def reduce_gradients_(self, grad_buffer, sparse=None):
+        start, reduced = 0, None
+        if sparse is not None:
+            reduced = self.exchange_rows(sparse)
+            if reduced is None:
+                _densify_(grad_buffer, sparse)
+            else:
+                start = sparse.n_rows * sparse.width
+        self.Allreduce_sum_(grad_buffer[start:], "gradient buffer")
+        return reduced
+
+
+class GatherCommunicator(Communicator):
+    """The DT42 pattern: Gather gradients to rank 0, which sums them in rank order and steps;
+    then rank 0 Bcasts the parameters."""
+
+    name = "gather"
+    wants_dense = True
+
+    def __init__(self, comm=None, **kw):
+        super().__init__(comm, **kw)
+        self.updates_here = self.rank == 0
+        self._recv = None
+
+    def reduce_gradients_(self, grad_buffer, sparse=None):
+        assert sparse is None, "the gather strategy moves dense gradients"
+        check_buffer(grad_buffer, grad_buffer.dtype, grad_buffer.size, "gradient buffer")
+        if self.rank == 0:
+            if self._recv is None or self._recv.shape[1] != grad_buffer.size:
+                self._recv = np.empty((self.size, grad_buffer.size), dtype=grad_buffer.dtype)
+            self.comm.Gather(grad_buffer, self._recv, root=0)
+            grad_buffer[...] = self._recv[0]
+            for r in range(1, self.size):
+                grad_buffer += self._recv[r]
+        else:
+            self.comm.Gather(grad_buffer, None, root=0)
+        return None
+
+    def sync_params_(self, params):
+        self.Bcast_(params, root=0, what="parameters")
+
+
+class NullCommunicator(Communicator):
+    """No communication at all: each rank steps on its own gradient (to measure compute alone)."""
+
+    name = "null"
+
+    def reduce_gradients_(self, grad_buffer, sparse=None):
+        return sparse
+
+
+def create_communicator(name="allreduce", comm=None, **kw):
+    strategies = {"allreduce": AllreduceCommunicator, "gather": GatherCommunicator,
+                  "null": NullCommunicator}
+    if name not in strategies:
+        raise MpinnError("--reduce must be one of %s, not %r" % ("|".join(strategies), name))
+    return strategies[name](comm, **kw)
+
+
+# ---------------------------------------------------------------- ending a job
+def world_rank_size():
+    return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+
+def fail(message, code=2, collective=False):
+    """End the job with one line on stderr. A collective error exits every rank cleanly (rank 0
+    prints); an error on one rank prints with its rank and aborts the whole job, so no rank hangs."""
+    rank, size = world_rank_size()
+    if collective or size == 1:
+        if rank == 0:
+            print("mpinn: error: %s" % message, file=sys.stderr, flush=True)
+        sys.exit(code)
+    print("mpinn: error on rank %d of %d: %s" % (rank, size, message), file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Abort(code)
+
+
+def run_guarded(fn, *args):
+    """Call fn; turn MpinnError into a clean exit 2 and any other exception into an abort of the
+    whole job that names the rank and the exception."""
+    try:
+        return fn(*args)
+    except MpinnError as e:
+        fail(str(e), 2, e.collective)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - any failure must end every rank
+        rank, size = world_rank_size()
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        if size == 1:
+            print("mpinn: error: %s: %s" % (type(e).__name__, e), file=sys.stderr, flush=True)
+            sys.exit(1)
+        print("mpinn: rank %d of %d failed with %s: %s; aborting the job"
+              % (rank, size, type(e).__name__, e), file=sys.stderr, flush=True)
+        MPI.COMM_WORLD.Abort(1)

@@ -1,0 +1,54 @@
+"""Leaf module: the user-facing error type and the model specification."""
+from dataclasses import asdict, dataclass, field
+
+ACTIVATIONS = ("sigmoid", "relu", "tanh")
+LOSSES = ("softmax", "sigmoid", "squared")
+DTYPES = ("float32", "float64")
+
+
+class MpinnError(Exception):
+    """A problem the user can fix (bad input, bad option): reported as one line, exit code 2.
+    `collective` means every rank raised it together (so the job can end without MPI_Abort)."""
+
+    def __init__(self, message, collective=False):
+        super().__init__(message)
+        self.collective = collective
+
+
+@dataclass
+class ModelSpec:
+    n_sparse: int                 # hashed sparse input columns (0: no sparse input)
+    n_dense: int                  # dense input features
+    hidden: tuple                 # widths of the hidden layers
+    n_out: int                    # softmax: classes; sigmoid: 1 (binary) or classes (one-vs-all); squared: targets
+    activation: str = "relu"      # hidden activation: sigmoid | relu | tanh
+    loss: str = "softmax"         # softmax (cross-entropy) | sigmoid (cross-entropy per output) | squared
+    dtype: str = "float32"        # parameter and compute dtype
+    sparse_fan_in: float = 1.0    # mean non-zeros per sparse row: the first layer's effective fan-in
+    extra: dict = field(default_factory=dict)  # free-form notes kept in the model file
+
+    def __post_init__(self):
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if self.activation not in ACTIVATIONS:
+            raise MpinnError("activation must be one of %s, not %r" % ("|".join(ACTIVATIONS), self.activation))
+        if self.loss not in LOSSES:
+            raise MpinnError("loss must be one of %s, not %r" % ("|".join(LOSSES), self.loss))
+        if self.dtype not in DTYPES:
+            raise MpinnError("dtype must be float32 or float64, not %r" % self.dtype)
+        if self.n_sparse + self.n_dense <= 0:
+            raise MpinnError("the model has no input features")
+        if self.n_out <= 0 or any(h <= 0 for h in self.hidden):
+            raise MpinnError("layer widths must be positive")
+
+    @property
+    def layer_sizes(self):
+        return (self.n_sparse + self.n_dense,) + self.hidden + (self.n_out,)
+
+    def to_dict(self):
+        d = asdict(self)
+        d["hidden"] = list(self.hidden)
+        return d
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**d)

@@ -1,0 +1,246 @@
+"""The MLP: parameters and gradients in one flat buffer each, layers hold views; no ranks here."""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpinn.backend import get_backend
+from mpinn.config import ModelSpec
+
+
+@dataclass
+class Batch:
+    """One (local or global) batch: sparse CSR input, dense input, labels; any input may be None."""
+    Xs: object        # CSR (n, n_sparse) or None
+    Xd: object        # (n, n_dense) C-contiguous or None
+    y: object         # (n,) int64 class ids, or (n,) / (n, k) float targets
+
+    @property
+    def n(self):
+        return int(self.y.shape[0])
+
+
+@dataclass
+class SparseRows:
+    """Gradient of the sparse block of the first layer: only the rows the batch touched.
+    Row ids[i] of the (n_rows, width) block has gradient rows[i]; ids are unique and sorted."""
+    ids: object
+    rows: object
+    n_rows: int
+
+    @property
+    def width(self):
+        return int(self.rows.shape[1])
+
+
+def _act(name, xp, z):
+    if name == "relu":
+        return xp.maximum(z, 0, out=z)
+    if name == "tanh":
+        return xp.tanh(z, out=z)
+    # sigmoid, written to stay finite for large |z|
+    e = xp.exp(-xp.abs(z))
+    return xp.where(z >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _act_grad_(name, a, d):
+    """d *= f'(z), written in terms of a = f(z)."""
+    if name == "relu":
+        d *= (a > 0)
+    elif name == "tanh":
+        d *= 1 - a * a
+    else:
+        d *= a * (1 - a)
+    return d
+
+
+class MLP:
+    """x -> [act(x W_l + b_l)]* -> x W_L + b_L, with a softmax, sigmoid or squared-error head.
+
+    Buffer layout: W0, b0, W1, b1, ..., W0 first so that its sparse block W0[:n_sparse] is a prefix.
+    Everything after `dense_start` is what a dense exchange moves when the sparse block goes as rows.
+    """
+
+    def __init__(self, spec, backend=None):
+        self.spec = spec
+        self.backend = backend or get_backend("numpy")
+        xp = self.xp = self.backend.xp
+        self.dtype = np.dtype(spec.dtype)
+        sizes = spec.layer_sizes
+        self.shapes, offsets, n = [], [], 0
+        for fin, fout in zip(sizes[:-1], sizes[1:]):
+            for shape in ((fin, fout), (fout,)):
+                self.shapes.append(shape)
+                offsets.append(n)
+                n += math.prod(shape)
+        self.offsets, self.size = offsets, n
+        self.params = xp.zeros(n, dtype=self.dtype)
+        # one extra trailing slot carries the local loss sum through the same reduction
+        self.grad_buffer = xp.zeros(n + 1, dtype=self.dtype)
+        self.grads = self.grad_buffer[:n]
+        self.W, self.b = self._views(self.params)
+        self.gW, self.gb = self._views(self.grads)
+        self.dense_start = spec.n_sparse * sizes[1]
+        self.weight_slices = [(o, o + math.prod(s)) for o, s in zip(offsets, self.shapes) if len(s) == 2]
+
+    def _views(self, flat):
+        vs = [flat[o:o + math.prod(s)].reshape(s) for o, s in zip(self.offsets, self.shapes)]
+        return vs[0::2], vs[1::2]
+
+    @property
+    def n_layers(self):
+        return len(self.W)
+
+    def layout(self):
+        """What must match on every rank and in every model file."""
+        return {"shapes": [list(s) for s in self.shapes], "size": self.size, "dtype": self.dtype.name}
+
+    def init_(self, seed):
+        """U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases, drawn in float64 from seed.
+        The sparse block's fan-in is the number of active inputs per row, not its column count."""
+        rng = np.random.default_rng(seed)
+        host = np.empty(self.size, dtype=np.float64)
+        for l, (o, s) in enumerate(zip(self.offsets, self.shapes)):
+            fan_in = self.shapes[2 * (l // 2)][0]
+            if l < 2 and self.spec.n_sparse:
+                fan_in = self.spec.sparse_fan_in + self.spec.n_dense
+            bound = 1.0 / math.sqrt(max(fan_in, 1))
+            host[o:o + math.prod(s)] = rng.uniform(-bound, bound, math.prod(s))
+        self.params[...] = self.xp.asarray(host.astype(self.dtype))
+        return self
+
+    def set_params(self, arrays):
+        """Copy a list of (W0, b0, W1, b1, ...) arrays into the flat buffer."""
+        for o, s, a in zip(self.offsets, self.shapes, arrays):
+            a = self.xp.asarray(a, dtype=self.dtype)
+            if tuple(a.shape) != tuple(s):
+                raise ValueError("parameter of shape %s given for a slot of shape %s" % (a.shape, s))
+            self.params[o:o + math.prod(s)] = a.ravel()
+        return self
+
+    # ---------------------------------------------------------------- forward
+    def _first_layer(self, batch):
+        spec, xp = self.spec, self.xp
+        n = batch.n
+        z = xp.zeros((n, spec.layer_sizes[1]), dtype=self.dtype)
+        if spec.n_sparse:
+            z += batch.Xs @ self.W[0][:spec.n_sparse]
+        if spec.n_dense:
+            z += batch.Xd @ self.W[0][spec.n_sparse:]
+        z += self.b[0]
+        return z
+
+    def forward(self, batch):
+        """Activations of every layer; the last is the head's raw output (logits / values)."""
+        acts = []
+        z = self._first_layer(batch)
+        for l in range(1, self.n_layers):
+            a = _act(self.spec.activation, self.xp, z)
+            acts.append(a)
+            z = a @ self.W[l]
+            z += self.b[l]
+        acts.append(z)
+        return acts
+
+    def predict(self, batch):
+        """Class probabilities (softmax / one-vs-all sigmoid), P(y=1) for binary, or values."""
+        z = self.forward(batch)[-1]
+        return head_output(self.spec.loss, self.xp, z)
+
+    # ---------------------------------------------------------------- loss and backward
+    def loss_sum(self, batch):
+        """Sum over rows of the data loss (no weight decay)."""
+        if batch.n == 0:
+            return 0.0
+        loss, _ = head_loss_delta(self.spec.loss, self.xp, self.forward(batch)[-1], batch.y, False)
+        return float(loss)
+
+    def loss_grad_(self, batch, scale, sparse_grad=False):
+        """Write scale * d(sum of row losses)/d(params) into self.grads, and the row-loss sum into
+        the buffer's trailing slot. With sparse_grad, the sparse block of W0 is returned as
+        SparseRows instead of being written (its slice of self.grads is then left untouched)."""
+        spec, xp = self.spec, self.xp
+        self.grad_buffer[-1] = 0
+        if batch.n == 0:            # a rank with no rows this step still takes part in the step
+            self.grads[self.dense_start if sparse_grad else 0:] = 0
+            return (SparseRows(xp.zeros(0, np.int64), xp.zeros((0, spec.layer_sizes[1]), self.dtype),
+                               spec.n_sparse) if sparse_grad and spec.n_sparse else None)
+        acts = self.forward(batch)
+        loss, d = head_loss_delta(spec.loss, xp, acts[-1], batch.y, True)
+        self.grad_buffer[-1] = loss
+        if scale != 1:
+            d *= self.dtype.type(scale)
+        for l in range(self.n_layers - 1, 0, -1):
+            a = acts[l - 1]
+            xp.matmul(a.T, d, out=self.gW[l])
+            xp.sum(d, axis=0, out=self.gb[l])
+            d = d @ self.W[l].T
+            _act_grad_(spec.activation, a, d)
+        xp.sum(d, axis=0, out=self.gb[0])
+        if spec.n_dense:
+            xp.matmul(batch.Xd.T, d, out=self.gW[0][spec.n_sparse:])
+        if not spec.n_sparse:
+            return None
+        rows = sparse_rows_grad(self.backend, batch.Xs, d, spec.n_sparse)
+        if sparse_grad:
+            return rows
+        self.densify_(rows)
+        return None
+
+    def densify_(self, rows):
+        """Write SparseRows into the dense gradient of the sparse block (zeros elsewhere)."""
+        block = self.gW[0][:self.spec.n_sparse]
+        block.fill(0)
+        block[rows.ids] = rows.rows
+
+
+def sparse_rows_grad(backend, Xs, d, n_rows):
+    """X^T d restricted to the columns X touches, without a dense (n_rows, width) temporary."""
+    xp, sparse = backend.xp, backend.sparse
+    ids, inverse = xp.unique(Xs.indices, return_inverse=True)
+    compact = sparse.csr_matrix((Xs.data, inverse.ravel().astype(Xs.indices.dtype), Xs.indptr),
+                                shape=(Xs.shape[0], int(ids.shape[0])))
+    return SparseRows(ids.astype(np.int64), xp.ascontiguousarray(compact.T @ d), n_rows)
+
+
+def head_output(loss, xp, z):
+    if loss == "softmax":
+        z = z - z.max(axis=1, keepdims=True)
+        e = xp.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+    if loss == "sigmoid":
+        p = _act("sigmoid", xp, z.copy())
+        return p[:, 0] if p.shape[1] == 1 else p
+    return z[:, 0] if z.shape[1] == 1 else z
+
+
+def _targets(loss, xp, z, y):
+    """Targets shaped like z: one-hot for class ids, a column for a vector."""
+    if y.ndim == 1 and np.issubdtype(y.dtype, np.integer) and z.shape[1] > 1:
+        t = xp.zeros_like(z)
+        t[xp.arange(z.shape[0]), y] = 1
+        return t
+    return y.reshape(z.shape).astype(z.dtype, copy=False)
+
+
+def head_loss_delta(loss, xp, z, y, want_delta):
+    """(sum over rows of the loss, d loss_sum / d z)."""
+    n = z.shape[0]
+    if loss == "softmax":
+        m = z.max(axis=1, keepdims=True)
+        e = xp.exp(z - m)
+        s = e.sum(axis=1, keepdims=True)
+        rows = xp.arange(n)
+        total = xp.sum(xp.log(s[:, 0]) + m[:, 0] - z[rows, y])
+        if not want_delta:
+            return total, None
+        e /= s
+        e[rows, y] -= 1
+        return total, e
+    t = _targets(loss, xp, z, y)
+    if loss == "sigmoid":
+        # log(1 + e^z) - t z, stable for any z
+        total = xp.sum(xp.maximum(z, 0) - t * z + xp.log1p(xp.exp(-xp.abs(z))))
+        return total, (_act("sigmoid", xp, z.copy()) - t) if want_delta else None
+    r = z - t
+    return 0.5 * xp.sum(r * r), r if want_delta else None

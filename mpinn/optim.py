@@ -1,0 +1,131 @@
+"""Optimizers on the flat parameter buffer: SGD, momentum, Adam; L2 decay on weights only."""
+import numpy as np
+
+from mpinn.config import MpinnError
+
+
+class Optimizer:
+    """step_(params, grads, sparse=None): grads is the mean-loss gradient already reduced over ranks.
+    The L2 term lam * W is added here, once, to the weight slices only (biases are not decayed)."""
+
+    def __init__(self, size, xp, lr, weight_decay=0.0, weight_slices=()):
+        if not lr > 0:
+            raise MpinnError("learning rate must be > 0, not %s" % lr)
+        if weight_decay < 0:
+            raise MpinnError("weight decay must be >= 0, not %s" % weight_decay)
+        self.size, self.xp, self.lr = size, xp, float(lr)
+        self.weight_decay, self.weight_slices = float(weight_decay), list(weight_slices)
+        self.t = 0
+
+    @property
+    def sparse_ok(self):
+        """Can the update take the sparse block as rows (exactly equal to the dense update)?"""
+        return False
+
+    def _decay_(self, params, grads):
+        if self.weight_decay:
+            for s, e in self.weight_slices:
+                grads[s:e] += self.weight_decay * params[s:e]
+
+    def state(self):
+        return {"t": np.array([self.t], dtype=np.int64)}
+
+    def load_state(self, state):
+        self.t = int(state["t"][0])
+
+
+class SGD(Optimizer):
+    name = "sgd"
+
+    @property
+    def sparse_ok(self):
+        # untouched rows have zero gradient and, without decay, do not move
+        return not self.weight_decay
+
+    def step_(self, params, grads, sparse=None):
+        self.t += 1
+        lr = params.dtype.type(self.lr)
+        if sparse is None:
+            self._decay_(params, grads)
+            params -= lr * grads
+            return
+        start = sparse.n_rows * sparse.width
+        params[start:] -= lr * grads[start:]
+        block = params[:start].reshape(sparse.n_rows, sparse.width)
+        block[sparse.ids] -= lr * sparse.rows
+
+
+class Momentum(Optimizer):
+    name = "momentum"
+
+    def __init__(self, size, xp, lr, momentum=0.9, **kw):
+        super().__init__(size, xp, lr, **kw)
+        self.mu = float(momentum)
+        self.v = None
+
+    def step_(self, params, grads, sparse=None):
+        assert sparse is None, "momentum updates every row: densify sparse gradients first"
+        self.t += 1
+        self._decay_(params, grads)
+        if self.v is None:
+            self.v = self.xp.zeros_like(params)
+        self.v *= params.dtype.type(self.mu)
+        self.v += grads
+        params -= params.dtype.type(self.lr) * self.v
+
+    def state(self):
+        s = super().state()
+        if self.v is not None:
+            s["v"] = self.v
+        return s
+
+    def load_state(self, state):
+        super().load_state(state)
+        self.v = self.xp.asarray(state["v"]) if "v" in state else None
+
+
+class Adam(Optimizer):
+    name = "adam"
+
+    def __init__(self, size, xp, lr, beta1=0.9, beta2=0.999, eps=1e-8, **kw):
+        super().__init__(size, xp, lr, **kw)
+        self.b1, self.b2, self.eps = float(beta1), float(beta2), float(eps)
+        self.m = self.v = None
+
+    def step_(self, params, grads, sparse=None):
+        assert sparse is None, "Adam updates every row: densify sparse gradients first"
+        xp, f = self.xp, params.dtype.type
+        self.t += 1
+        self._decay_(params, grads)
+        if self.m is None:
+            self.m, self.v = xp.zeros_like(params), xp.zeros_like(params)
+        self.m *= f(self.b1)
+        self.m += f(1 - self.b1) * grads
+        self.v *= f(self.b2)
+        self.v += f(1 - self.b2) * grads * grads
+        step = self.lr * np.sqrt(1 - self.b2 ** self.t) / (1 - self.b1 ** self.t)
+        denom = xp.sqrt(self.v)
+        denom += f(self.eps)
+        params -= f(step) * self.m / denom
+
+    def state(self):
+        s = super().state()
+        if self.m is not None:
+            s["m"], s["v"] = self.m, self.v
+        return s
+
+    def load_state(self, state):
+        super().load_state(state)
+        if "m" in state:
+            self.m, self.v = self.xp.asarray(state["m"]), self.xp.asarray(state["v"])
+
+
+def create_optimizer(name, size, xp, lr, weight_decay=0.0, weight_slices=(), momentum=0.9):
+    kw = dict(weight_decay=weight_decay, weight_slices=weight_slices)
+    if name == "sgd":
+        return SGD(size, xp, lr, **kw)
+    if name == "momentum":
+        return Momentum(size, xp, lr, momentum=momentum, **kw)
+    if name == "adam":
+        return Adam(size, xp, lr, **kw)
+    raise MpinnError("optimizer must be sgd, momentum or adam, not %r" % name)

@@ -1,0 +1,112 @@
+"""Entry point: python -m mpinn.predict --model FILE --data FILE [--out predictions.csv]."""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from mpinn.config import MpinnError
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m mpinn.predict",
+        description="Predict with a model written by mpinn.train. The data is read with the model's own "
+                    "columns and hashing contract; if it has labels, metrics are printed too.")
+    p.add_argument("--model", required=True, help="model file (.npz) written by mpinn.train")
+    p.add_argument("--data", help="data file (.csv, .npz, .mat); omitted for a model trained on the "
+                                  "embedded click log: its held-out rows")
+    p.add_argument("--out", help="write predictions here (CSV: one row per input row)")
+    p.add_argument("--metrics-out", help="write the metrics as JSON here")
+    return p
+
+
+def load_for_model(meta, path):
+    """Read `path` exactly as the model's training data was read (columns, classes, hashing)."""
+    from mpinn.data import load_data
+    from mpinn.hashing import check_contract
+    if path is None:
+        if meta.get("source") != "default":
+            raise MpinnError("--data is required (the model was not trained on the embedded data)")
+        from mpinn.data import load_default
+        contract = meta["hashing"]
+        data = load_default(meta["default_rows"], meta["default_seed"], contract["bits"], contract["seed"])
+        _, valid = data.split(meta["holdout"], meta["default_seed"])
+        if valid is None:
+            raise MpinnError("the model was trained without held-out rows; give --data")
+        return valid
+    kw = dict(task=meta["task"], classes=meta.get("classes"), require_label=False)
+    if meta.get("source") in ("csv", "default"):
+        if not path.lower().endswith((".csv", ".txt")):
+            raise MpinnError("the model was trained on CSV-like data; give a .csv file")
+        contract = meta.get("hashing")
+        data = load_data(path, label=meta.get("label"), categorical=",".join(meta.get("categorical", [])),
+                         numeric=",".join(meta.get("numeric", [])),
+                         hash_bits=contract["bits"] if contract else 18,
+                         hash_seed=contract["seed"] if contract else 0, **kw)
+        if contract:
+            check_contract(contract, data.meta["hashing"])
+    else:
+        data = load_data(path, **kw)
+        if data.Xd.shape[1] != meta.get("n_features"):
+            raise MpinnError("%s has %d features, the model expects %d"
+                             % (path, data.Xd.shape[1], meta.get("n_features")))
+    return data
+
+
+def run(args):
+    from mpinn.checkpoint import load_model
+    from mpinn.metrics import compute_metrics, format_metrics
+    from mpinn.model import MLP
+    params, spec, meta = load_model(args.model)
+    model = MLP(spec)
+    if params.shape != model.params.shape:
+        raise MpinnError("%s: %d parameters stored, the architecture needs %d"
+                         % (args.model, params.size, model.size))
+    model.params[...] = params
+    data = load_for_model(meta, args.data)
+    pred = np.concatenate([model.predict(data.take(np.arange(s, min(s + 65536, len(data))), model.dtype))
+                           for s in range(0, len(data), 65536)]) if len(data) else np.zeros(0)
+    metrics = {"n": len(data)}
+    if data.meta.get("has_label", True):
+        metrics = compute_metrics(meta["task"], data.y, pred)
+        print("%d rows: %s" % (len(data), format_metrics(metrics)), flush=True)
+    else:
+        print("%d rows (no labels: no metrics)" % len(data), flush=True)
+    if args.out:
+        write_predictions(args.out, meta, pred)
+        print("predictions written to %s" % args.out)
+    if args.metrics_out:
+        with open(args.metrics_out, "w") as f:
+            json.dump(metrics, f, indent=1)
+    return 0
+
+
+def write_predictions(path, meta, pred):
+    classes = meta.get("classes")
+    with open(path, "w") as f:
+        if meta["task"] == "multiclass":
+            f.write("prediction," + ",".join("p_%s" % c for c in classes) + "\n")
+            for row in pred:
+                f.write("%s,%s\n" % (classes[int(np.argmax(row))], ",".join("%.6g" % v for v in row)))
+        elif meta["task"] == "binary":
+            f.write("prediction,p_%s\n" % classes[1])
+            for p in pred:
+                f.write("%s,%.6g\n" % (classes[int(p > 0.5)], p))
+        else:
+            f.write("prediction\n")
+            for v in pred:
+                f.write("%.8g\n" % v)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except MpinnError as e:
+        print("mpinn: error: %s" % e, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

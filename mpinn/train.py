@@ -1,0 +1,214 @@
+"""Entry point: mpirun -np N python -m mpinn.train [DATA] [options]."""
+import argparse
+import json
+import os
+import sys
+
+
+def _pin_threads():
+    """Several ranks per machine: one BLAS thread each unless the user said otherwise
+    (must run before numpy loads its BLAS)."""
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    if local and int(local) > 1:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // int(local))))
+
+
+_pin_threads()
+
+import numpy as np  # noqa: E402
+
+from mpinn.config import ModelSpec, MpinnError  # noqa: E402
+
+
+def _rank_from_env():
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that speaks on rank 0 only and exits 2 on every rank for a bad option."""
+
+    def _print_message(self, message, file=None):
+        if _rank_from_env() == 0:
+            super()._print_message(message, file)
+
+
+def positive_int(s):
+    v = int(s)
+    if v <= 0:
+        raise argparse.ArgumentTypeError("must be a positive integer, not %s" % s)
+    return v
+
+
+def positive_float(s):
+    v = float(s)
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number, not %s" % s)
+    return v
+
+
+def nonneg_float(s):
+    v = float(s)
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError("must be >= 0, not %s" % s)
+    return v
+
+
+def hidden_sizes(s):
+    try:
+        sizes = tuple(int(x) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected comma-separated widths such as 64,32, not %r" % s)
+    if any(h <= 0 for h in sizes):
+        raise argparse.ArgumentTypeError("layer widths must be positive")
+    return sizes
+
+
+def build_parser():
+    p = Parser(prog="python -m mpinn.train",
+               description="Train an MLP data-parallel over MPI ranks. Rank 0 reads and hashes the data "
+                           "and scatters each global batch; every rank computes its slice; gradients are "
+                           "allreduced (or gathered to rank 0). Run under mpirun -np N.",
+               epilog="Without DATA, trains on the embedded synthetic click log (20 categorical features, "
+                      "4 numeric, binary label). Example: mpirun -np 2 python -m mpinn.train data.csv "
+                      "--label y --categorical a,b,c --numeric x1,x2")
+    d = p.add_argument_group("data")
+    d.add_argument("data", nargs="?", help=".csv, .npz (X, y) or .mat (Ng format: X, y in 1..10); "
+                   "omitted: the embedded click log")
+    d.add_argument("--label", help="CSV label column")
+    d.add_argument("--categorical", default="", help="comma-separated CSV columns to hash")
+    d.add_argument("--numeric", default="", help="comma-separated CSV columns used as numbers")
+    d.add_argument("--task", default="auto", choices=["auto", "multiclass", "binary", "regression"])
+    d.add_argument("--valid", help="held-out file (same format); default: --holdout of the data")
+    d.add_argument("--holdout", type=nonneg_float, default=0.1, help="share of rows held out (default 0.1)")
+    d.add_argument("--hash-bits", type=positive_int, default=18, help="hashed columns = 2**bits (default 18)")
+    d.add_argument("--hash-seed", type=int, default=0, help="xxh64 seed (default 0)")
+    d.add_argument("--default-rows", type=positive_int, default=200_000,
+                   help="rows of the embedded click log (default 200000)")
+    m = p.add_argument_group("model")
+    m.add_argument("--hidden", type=hidden_sizes, default=(64,), help="hidden widths (default 64)")
+    m.add_argument("--activation", default="relu", choices=["relu", "sigmoid", "tanh"])
+    m.add_argument("--loss", default="auto", choices=["auto", "softmax", "sigmoid", "squared"],
+                   help="head; auto: softmax (multiclass), sigmoid (binary), squared (regression)")
+    m.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    o = p.add_argument_group("optimisation")
+    o.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "adam"],
+                   help="sgd updates only the rows of the sparse layer a batch touches; momentum and adam "
+                        "update every row every step (exact, but slow for a large hashed layer)")
+    o.add_argument("--lr", type=positive_float, default=None,
+                   help="learning rate (default: sgd 0.3, momentum 0.03, adam 0.002)")
+    o.add_argument("--momentum", type=nonneg_float, default=0.9)
+    o.add_argument("--weight-decay", type=nonneg_float, default=0.0, help="L2 lambda on weights (not biases)")
+    o.add_argument("--batch-size", type=positive_int, default=1024, help="GLOBAL batch, split over ranks")
+    o.add_argument("--epochs", type=positive_int, default=3)
+    o.add_argument("--seed", type=int, default=0, help="initialisation and shuffling seed")
+    c = p.add_argument_group("distribution")
+    c.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
+                   help="allreduce: every rank steps; gather: rank 0 steps and broadcasts (DT42)")
+    c.add_argument("--sparse-threshold", type=nonneg_float, default=0.25,
+                   help="send the sparse layer's gradient as rows while the touched rows of all ranks "
+                        "are at most this share of the table, else allreduce it dense")
+    r = p.add_argument_group("output")
+    r.add_argument("--model-out", default="mpinn-model.npz", help="model file written at the end")
+    r.add_argument("--metrics-out", help="write the history and summary as JSON here")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--quiet", action="store_true", help="only errors")
+    return p
+
+
+def default_loss(task):
+    return {"multiclass": "softmax", "binary": "sigmoid", "regression": "squared"}[task]
+
+
+def run(args):
+    from mpinn.comm import create_communicator
+    from mpinn.checkpoint import save_model
+    from mpinn.data import load_data
+    from mpinn.model import MLP
+    from mpinn.optim import create_optimizer
+    from mpinn.trainer import Trainer
+
+    comm = create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
+    rank0 = comm.rank == 0
+    say = (lambda msg: print(msg, flush=True)) if rank0 and not args.quiet else (lambda msg: None)
+
+    def load():
+        import time
+        t = time.perf_counter()
+        kw = dict(label=args.label, categorical=args.categorical, numeric=args.numeric,
+                  hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
+                  default_rows=args.default_rows, default_seed=args.seed)
+        data = load_data(args.data, **kw)
+        if args.valid:
+            valid = load_data(args.valid, **dict(kw, task=data.task, classes=data.meta.get("classes")))
+            train = data
+        else:
+            train, valid = data.split(args.holdout, args.seed)
+        if len(train) < comm.size:
+            raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
+                             % (len(train), comm.size))
+        say("data: %s, %d training rows, %d held out, %s input columns + %d dense, task %s (%.1f s)" % (
+            args.data or "embedded click log", len(train), len(valid) if valid is not None else 0,
+            train.Xs.shape[1] if train.Xs is not None else 0,
+            train.Xd.shape[1] if train.Xd is not None else 0, train.task, time.perf_counter() - t))
+        return train, valid
+
+    loaded = comm.root_call(load)
+    train, valid = loaded if rank0 else (None, None)
+    # every rank learns the shapes it needs; the data itself stays on rank 0
+    info = comm.bcast_obj({"meta": train.meta, "layout": vars(train.layout(args.dtype)),
+                           "fan_in": float(train.Xs.getnnz() / max(len(train), 1)) if train.Xs is not None else 1.0,
+                           "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1)}
+                          if rank0 else None)
+    from mpinn.data import Layout
+    layout = Layout(**info["layout"])
+    meta = info["meta"]
+    loss = default_loss(meta["task"]) if args.loss == "auto" else args.loss
+    if meta["task"] == "multiclass" and loss == "squared":
+        raise MpinnError("--loss squared needs a regression task", collective=True)
+    if meta["task"] != "multiclass" and loss == "softmax":
+        raise MpinnError("--loss softmax needs a multiclass task (task is %s)" % meta["task"], collective=True)
+    spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
+                     args.dtype, sparse_fan_in=info["fan_in"])
+    model = MLP(spec).init_(args.seed)
+    lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
+    opt = create_optimizer(args.optimizer, model.size, np, lr, args.weight_decay, model.weight_slices,
+                           args.momentum)
+    trainer = Trainer(model, opt, comm, layout, args.batch_size, args.seed, verbose=not args.quiet)
+    trainer.start()
+    say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, --reduce %s, %s lr %g, global batch %d" % (
+        "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
+        spec.activation, loss, model.size, comm.size, comm.name, args.optimizer, lr, args.batch_size))
+    history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
+    summary = trainer.summary()
+    if not rank0:
+        return 0
+    final = history[-1].get("valid", {})
+    meta = dict(meta, train={"epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer,
+                             "lr": lr, "ranks": comm.size, "reduce": comm.name, "seed": args.seed},
+                valid_metrics=final, holdout=0.0 if args.valid else args.holdout)
+    save_model(args.model_out, model.params, spec, meta)
+    ph = summary["phase_s_mean"]
+    busy = sum(ph.values()) or 1.0
+    say("done: %d samples in %.1f s, %.0f samples/s over %d ranks; time split (mean over ranks): "
+        "data %.0f%% (read+hash+scatter), compute %.0f%%, communication %.0f%%" % (
+            summary["samples"], summary["seconds"], summary["samples_per_s"], comm.size,
+            100 * ph["data"] / busy, 100 * ph["compute"] / busy, 100 * ph["comm"] / busy))
+    say("model written to %s" % args.model_out)
+    if args.metrics_out:
+        with open(args.metrics_out, "w") as f:
+            json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)
+    return 0
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from mpinn.comm import run_guarded
+    return run_guarded(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
