@@ -35,6 +35,10 @@ class Parser(argparse.ArgumentParser):
         if _rank_from_env() == 0:
             super()._print_message(message, file)
 
+    def error(self, message):
+        """One line, not a usage wall."""
+        self.exit(2, "mpinn: error: %s (see %s --help)\n" % (message, self.prog))
+
 
 def positive_int(s):
     v = int(s)

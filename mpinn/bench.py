@@ -1,0 +1,393 @@
+"""Benchmark: mpiexec -n P python -m mpinn.bench --workload w1|w2|w3 runs the peers' workloads (exact data, init, batch order, timing) and writes peer-format JSON records."""
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"      # one BLAS thread per rank, as every peer runs (before numpy loads)
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from mpinn import __version__  # noqa: E402
+from mpinn.config import ModelSpec  # noqa: E402
+from mpinn.data import Layout  # noqa: E402
+from mpinn.hashing import token_columns  # noqa: E402
+from mpinn.model import Batch  # noqa: E402
+
+# ---------------------------------------------------------------- workload generators (peers README)
+W1_LAYERS = (784, 256, 256, 10)
+W2_N, W2_F, W2_BITS, W2_H = 262144, 20, 18, 64
+W2_CARDS = [10 ** (1 + j % 5) for j in range(W2_F)]
+
+
+def make_w1(n=60000):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((n, 784), dtype=np.float32)
+    A = rng.standard_normal((784, 64))
+    B = rng.standard_normal((64, 10))
+    y = np.argmax(np.tanh((X.astype(np.float64) @ A) / np.sqrt(784)) @ B, axis=1).astype(np.int64)
+    return X, y
+
+
+def init_w1():
+    rng = np.random.default_rng(101)
+    out = []
+    for fin, fout in zip(W1_LAYERS[:-1], W1_LAYERS[1:]):
+        b = 1.0 / np.sqrt(fin)
+        out += [rng.uniform(-b, b, (fin, fout)).astype(np.float32), rng.uniform(-b, b, fout).astype(np.float32)]
+    return out
+
+
+def make_w2_codes(n=W2_N):
+    rng = np.random.default_rng(2)
+    teacher = [rng.standard_normal(c) * (2.0 / np.sqrt(W2_F)) for c in W2_CARDS]
+    codes = np.empty((n, W2_F), dtype=np.int64)
+    for j, c in enumerate(W2_CARDS):
+        cdf = np.cumsum(1.0 / np.power(np.arange(1, c + 1, dtype=np.float64), 1.1))
+        cdf /= cdf[-1]
+        codes[:, j] = np.searchsorted(cdf, rng.random(n), side="right")
+    logit = np.zeros(n)
+    for j in range(W2_F):
+        logit += teacher[j][codes[:, j]]
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
+    return codes, y
+
+
+def w2_hashed_indices(codes):
+    """(n, 20) int64 columns: the token "c{j}={v}" is mpinn's "feature=value" with feature "c{j}"."""
+    idx = np.empty_like(codes)
+    for j, c in enumerate(W2_CARDS):
+        idx[:, j] = token_columns("c%d" % j, np.arange(c), W2_BITS, 0)[codes[:, j]]
+    return idx
+
+
+def init_w2():
+    rng = np.random.default_rng(102)
+    a = 1.0 / np.sqrt(W2_F)
+    E = rng.uniform(-a, a, (1 << W2_BITS, W2_H)).astype(np.float32)
+    w2 = rng.uniform(-1 / 8, 1 / 8, (W2_H, 1)).astype(np.float32)
+    return [E, np.zeros(W2_H, np.float32), w2, np.zeros(1, np.float32)]
+
+
+def make_w3():
+    rng = np.random.default_rng(3)
+    P = rng.random((10, 400))
+    y = np.repeat(np.arange(10, dtype=np.int64), 500)
+    return P[y] + rng.standard_normal((5000, 400)), y
+
+
+def init_w3():
+    """Ng's theta1 (25, 401), theta2 (10, 26), bias column first."""
+    rng = np.random.default_rng(103)
+    return rng.random((25, 401)) * 0.24 - 0.12, rng.random((10, 26)) * 0.24 - 0.12
+
+
+def thetas_to_params(thetas):
+    out = []
+    for t in thetas:
+        out += [np.ascontiguousarray(t[:, 1:].T), t[:, 0].copy()]
+    return out
+
+
+def fingerprint(a):
+    """First 16 hex digits of the SHA-256 of the raw C-order bytes (the peers' checksums)."""
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- workloads as mpinn models
+def _dense_rows(data, lo, hi):
+    X, y = data
+    return Batch(None, X[lo:hi], y[lo:hi])
+
+
+def _w2_data():
+    codes, y = make_w2_codes()
+    return w2_hashed_indices(codes).astype(np.int32), y    # int32: what the scatter sends
+
+
+def _w2_rows(data, lo, hi):
+    import scipy.sparse as sp
+    idx, y = data
+    n = hi - lo
+    Xs = sp.csr_matrix((np.ones(n * W2_F, np.float32), idx[lo:hi].ravel(),
+                        np.arange(0, n * W2_F + 1, W2_F, dtype=np.int32)), shape=(n, 1 << W2_BITS))
+    return Batch(Xs, None, y[lo:hi])
+
+
+@dataclass
+class Workload:
+    spec: ModelSpec
+    y_dtype: str
+    n: int
+    batch: int
+    lr: float
+    steps: int
+    warmup: int
+    eval_rows: int
+    make: object        # () -> data (rank 0 only)
+    init: object        # () -> [W0, b0, W1, b1, ...] in mpinn's x @ W layout (rank 0 only)
+    rows: object        # (data, lo, hi) -> Batch
+    what: str
+
+    @property
+    def layout(self):
+        return Layout(self.spec.n_sparse, self.spec.n_dense, self.spec.dtype, self.y_dtype)
+
+
+WORKLOADS = {
+    "w1": Workload(ModelSpec(0, 784, (256, 256), 10, "relu", "softmax", "float32"), "int64",
+                   60000, 256, 0.05, 300, 30, 8192, make_w1, init_w1, _dense_rows,
+                   "MLP 784-256-256-10 float32"),
+    "w2": Workload(ModelSpec(1 << W2_BITS, 0, (W2_H,), 1, "relu", "sigmoid", "float32", sparse_fan_in=W2_F),
+                   "float32", W2_N, 1024, 0.1, 300, 30, 16384, _w2_data, init_w2, _w2_rows,
+                   "CSR(2^18)-64-1 float32, sparse-row SGD"),
+    "w3": Workload(ModelSpec(0, 400, (25,), 10, "sigmoid", "sigmoid", "float64"), "int64",
+                   5000, 5000, 0.8, 100, 10, 5000, make_w3, lambda: thetas_to_params(init_w3()), _dense_rows,
+                   "Ng 400-25-10 sigmoid float64 full-batch GD"),
+}
+
+
+# ---------------------------------------------------------------- measuring
+_CLK = os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def cpu_busy_s():
+    """Machine-wide busy CPU seconds (user+nice+system+irq+softirq) and steal, from /proc/stat."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq) / _CLK, steal / _CLK
+
+
+class LoadWindow:
+    """How many cores other processes used during the timed window (the peers' load meter)."""
+
+    def start(self):
+        self.busy0, self.steal0 = cpu_busy_s()
+        self.cpu0, self.t0 = time.process_time(), time.perf_counter()
+
+    def stop(self):
+        self.busy1, self.steal1 = cpu_busy_s()
+        self.cpu1, self.t1 = time.process_time(), time.perf_counter()
+        return self.cpu1 - self.cpu0
+
+    def summary(self, own_cpu_s_total):
+        wall = self.t1 - self.t0
+        return {"window_s": round(wall, 3), "own_cpu_cores": round(own_cpu_s_total / wall, 3),
+                "foreign_cpu_cores": round(max(self.busy1 - self.busy0 - own_cpu_s_total, 0.0) / wall, 3),
+                "steal_cores": round((self.steal1 - self.steal0) / wall, 3)}
+
+
+def thread_info():
+    try:
+        from threadpoolctl import threadpool_info
+        return [(d.get("internal_api"), d.get("num_threads")) for d in threadpool_info()]
+    except Exception as e:  # noqa: BLE001 - optional detail
+        return repr(e)
+
+
+def write_result(rec, path):
+    rec.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%S"))
+    rec.setdefault("host", platform.node())
+    line = json.dumps(rec, sort_keys=True)
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    print("RESULT " + line, flush=True)
+
+
+# ---------------------------------------------------------------- the benchmark
+def run(args):
+    from mpi4py import MPI
+    from mpinn.comm import create_communicator
+    from mpinn.model import MLP
+    from mpinn.optim import create_optimizer
+    from mpinn.trainer import PHASES, Trainer
+
+    t_start = time.perf_counter()
+    wl = WORKLOADS[args.workload]
+    steps = args.steps if args.steps is not None else wl.steps
+    warmup = args.warmup if args.warmup is not None else wl.warmup
+    comm = create_communicator(args.reduce)
+    rank0, P, B = comm.rank == 0, comm.size, wl.batch
+    data = wl.make() if rank0 else None
+    model = MLP(wl.spec)
+    if rank0:
+        model.set_params(wl.init())
+    opt = create_optimizer("sgd", model.size, model.xp, wl.lr, weight_slices=model.weight_slices)
+    trainer = Trainer(model, opt, comm, wl.layout, B, verbose=False)
+    trainer.start()
+    n_batches = wl.n // B
+
+    def batch(s):       # step s uses rows [k*B, k*B + B), k = s mod n_batches; only rank 0 has data
+        lo = (s % n_batches) * B
+        return wl.rows(data, lo, lo + B) if rank0 else None
+
+    def eval_loss():
+        return model.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
+
+    loss0 = eval_loss()
+    setup_s = time.perf_counter() - t_start
+
+    for s in range(warmup):
+        trainer.step(batch(s), B)
+    comm.barrier()
+    lw = LoadWindow()
+    lw.start()
+    trainer.times = dict.fromkeys(PHASES, 0.0)
+    last = []
+    t0 = time.perf_counter()
+    for s in range(warmup, steps):
+        loss = trainer.step(batch(s), B)
+        if s >= steps - 10:
+            last.append(loss)
+    comm.barrier()
+    t1 = time.perf_counter()
+    own_cpu = lw.stop()
+    measured = steps - warmup
+    per = {k: v / measured * 1e3 for k, v in trainer.times.items()}
+    loss_final = eval_loss()
+
+    # compute alone: more steps with no gradient exchange (the batch is still scattered);
+    # the weights then diverge across ranks, which no longer matters
+    null_ms = None
+    if args.timing_steps:
+        nt = Trainer(model, opt, create_communicator("null"), wl.layout, B, verbose=False)
+        comm.barrier()
+        tc = time.perf_counter()
+        for s in range(steps, steps + args.timing_steps):
+            nt.step(batch(s), B)
+        null_ms = (time.perf_counter() - tc) / args.timing_steps * 1e3
+        comm.barrier()
+
+    infos = comm.gather_obj({"rss": peak_rss_mb(), "per": per, "own_cpu": own_cpu, "null_ms": null_ms})
+    if not rank0:
+        return 0
+    step_ms = (t1 - t0) / measured * 1e3
+    per["other"] = step_ms - sum(per.values())
+    rec = {
+        "peer": "mpinn", "workload": args.workload.upper(), "np": P,
+        "variant": "mpinn %s, %s" % (args.reduce, wl.what), "reduce": args.reduce,
+        "launcher": "mpiexec", "global_batch": B, "lr": wl.lr,
+        "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
+        "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
+        "compute_ms": per["compute"], "comm_ms": per["data"] + per["comm"],
+        "comm_split_method": "rank-0 Trainer phase timers: compute = forward/backward + update, "
+                             "comm = batch Scatterv + gradient exchange + param sync (include waiting "
+                             "for peers); phase_ms_rank0.other = rank-0 batch slicing + loop overhead",
+        "phase_ms_rank0": per, "phase_ms_per_rank": [i["per"] for i in infos],
+        "null_comm_step_ms": None if null_ms is None else max(i["null_ms"] for i in infos),
+        "null_comm_step_ms_per_rank": [i["null_ms"] for i in infos], "timing_steps": args.timing_steps,
+        "grad_exchange": comm.last_exchange,
+        "peak_rss_mb_per_rank": [round(i["rss"], 1) for i in infos],
+        "peak_rss_mb_max": round(max(i["rss"] for i in infos), 1),
+        "loss_initial": loss0, "loss_final": loss_final, "loss_eval_rows": wl.eval_rows,
+        "train_loss_last10_mean_rank0": float(np.mean(last)) if last else None,
+        "load": lw.summary(sum(i["own_cpu"] for i in infos)), "setup_s": setup_s,
+        "mpinn_version": __version__, "mpi_library": MPI.Get_library_version().splitlines()[0],
+        "threadpools": thread_info(),
+    }
+    write_result(rec, args.out or os.environ.get("PEERS_RESULTS") or "bench-results.jsonl")
+    print("mpinn %s np=%d %s: %.0f samples/s, %.2f ms/step (compute %.2f, comm %.2f), "
+          "loss %.4f -> %.6f, foreign load %.2f cores" % (
+              rec["workload"], P, args.reduce, rec["samples_per_s"], step_ms, rec["compute_ms"],
+              rec["comm_ms"], loss0, loss_final, rec["load"]["foreign_cpu_cores"]), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- the side-by-side table
+TRAINING_PEERS = ("ddp_gloo", "mpi4py_naive", "mpinn")
+
+
+def short_variant(r):
+    if r["peer"] == "ddp_gloo":
+        return {"embbag_sparse": "EmbBag sparse", "embbag_dense": "EmbBag dense",
+                "csr": "sparse CSR mm"}.get(r.get("w2_mode"), "MLP")
+    if r["peer"] == "mpi4py_naive":
+        return "DT42-style"
+    return r.get("reduce") or r.get("variant", "")[:14]
+
+
+def print_table(paths, out=sys.stdout):
+    recs = []
+    for p in paths:
+        with open(p) as f:
+            recs += [json.loads(line) for line in f if line.strip()]
+    rows = sorted((r for r in recs if r.get("peer") in TRAINING_PEERS and r.get("samples_per_s") is not None),
+                  key=lambda r: (r["workload"], r["np"], r.get("steps_total", 0) < 100,
+                                 TRAINING_PEERS.index(r["peer"]), short_variant(r)))
+    fmt = "%-12s %-3s %-14s %2s %9s %8s %8s %8s %7s %-9s %-9s %5s %s"
+    print(fmt % ("peer", "wl", "variant", "np", "samples/s", "step_ms", "comp_ms", "comm_ms", "RSS_MB",
+                 "loss_init", "loss_final", "steps", "foreign_cores"), file=out)
+    prev = None
+    for r in rows:
+        if prev is not None and (r["workload"], r["np"]) != prev:
+            print(file=out)
+        prev = (r["workload"], r["np"])
+        ld = r.get("load") or {}
+        print(fmt % (r["peer"], r["workload"], short_variant(r), r["np"], "%.0f" % r["samples_per_s"],
+                     "%.2f" % r["step_ms"], "%.2f" % r["compute_ms"], "%.2f" % r["comm_ms"],
+                     "%.0f" % r["peak_rss_mb_max"], "%.6f" % r["loss_initial"], "%.6f" % r["loss_final"],
+                     r["steps_total"], "-" if ld.get("foreign_cpu_cores") is None
+                     else "%.2f" % ld["foreign_cpu_cores"]), file=out)
+    for r in recs:
+        if r.get("status") not in (None, "ok"):
+            print("FAILED: %s %s rc=%s" % (r.get("run_name") or r.get("peer"), r.get("status"), r.get("rc")),
+                  file=out)
+
+
+def build_parser():
+    from mpinn.train import Parser, positive_int
+    p = Parser(prog="python -m mpinn.bench",
+               description="mpinn's benchmark: train the peers' workloads (see the peers README) with "
+                           "exactly their data, initial weights, batch order and step counts; time the "
+                           "steps after the warm-up between two Barriers; write one JSON record "
+                           "(peer \"mpinn\") in the peers' format. Run under mpiexec -n P.",
+               epilog="W1: MLP 784-256-256-10 on 60000x784 float32, batch 256, SGD 0.05, 300 steps (30 warm-up). "
+                      "W2: hashed CSR 2^18 -> 64 -> 1 on 262144 rows x 20 categoricals, batch 1024, SGD 0.1, "
+                      "300 steps (30). W3: Ng's 400-25-10 sigmoid net on 5000x400 float64, full-batch GD "
+                      "0.8, 100 iterations (10). Example: mpiexec -n 2 python -m mpinn.bench --workload w1; "
+                      "python -m mpinn.bench --table bench-results.jsonl /tmp/peers-results.jsonl")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), help="which workload to train")
+    p.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
+                   help="gradient strategy: allreduce (default) or gather (DT42 pattern: Gather to rank 0, "
+                        "rank 0 steps and Bcasts)")
+    p.add_argument("--steps", type=positive_int, help="total steps (default: the workload's)")
+    p.add_argument("--warmup", type=int, help="untimed steps first (default: the workload's)")
+    p.add_argument("--timing-steps", type=int, default=30,
+                   help="extra steps after the final loss with no gradient exchange, timed to give "
+                        "null_comm_step_ms (0: skip; default 30)")
+    p.add_argument("--out", help="JSONL file the record is appended to (default: $PEERS_RESULTS if set, "
+                                 "else ./bench-results.jsonl)")
+    p.add_argument("--table", nargs="+", metavar="FILE",
+                   help="print the side-by-side table of the training records (mpinn and peers) in "
+                        "these JSONL files, and exit (no MPI)")
+    return p
+
+
+def main(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.table:
+        print_table(args.table)
+        return 0
+    if not args.workload:
+        p.error("--workload is required (or --table FILE)")
+    wl = WORKLOADS[args.workload]
+    if not 0 <= (wl.warmup if args.warmup is None else args.warmup) < (args.steps or wl.steps):
+        p.error("need 0 <= --warmup < --steps")
+    from mpinn.comm import run_guarded
+    return run_guarded(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

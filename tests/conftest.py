@@ -1,0 +1,42 @@
+"""Shared helpers: launching mpiexec and the CLIs as subprocesses, always with a timeout."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+# tests/mpi runs only under mpiexec (launched by test_mpi.py), never in the plain pytest process
+UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
+collect_ignore = [] if UNDER_MPI else ["mpi"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def mpiexec_path():
+    """The launcher next to this Python (the mpich wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
+def run(cmd, timeout=120, env=None, cwd=None):
+    """Run a command; a hang becomes a test failure after `timeout` s (the whole group is killed)."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    full_env.update(env or {})
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
+                              cwd=cwd or ROOT, start_new_session=True)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("timed out after %s s: %s\n%s" % (timeout, " ".join(cmd), e.stdout or ""))
+
+
+def mpirun(n, args, timeout=120, env=None, cwd=None):
+    return run([mpiexec_path(), "-n", str(n), sys.executable] + list(args), timeout, env, cwd)
+
+
+@pytest.fixture(scope="session")
+def launcher():
+    path = mpiexec_path()
+    if not path:
+        pytest.fail("no mpiexec found: pip install -e '.[test]' installs the mpich wheel that ships it")
+    return path

@@ -1,0 +1,105 @@
+"""End to end: the real CLIs as subprocesses under mpiexec, with timeouts."""
+import json
+
+import numpy as np
+import pytest
+
+from conftest import mpirun, run
+import sys
+
+
+def train(n, args, tmp_path, timeout=180):
+    model, metrics = str(tmp_path / "model.npz"), str(tmp_path / "metrics.json")
+    r = mpirun(n, ["-m", "mpinn.train", "--no-progress", "--model-out", model, "--metrics-out", metrics]
+               + list(args), timeout)
+    return r, model, metrics
+
+
+def predict(args, timeout=120):
+    return run([sys.executable, "-m", "mpinn.predict"] + list(args), timeout)
+
+
+@pytest.mark.mpi
+def test_default_data_trains_on_two_ranks_and_predict_reproduces(tmp_path, launcher):
+    r, model, metrics = train(2, ["--default-rows", "40000", "--epochs", "2"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "epoch 2/2" in r.stdout and "samples/s over 2 ranks" in r.stdout
+    reported = json.load(open(metrics))["valid"]
+    assert reported["auc"] >= 0.70 and reported["accuracy"] >= 0.64, reported   # measured 0.72 / 0.66
+    out = tmp_path / "pred.json"
+    p = predict(["--model", model, "--metrics-out", str(out), "--out", str(tmp_path / "p.csv")])
+    assert p.returncode == 0, p.stderr
+    again = json.load(open(out))
+    for k in ("accuracy", "auc", "logloss"):
+        assert again[k] == pytest.approx(reported[k], abs=1e-9)
+    assert len(open(tmp_path / "p.csv").read().splitlines()) == 4000 + 1
+
+
+def make_csv(path, n, seed):
+    """Three classes decided by a categorical column and a numeric one, plus a noise column."""
+    rng = np.random.default_rng(seed)
+    city = rng.choice(["paris", "oslo", "rome", "lima", "kyiv", "doha"], n)
+    x = rng.standard_normal(n)
+    noise = rng.integers(0, 1000, n)
+    label = np.where(np.isin(city, ["paris", "oslo"]), "north", np.where(x > 0, "up", "down"))
+    with open(path, "w") as f:
+        f.write("city,noise,x,label\n")
+        for row in zip(city, noise, x, label):
+            f.write("%s,%d,%.6f,%s\n" % row)
+    return str(path)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("reduce_", ["allreduce", "gather"])
+def test_csv_trains_and_predict_reproduces(tmp_path, reduce_, launcher):
+    tr, va = make_csv(tmp_path / "train.csv", 3000, 1), make_csv(tmp_path / "valid.csv", 600, 2)
+    r, model, metrics = train(2, [tr, "--label", "label", "--categorical", "city,noise", "--numeric", "x",
+                                  "--valid", va, "--epochs", "8", "--batch-size", "100",
+                                  "--hash-bits", "12", "--hidden", "16", "--reduce", reduce_], tmp_path)
+    assert r.returncode == 0, r.stderr
+    reported = json.load(open(metrics))["valid"]
+    assert reported["accuracy"] >= 0.9, reported
+    p = predict(["--model", model, "--data", va, "--metrics-out", str(tmp_path / "p.json")])
+    assert p.returncode == 0, p.stderr
+    assert json.load(open(tmp_path / "p.json"))["accuracy"] == pytest.approx(reported["accuracy"], abs=1e-12)
+
+
+def one_error_line(r, message):
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("mpinn: error") and message in lines[0], r.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("args,message", [
+    (["--batch-size", "0"], "--batch-size: must be a positive integer"),
+    (["--lr", "-0.1"], "--lr: must be a positive number"),
+    (["nothere.csv", "--label", "y"], "does not exist"),
+    (["--default-rows", "2", "--holdout", "0"], "2 training rows for 3 ranks"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message, launcher):
+    r, model, _ = train(3, args, tmp_path, timeout=60)
+    one_error_line(r, message)
+    assert not (tmp_path / "model.npz").exists()
+
+
+@pytest.mark.mpi
+def test_bad_csv_names_the_line(tmp_path, launcher):
+    p = tmp_path / "bad.csv"
+    p.write_text("a,x,y\nq,1,0\nr,oops,1\n")
+    r, _, _ = train(2, [str(p), "--label", "y", "--categorical", "a", "--numeric", "x"], tmp_path, 60)
+    one_error_line(r, "line 3: column 'x' is not a number: 'oops'")
+
+
+def test_predict_refuses_a_truncated_model(tmp_path):
+    good = tmp_path / "m.npz"
+    np.savez(good, params=np.zeros(3))
+    data = open(good, "rb").read()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    r = predict(["--model", str(tmp_path / "cut.npz"), "--data", "x.csv"])
+    assert r.returncode == 2 and "not a readable mpinn model file" in r.stderr
+
+
+def test_help_is_clear():
+    r = run([sys.executable, "-m", "mpinn.train", "--help"])
+    assert r.returncode == 0 and "--reduce" in r.stdout and "embedded synthetic click log" in r.stdout

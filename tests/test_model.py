@@ -1,0 +1,129 @@
+"""Analytic gradients against central finite differences (float64), for every layer kind,
+activation, head, the sparse input and the L2 term; the flat-buffer layout."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from mpinn.config import ModelSpec, MpinnError
+from mpinn.model import MLP, Batch
+from mpinn.optim import create_optimizer
+
+
+def make_batch(loss, n=9, n_sparse=12, n_dense=3, n_out=3, seed=0):
+    rng = np.random.default_rng(seed)
+    Xs = Xd = None
+    if n_sparse:
+        Xs = sp.random(n, n_sparse, density=0.3, random_state=seed, format="csr") * 2.0
+        Xs.data -= 0.5
+    if n_dense:
+        Xd = rng.standard_normal((n, n_dense))
+    if loss == "softmax" or (loss == "sigmoid" and n_out > 1):
+        y = rng.integers(0, n_out, n)
+    elif loss == "sigmoid":
+        y = rng.integers(0, 2, n).astype(np.float64)
+    else:
+        y = rng.standard_normal((n, n_out)) if n_out > 1 else rng.standard_normal(n)
+    return Batch(Xs, Xd, y)
+
+
+def objective(model, batch, lam):
+    """J = mean row loss + lam/2 * sum of squared weights (biases not decayed)."""
+    w2 = sum(float(np.sum(model.params[s:e] ** 2)) for s, e in model.weight_slices)
+    return model.loss_sum(batch) / batch.n + 0.5 * lam * w2
+
+
+def analytic(model, batch, lam):
+    model.loss_grad_(batch, 1.0 / batch.n)
+    g = model.grads.copy()
+    for s, e in model.weight_slices:
+        g[s:e] += lam * model.params[s:e]
+    return g
+
+
+def numeric(model, batch, lam, eps=1e-6):
+    g = np.empty(model.size)
+    for i in range(model.size):
+        old = model.params[i]
+        model.params[i] = old + eps
+        up = objective(model, batch, lam)
+        model.params[i] = old - eps
+        down = objective(model, batch, lam)
+        model.params[i] = old
+        g[i] = (up - down) / (2 * eps)
+    return g
+
+
+CASES = [  # (n_sparse, n_dense, hidden, n_out, activation, loss)
+    (12, 3, (5,), 3, "relu", "softmax"),
+    (12, 0, (4, 3), 1, "tanh", "sigmoid"),
+    (0, 4, (5,), 4, "sigmoid", "sigmoid"),        # Ng's one-vs-all head
+    (12, 3, (4,), 2, "sigmoid", "squared"),
+    (0, 3, (), 1, "relu", "squared"),             # no hidden layer: linear regression
+    (12, 2, (3, 3, 3), 3, "tanh", "softmax"),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("lam", [0.0, 0.1])
+def test_gradients_match_finite_differences(case, lam):
+    n_sparse, n_dense, hidden, n_out, act, loss = case
+    model = MLP(ModelSpec(n_sparse, n_dense, hidden, n_out, act, loss, "float64", sparse_fan_in=3)).init_(1)
+    if act == "relu":          # keep pre-activations away from the kink at 0
+        model.params += 0.05
+    batch = make_batch(loss, n_sparse=n_sparse, n_dense=n_dense, n_out=n_out)
+    a, f = analytic(model, batch, lam), numeric(model, batch, lam)
+    assert np.max(np.abs(a - f)) < 1e-7 * max(1.0, np.max(np.abs(f)))
+
+
+def test_sparse_rows_equal_dense_gradient():
+    model = MLP(ModelSpec(50, 2, (6,), 3, "relu", "softmax", "float64")).init_(3)
+    batch = make_batch("softmax", n=20, n_sparse=50, n_dense=2)
+    model.loss_grad_(batch, 0.05)
+    dense = model.grads.copy()
+    model.grads[...] = np.nan            # the sparse path must not read the block it does not write
+    rows = model.loss_grad_(batch, 0.05, sparse_grad=True)
+    assert np.array_equal(rows.ids, np.unique(batch.Xs.indices))
+    np.testing.assert_allclose(model.grads[model.dense_start:], dense[model.dense_start:], rtol=1e-13)
+    model.densify_(rows)
+    np.testing.assert_allclose(model.grads, dense, rtol=1e-12, atol=1e-15)
+
+
+def test_parameters_are_views_of_one_flat_buffer():
+    model = MLP(ModelSpec(10, 3, (4,), 2, "relu", "softmax", "float64"))
+    assert model.params.flags.c_contiguous and model.grads.flags.c_contiguous
+    assert model.size == (13 * 4 + 4) + (4 * 2 + 2)
+    for v in model.W + model.b + model.gW + model.gb:
+        assert v.base is not None
+    model.W[1][0, 0] = 7.0
+    assert model.params[model.offsets[2]] == 7.0
+    assert model.dense_start == 10 * 4
+
+
+def test_sparse_sgd_update_equals_dense_update():
+    model = MLP(ModelSpec(40, 0, (5,), 1, "relu", "sigmoid", "float32")).init_(0)
+    batch = make_batch("sigmoid", n=16, n_sparse=40, n_dense=0, n_out=1)
+    batch = Batch(batch.Xs.astype(np.float32), None, batch.y.astype(np.float32))
+    twin = MLP(model.spec)
+    twin.params[...] = model.params
+    sgd, sgd2 = (create_optimizer("sgd", model.size, np, 0.5) for _ in range(2))
+    rows = model.loss_grad_(batch, 1 / 16, sparse_grad=True)
+    sgd.step_(model.params, model.grads, rows)
+    twin.loss_grad_(batch, 1 / 16)
+    sgd2.step_(twin.params, twin.grads)
+    assert np.array_equal(model.params, twin.params)
+
+
+def test_zero_rows_give_zero_gradient():
+    model = MLP(ModelSpec(0, 3, (4,), 2, "tanh", "softmax", "float64")).init_(0)
+    model.grads[...] = 1.0
+    model.loss_grad_(Batch(None, np.zeros((0, 3)), np.zeros(0, np.int64)), 1.0)
+    assert not model.grads.any() and model.grad_buffer[-1] == 0
+
+
+def test_spec_rejects_bad_values():
+    with pytest.raises(MpinnError, match="activation"):
+        ModelSpec(0, 3, (4,), 2, "swish")
+    with pytest.raises(MpinnError, match="no input"):
+        ModelSpec(0, 0, (4,), 2)
+    with pytest.raises(MpinnError, match="learning rate"):
+        create_optimizer("sgd", 3, np, -0.1)
