@@ -170,9 +170,9 @@ class Communicator:
     def exchange_rows(self, sparse):
         """Allgatherv of every rank's (row id, row) pairs, coalesced; None when the density rule
         says a dense Allreduce of the block is cheaper (every rank reaches the same verdict)."""
-        mine = np.array([sparse.ids.shape[0]], dtype=np.int64)
-        counts = np.empty(self.size, dtype=np.int64)
-        self.comm.Allgather(mine, counts)
+        counts = self.Allgatherv_(np.array([sparse.ids.shape[0]], dtype=np.int64),
+                                  np.ones(self.size, dtype=np.int64), np.empty(self.size, dtype=np.int64),
+                                  "sparse row counts")
         total = int(counts.sum())
         if total > self.sparse_threshold * sparse.n_rows:
             self.last_exchange = "dense"
@@ -241,6 +241,7 @@ class GatherCommunicator(Communicator):
         if self.rank == 0:
             if self._recv is None or self._recv.shape[1] != grad_buffer.size:
                 self._recv = np.empty((self.size, grad_buffer.size), dtype=grad_buffer.dtype)
+            check_buffer(self._recv, grad_buffer.dtype, self.size * grad_buffer.size, "gathered gradients")
             self.comm.Gather(grad_buffer, self._recv, root=0)
             grad_buffer[...] = self._recv[0]
             for r in range(1, self.size):
