@@ -1,4 +1,4 @@
-"""Benchmark: mpiexec -n P python -m mpinn.bench --workload w1|w2|w3 runs the peers' workloads (exact data, init, batch order, timing) and writes peer-format JSON records."""
+"""Benchmark: the peers' workloads W1/W2/W3 (exact data, init, batch order, timed window) as peer-format records."""
 import os
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -41,7 +41,8 @@ def init_w1():
     out = []
     for fin, fout in zip(W1_LAYERS[:-1], W1_LAYERS[1:]):
         b = 1.0 / np.sqrt(fin)
-        out += [rng.uniform(-b, b, (fin, fout)).astype(np.float32), rng.uniform(-b, b, fout).astype(np.float32)]
+        W = rng.uniform(-b, b, (fin, fout)).astype(np.float32)
+        out += [W, rng.uniform(-b, b, fout).astype(np.float32)]
     return out
 
 
@@ -282,8 +283,9 @@ def run(args):
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
         "compute_ms": per["compute"], "comm_ms": per["data"] + per["comm"],
         "comm_split_method": "rank-0 Trainer phase timers: compute = forward/backward + update, "
-                             "comm = batch Scatterv + gradient exchange + param sync (include waiting "
-                             "for peers); phase_ms_rank0.other = rank-0 batch slicing + loop overhead",
+                             "comm = batch Scatterv + gradient exchange (incl. coalescing sparse rows) "
+                             "+ param sync (include waiting for peers); phase_ms_rank0.other = rank-0 "
+                             "batch slicing + loop overhead",
         "phase_ms_rank0": per, "phase_ms_per_rank": [i["per"] for i in infos],
         "null_comm_step_ms": None if null_ms is None else max(i["null_ms"] for i in infos),
         "null_comm_step_ms_per_rank": [i["null_ms"] for i in infos], "timing_steps": args.timing_steps,

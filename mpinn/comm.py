@@ -170,6 +170,10 @@ class Communicator:
     def exchange_rows(self, sparse):
         """Allgatherv of every rank's (row id, row) pairs, coalesced; None when the density rule
         says a dense Allreduce of the block is cheaper (every rank reaches the same verdict)."""
+        if self.size == 1:      # nothing to exchange: the rows are already unique and sorted
+            dense = sparse.ids.shape[0] > self.sparse_threshold * sparse.n_rows
+            self.last_exchange = "dense" if dense else "sparse"
+            return None if dense else sparse
         counts = self.Allgatherv_(np.array([sparse.ids.shape[0]], dtype=np.int64),
                                   np.ones(self.size, dtype=np.int64), np.empty(self.size, dtype=np.int64),
                                   "sparse row counts")

@@ -28,11 +28,13 @@ def test_w1_init():
 def test_w1_data():
     X, y = bench.make_w1()
     assert (bench.fingerprint(X), bench.fingerprint(y)) == ("530abdd12dafebb7", "8bb7b7cac37091b1")
-    assert np.bincount(y, minlength=10).tolist() == [5179, 6364, 5010, 6732, 4676, 6509, 8140, 5526, 5781, 6083]
+    assert np.bincount(y, minlength=10).tolist() == [5179, 6364, 5010, 6732, 4676,
+                                                     6509, 8140, 5526, 5781, 6083]
 
 
 def test_w2_init():
-    assert fps(bench.init_w2()) == ["38d63c399f9fa206", "5341e6b2646979a7", "6d76c436878d3978", "df3f619804a92fdb"]
+    assert fps(bench.init_w2()) == ["38d63c399f9fa206", "5341e6b2646979a7",
+                                    "6d76c436878d3978", "df3f619804a92fdb"]
 
 
 @pytest.mark.slow
