@@ -103,3 +103,25 @@ def test_predict_refuses_a_truncated_model(tmp_path):
 def test_help_is_clear():
     r = run([sys.executable, "-m", "mpinn.train", "--help"])
     assert r.returncode == 0 and "--reduce" in r.stdout and "embedded synthetic click log" in r.stdout
+
+
+@pytest.mark.mpi
+def test_mat_file_in_ng_format_end_to_end(tmp_path, launcher):
+    """scikit-learn's digits written as Ng's ex4 .mat (labels 1..10, 10 = digit 0), Fortran order
+    as loadmat returns it; the Ng network with one-vs-all sigmoid outputs."""
+    import scipy.io
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    mat = str(tmp_path / "digits.mat")
+    scipy.io.savemat(mat, {"X": X / 16.0, "y": np.where(y == 0, 10, y).reshape(-1, 1)})
+    r, model, metrics = train(2, [mat, "--hidden", "25", "--activation", "sigmoid", "--loss", "sigmoid",
+                                  "--batch-size", "64", "--epochs", "10", "--lr", "1"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.load(open(metrics))["valid"]["accuracy"] >= 0.9          # measured 0.956
+    out = tmp_path / "pred.csv"
+    p = predict(["--model", model, "--data", mat, "--out", str(out)])
+    assert p.returncode == 0, p.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0].startswith("prediction,p_1,") and rows[0].endswith(",p_10") and len(rows) == 1798
+    predicted = np.array([int(r.split(",")[0]) for r in rows[1:]])
+    assert np.mean(predicted == np.where(y == 0, 10, y)) >= 0.85        # labels come back as 1..10
