@@ -25,16 +25,10 @@ def token_columns(feature, values, bits, seed):
 
 
 def hash_column(feature, column, bits, seed):
-    """Hash the DISTINCT values of one column once, then map every row through the codes."""
+    """Hash the DISTINCT values of one column once, then map every row through the codes.
+    Integer codes and their text hash alike (the token is str(value))."""
     column = np.asarray(column)
     uniques, inverse = np.unique(column, return_inverse=True)
-    return token_columns(feature, uniques, bits, seed)[inverse.ravel()]
-
-
-def hash_codes(feature, codes, bits, seed):
-    """Like hash_column for integer codes 0..card-1: the table is built over the codes seen."""
-    codes = np.asarray(codes, dtype=np.int64)
-    uniques, inverse = np.unique(codes, return_inverse=True)
     return token_columns(feature, uniques, bits, seed)[inverse.ravel()]
 
 
@@ -49,10 +43,7 @@ def hashed_csr(columns, contract, dtype=np.float32):
     f = len(features)
     idx = np.empty((n, f), dtype=np.int32)
     for j, (name, col) in enumerate(zip(features, columns)):
-        if np.issubdtype(np.asarray(col).dtype, np.integer):
-            idx[:, j] = hash_codes(name, col, bits, seed)
-        else:
-            idx[:, j] = hash_column(name, col, bits, seed)
+        idx[:, j] = hash_column(name, col, bits, seed)
     return sp.csr_matrix((np.ones(n * f, dtype=dtype), idx.ravel(),
                           np.arange(0, n * f + 1, f, dtype=np.int64)), shape=(n, 1 << bits))
 

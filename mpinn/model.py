@@ -5,7 +5,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpinn.backend import get_backend
-from mpinn.config import ModelSpec
 
 
 @dataclass

@@ -58,6 +58,7 @@ def run(args):
     from mpinn.checkpoint import load_model
     from mpinn.metrics import compute_metrics, format_metrics
     from mpinn.model import MLP
+    from mpinn.trainer import predict_rows
     params, spec, meta = load_model(args.model)
     model = MLP(spec)
     if params.shape != model.params.shape:
@@ -65,8 +66,7 @@ def run(args):
                          % (args.model, params.size, model.size))
     model.params[...] = params
     data = load_for_model(meta, args.data)
-    pred = np.concatenate([model.predict(data.take(np.arange(s, min(s + 65536, len(data))), model.dtype))
-                           for s in range(0, len(data), 65536)]) if len(data) else np.zeros(0)
+    pred = predict_rows(model, data)
     metrics = {"n": len(data)}
     if data.meta.get("has_label", True):
         metrics = compute_metrics(meta["task"], data.y, pred)

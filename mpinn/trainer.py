@@ -38,6 +38,13 @@ class Progress:
         self.stream.flush()
 
 
+def predict_rows(model, data, chunk=65536):
+    """The model's predictions for every row of a Dataset, a chunk at a time (this rank alone)."""
+    out = [model.predict(data.take(np.arange(s, min(s + chunk, len(data))), model.dtype))
+           for s in range(0, len(data), chunk)]
+    return np.concatenate(out) if out else np.zeros(0)
+
+
 class Trainer:
     """Data-parallel training: rank 0 holds the data; every rank holds the model."""
 
@@ -124,14 +131,8 @@ class Trainer:
         self.elapsed = time.perf_counter() - t_fit
         return self.history
 
-    def predict(self, data, chunk=65536):
-        """Predictions for a Dataset, in chunks (this rank alone)."""
-        out = [self.model.predict(data.take(np.arange(s, min(s + chunk, len(data))), self.model.dtype))
-               for s in range(0, len(data), chunk)]
-        return np.concatenate(out) if out else np.zeros(0)
-
     def evaluate(self, data):
-        return compute_metrics(data.task, data.y, self.predict(data))
+        return compute_metrics(data.task, data.y, predict_rows(self.model, data))
 
     def summary(self):
         """Gather every rank's phase times; rank 0 returns the summary dict."""
