@@ -313,3 +313,29 @@ def run_guarded(fn, *args):
         print("mpinn: rank %d of %d failed with %s: %s; aborting the job"
               % (rank, size, type(e).__name__, e), file=sys.stderr, flush=True)
         MPI.COMM_WORLD.Abort(1)
+
+
+# ---------------------------------------------------------------- about the job (mpinn.doctor)
+def mpi_library_version():
+    """The MPI library's own first version line, e.g. 'MPICH Version: 5.0.2' or 'Open MPI v5.0.11, ...'."""
+    return MPI.Get_library_version().strip().splitlines()[0].strip()
+
+
+def mpi4py_version():
+    import mpi4py
+    return mpi4py.__version__
+
+
+def processor_name():
+    """The host name MPI itself reports for this rank."""
+    return MPI.Get_processor_name()
+
+
+def local_rank_size(communicator):
+    """(rank, size) among the ranks of `communicator` that share this rank's machine: MPI's own
+    shared-memory split, right under any launcher (no launcher-specific environment variables)."""
+    local = communicator.comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_rank(), local.Get_size()
+    finally:
+        local.Free()

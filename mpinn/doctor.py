@@ -1,0 +1,431 @@
+"""Pre-flight under the training launcher: checks the hostfile, every rank's software and GPU, and times the gradient exchange."""
+import importlib.util
+import json
+import os
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+from mpinn.train import Parser, hidden_sizes, nonneg_float, positive_int  # also pins BLAS threads per rank
+
+import numpy as np  # noqa: E402
+
+from mpinn import __version__  # noqa: E402
+from mpinn.config import ModelSpec, MpinnError  # noqa: E402
+
+# what must be the same on every host (the rest of a rank's record may differ: host, local rank, GPU)
+COMPARED = ("python", "numpy", "scipy", "mpi4py", "mpi", "mpinn", "cupy")
+# hostfile options each launcher accepts besides the host name (tested against hydra 5.0.2 and PRRTE 5.0.11)
+MPICH_KEYS = ("user", "ifhn")
+OPENMPI_KEYS = ("slots", "max_slots", "max-slots", "slots_max", "slots-max")
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MPICH, OPENMPI, EITHER = "MPICH host:slots", "Open MPI host slots=N", "bare host names"
+DEFAULT_FEATURES, DEFAULT_DENSE = 20, 4   # the embedded click log's shape: 20 hashed columns, 4 numeric
+
+
+# ---------------------------------------------------------------- hostfiles
+@dataclass
+class Hostfile:
+    path: str
+    syntax: str                                   # MPICH, OPENMPI or EITHER
+    hosts: list = field(default_factory=list)     # [(line number, host, slots or None)]
+    warnings: list = field(default_factory=list)
+
+    @property
+    def slots(self):
+        return sum(s or 1 for _, _, s in self.hosts)
+
+    def describe(self):
+        shown = ", ".join("%s%s" % (h, "" if s is None else ":%d" % s) for _, h, s in self.hosts[:8])
+        more = " ..." if len(self.hosts) > 8 else ""
+        return "%s (%s): %d host%s, %d slot%s: %s%s" % (
+            self.path, self.syntax, len(self.hosts), "s"[:len(self.hosts) != 1], self.slots,
+            "s"[:self.slots != 1], shown, more)
+
+
+def _count(text, where):
+    if not text.isdigit() or int(text) <= 0:
+        raise MpinnError("%s: slots must be a positive integer, not %r" % (where, text))
+    return int(text)
+
+
+def parse_hostfile(path):
+    """Read an MPICH (host:slots) or Open MPI (host slots=N) hostfile; every mistake is one line
+    naming the line number (hydra silently reads 'node:x' as 0 slots; PRRTE reads 'node:2' as a host name)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise MpinnError("hostfile %s does not exist" % path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise MpinnError("hostfile %s cannot be read: %s" % (path, getattr(e, "strerror", None) or e))
+    hf = Hostfile(path, EITHER)
+    first = {}                   # syntax -> line that first used it
+    seen = {}                    # host -> first line
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = "hostfile %s line %d" % (path, no)
+        head, *options = line.split()
+        slots, used = None, set()
+        if ":" in head:
+            host, _, count = head.partition(":")
+            if not host:
+                raise MpinnError("%s: no host name before ':' in %r" % (where, head))
+            slots = _count(count, where)
+            used.add(MPICH)
+        else:
+            host = head
+        if not HOST_RE.match(host):
+            raise MpinnError("%s: %r is not a host name or IPv4 address" % (where, host))
+        for opt in options:
+            key, eq, value = opt.partition("=")
+            if not eq or not value:
+                raise MpinnError("%s: unexpected %r after the host name (MPICH: 'host:slots', "
+                                 "Open MPI: 'host slots=N')" % (where, opt))
+            if key in OPENMPI_KEYS:
+                used.add(OPENMPI)
+                if key == "slots":
+                    slots = _count(value, where)
+                else:
+                    _count(value, where)
+            elif key in MPICH_KEYS:
+                used.add(MPICH)
+            else:
+                raise MpinnError("%s: unknown option %r (MPICH takes host:slots [user=NAME] [ifhn=ADDR]; "
+                                 "Open MPI takes host slots=N [max_slots=M])" % (where, key))
+        if len(used) > 1:
+            raise MpinnError("%s: mixes MPICH's host:slots with Open MPI's key=value options" % where)
+        for syntax in used:
+            first.setdefault(syntax, no)
+        if len(first) > 1:
+            m, o = first[MPICH], first[OPENMPI]
+            raise MpinnError("%s: %s syntax, but line %d uses %s syntax; a hostfile is read by one launcher"
+                             % (where, "MPICH" if no == m else "Open MPI", o if no == m else m,
+                                "Open MPI" if no == m else "MPICH"))
+        if host in seen:
+            hf.warnings.append("hostfile line %d repeats host %s (first on line %d): launchers add up "
+                               "or reorder its slots" % (no, host, seen[host]))
+        seen.setdefault(host, no)
+        hf.hosts.append((no, host, slots))
+    if not hf.hosts:
+        raise MpinnError("hostfile %s lists no hosts (only comments or blank lines)" % path)
+    if first:
+        hf.syntax = next(iter(first))
+    return hf
+
+
+LOCAL_NAMES = {"localhost", "127.0.0.1"}
+
+
+def _short(host):
+    """Compare host names without their domain (MPI may report node1.cluster for node1), addresses whole."""
+    return host if re.match(r"^[0-9.]+$", host) else host.split(".")[0]
+
+
+def check_hostfile_against_job(hf, library, records):
+    """(errors, warnings) from comparing the hostfile with the launcher and hosts this job really has."""
+    errors, warnings = [], list(hf.warnings)
+    flavour = "Open MPI" if library.startswith("Open MPI") else "MPICH" if "MPICH" in library else None
+    if hf.syntax == OPENMPI and flavour == "MPICH":
+        errors.append("hostfile %s uses Open MPI syntax (host slots=N) but this job runs %s, whose "
+                      "launcher takes host:slots" % (hf.path, library))
+    if hf.syntax == MPICH and flavour == "Open MPI":
+        errors.append("hostfile %s uses MPICH syntax (host:slots) but this job runs %s, whose launcher "
+                      "reads 'node:2' as a host name; write 'node slots=2'" % (hf.path, library))
+    listed = {_short(h) for _, h, _ in hf.hosts}
+    ran = sorted({_short(r["host"]) for r in records})
+    if len(ran) == 1 and listed <= LOCAL_NAMES:
+        pass                    # a hostfile for this machine, used on this machine
+    elif listed.isdisjoint(ran) and len(ran) == 1 and len(listed) > 1:
+        warnings.append("every rank ran on %s, but the hostfile lists %d hosts: pass it to the launcher "
+                        "too (mpirun -f FILE, or --hostfile FILE for Open MPI)" % (ran[0], len(listed)))
+    elif not set(ran) <= listed:
+        warnings.append("ranks ran on host(s) not named in the hostfile: %s (fine if it lists addresses "
+                        "or aliases of them)" % ", ".join(h for h in ran if h not in listed))
+    if len(records) > hf.slots:
+        warnings.append("%d ranks for %d slots in the hostfile: hosts are oversubscribed"
+                        % (len(records), hf.slots))
+    return errors, warnings
+
+
+# ---------------------------------------------------------------- one rank's record
+def _version(module):
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return "not installed"
+
+
+def short_library(line):
+    """'MPICH Version:      5.0.2' -> 'MPICH 5.0.2'; 'Open MPI v5.0.11, package: ...' -> 'Open MPI v5.0.11'."""
+    line = " ".join(line.replace("Version:", "").split())
+    return line.split(",")[0]
+
+
+def gpu_for(local_rank):
+    """(cupy version, the GPU this rank would use): device = local rank mod the devices this host shows."""
+    if importlib.util.find_spec("cupy") is None:
+        return "not installed", "none (cupy not installed)"
+    from mpinn.backend import get_backend
+    try:
+        xp = get_backend("cupy").xp
+    except MpinnError as e:
+        return "broken", "none (cupy does not import: %s)" % str(e).split(": ", 1)[-1]
+    try:
+        count = xp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - any CUDA runtime failure means: no usable GPU
+        return xp.__version__, "none (no CUDA device: %s)" % (str(e).splitlines() or [type(e).__name__])[0]
+    if count == 0:
+        return xp.__version__, "none (0 CUDA devices)"
+    device = local_rank % count
+    name = xp.cuda.runtime.getDeviceProperties(device)["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return xp.__version__, "cuda:%d %s (%d on host)" % (device, name, count)
+
+
+def rank_record(comm):
+    from mpinn import comm as mpicomm
+    local_rank, local_size = mpicomm.local_rank_size(comm)
+    cupy, gpu = gpu_for(local_rank)
+    return {"rank": comm.rank, "host": mpicomm.processor_name(), "local_rank": local_rank,
+            "local_size": local_size, "pid": os.getpid(),
+            "python": platform.python_version(), "numpy": np.__version__, "scipy": _version("scipy"),
+            "mpi4py": mpicomm.mpi4py_version(), "mpi": short_library(mpicomm.mpi_library_version()),
+            "mpinn": __version__, "cupy": cupy, "gpu": gpu, "cpus": len(os.sched_getaffinity(0)),
+            "blas_threads": os.environ.get("OMP_NUM_THREADS", "default"),
+            "executable": sys.executable}
+
+
+def differences(records):
+    """One line per compared field whose value is not the same on every rank, naming the hosts."""
+    out = []
+    for key in COMPARED:
+        where = {}
+        for r in records:
+            where.setdefault(r[key], {}).setdefault(r["host"], []).append(r["rank"])
+        if len(where) > 1:
+            parts = ["%s on %s" % (value, ", ".join("%s (rank%s %s)" % (
+                h, "s"[:len(ranks) != 1], ",".join(map(str, ranks))) for h, ranks in hosts.items()))
+                for value, hosts in where.items()]
+            out.append("%s differs: %s" % (key, "; ".join(parts)))
+    return out
+
+
+def gpu_notes(records):
+    notes = []
+    by_host = {}
+    for r in records:
+        by_host.setdefault(r["host"], []).append(r)
+    for host, rs in by_host.items():
+        m = re.search(r"\((\d+) on host\)", rs[0]["gpu"])
+        if m and len(rs) > int(m.group(1)):
+            notes.append("%s: %d ranks share %s GPU(s)" % (host, len(rs), m.group(1)))
+    has = {h for h, rs in by_host.items() if rs[0]["gpu"].startswith("cuda:")}
+    if has and has != set(by_host):
+        notes.append("GPUs on %s but none on %s" % (", ".join(sorted(has)),
+                                                   ", ".join(sorted(set(by_host) - has))))
+    return notes
+
+
+# ---------------------------------------------------------------- timings
+def _median(xs):
+    return float(np.median(xs)) if len(xs) else 0.0
+
+
+def time_allreduce(comm, n, dtype, repeats):
+    """Seconds per in-place Allreduce(SUM) of n elements: per repeat the slowest rank, then the median."""
+    buf = np.zeros(n, dtype=dtype)
+    comm.Allreduce_sum_(buf, "doctor buffer")        # warm-up: connections are made on first use
+    mine = []
+    for _ in range(repeats):
+        comm.barrier()
+        t = time.perf_counter()
+        comm.Allreduce_sum_(buf, "doctor buffer")
+        mine.append(time.perf_counter() - t)
+    per_rank = comm.allgather_obj(mine)
+    slowest = [max(ts) for ts in zip(*per_rank)]
+    return {"elements": int(n), "dtype": np.dtype(dtype).name, "bytes": int(n * np.dtype(dtype).itemsize),
+            "repeats": repeats, "median_s": _median(slowest), "min_s": float(min(slowest))}
+
+
+def bus_bandwidth(result, size):
+    """GB/s as nccl-tests count it: an Allreduce moves 2 (P-1)/P of the buffer through each link."""
+    if size < 2 or result["median_s"] <= 0:
+        return None
+    return 2 * (size - 1) / size * result["bytes"] / result["median_s"] / 1e9
+
+
+def default_spec(args):
+    return ModelSpec(2 ** args.hash_bits, DEFAULT_DENSE, args.hidden, 1, args.activation, "sigmoid",
+                     args.dtype, sparse_fan_in=float(DEFAULT_FEATURES))
+
+
+def time_step(comm, args, spec, repeats):
+    """Time training steps as the trainer runs them (scatter, forward/backward, gradient exchange) on
+    the embedded click log's first rows; per phase, the median over steps of the mean over ranks."""
+    from mpinn.data import Layout, load_default
+    from mpinn.model import MLP
+    batch = None
+    if comm.rank == 0:
+        batch = load_default(args.batch_size, 0, args.hash_bits).take(np.arange(args.batch_size), args.dtype)
+    layout = Layout(spec.n_sparse, spec.n_dense, args.dtype, args.dtype)
+    model = MLP(spec).init_(0)
+    want_rows = bool(spec.n_sparse) and not comm.wants_dense
+    mine = []
+    for s in range(repeats + 1):             # the first step is a warm-up
+        comm.barrier()
+        t0 = time.perf_counter()
+        local = comm.scatter_batch(batch, layout)
+        t1 = time.perf_counter()
+        sparse = model.loss_grad_(local, 1.0 / args.batch_size, sparse_grad=want_rows)
+        t2 = time.perf_counter()
+        comm.reduce_gradients_(model.grad_buffer, sparse)
+        comm.sync_params_(model.params)
+        t3 = time.perf_counter()
+        if s:
+            mine.append((t1 - t0, t2 - t1, t3 - t2))
+    per_rank = comm.allgather_obj((mine, comm.last_exchange))
+    phases = {}
+    for i, name in enumerate(("scatter", "compute", "exchange")):
+        phases[name + "_s"] = _median([np.mean([ts[k][i] for ts, _ in per_rank]) for k in range(repeats)])
+    total = sum(phases.values())
+    comm_s = phases["scatter_s"] + phases["exchange_s"]
+    return dict(phases, step_s=total, comm_share=comm_s / total if total else 0.0,
+                exchange=per_rank[0][1] or "dense", repeats=repeats, batch_size=args.batch_size,
+                rows_per_rank=-(-args.batch_size // comm.size), reduce=comm.name,
+                model="%d hashed + %d dense -> %s (%s, sigmoid head), %s" % (
+                    spec.n_sparse, spec.n_dense, "-".join(map(str, spec.hidden + (spec.n_out,))),
+                    spec.activation, spec.dtype))
+
+
+# ---------------------------------------------------------------- the report
+def _ms(s):
+    if s < 1e-3:
+        return "%.0f us" % (1e6 * s)
+    return "%.2f ms" % (1e3 * s) if s < 0.1 else "%.0f ms" % (1e3 * s)
+
+
+def _mib(b):
+    return "%.1f MiB" % (b / 2 ** 20) if b >= 2 ** 20 else "%d B" % b
+
+
+def format_report(rep):
+    records = rep["ranks"]
+    hosts = sorted({r["host"] for r in records})
+    lines = ["mpinn doctor: %d rank%s on %d host%s, %s" % (
+        len(records), "s"[:len(records) != 1], len(hosts), "s"[:len(hosts) != 1], records[0]["mpi"])]
+    if rep.get("hostfile"):
+        lines.append("hostfile: " + rep["hostfile"]["description"])
+    cols = [("rank", "rank"), ("host", "host"), ("local", None), ("python", "python"), ("numpy", "numpy"),
+            ("scipy", "scipy"), ("mpi4py", "mpi4py"), ("MPI", "mpi"), ("mpinn", "mpinn"), ("GPU", "gpu")]
+    rows = [[str(r[k]) if k else "%d/%d" % (r["local_rank"], r["local_size"]) for _, k in cols]
+            for r in records]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, (h, _) in enumerate(cols)]
+    lines.append("  ".join(h.ljust(w) for (h, _), w in zip(cols, widths)).rstrip())
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    if not rep["differences"]:
+        lines.append("software: the same on every host (%s)" % ", ".join(COMPARED))
+    ar, lat = rep["allreduce"], rep["latency"]
+    bw = rep["allreduce"].get("bus_gb_s")
+    lines.append("allreduce: %d x %s (%s, the gradient): %s (median of %d, min %s)%s; 1 element: %s" % (
+        ar["elements"], ar["dtype"], _mib(ar["bytes"]), _ms(ar["median_s"]), ar["repeats"], _ms(ar["min_s"]),
+        ", bus bandwidth %.2f GB/s" % bw if bw else "", _ms(lat["median_s"])))
+    st = rep.get("step")
+    if st:
+        lines.append("step estimate: %s, global batch %d (%d rows/rank), --reduce %s, embedded click-log rows:"
+                     % (st["model"], st["batch_size"], st["rows_per_rank"], st["reduce"]))
+        lines.append("  scatter %s + compute %s + gradient exchange %s (%s) = %s per step: communication %.0f%%"
+                     % (_ms(st["scatter_s"]), _ms(st["compute_s"]), _ms(st["exchange_s"]), st["exchange"],
+                        _ms(st["step_s"]), 100 * st["comm_share"]))
+        dense = ar["median_s"] + st["scatter_s"]
+        lines.append("  with the whole gradient allreduced instead: communication %.0f%%"
+                     % (100 * dense / (dense + st["compute_s"])))
+    else:
+        lines.append("step estimate: skipped (--model-size gives only a buffer size, no model to run)")
+    for w in rep["warnings"]:
+        lines.append("note: " + w)
+    for p in rep["problems"]:
+        lines.append("PROBLEM: " + p)
+    lines.append("verdict: %s" % ("ok" if not rep["problems"] else "%d problem%s" % (
+        len(rep["problems"]), "s"[:len(rep["problems"]) != 1])))
+    return "\n".join(lines)
+
+
+def run(args):
+    from mpinn import comm as mpicomm
+    comm = mpicomm.create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
+    rank0 = comm.rank == 0
+    path = args.hostfile or os.environ.get("HYDRA_HOST_FILE")
+    hf = comm.root_call(lambda: parse_hostfile(path)) if path else None
+    records = comm.allgather_obj(rank_record(comm))
+    problems = differences(records)
+    warnings = gpu_notes(records)
+    hostfile = None
+    if hf is not None:
+        errors, notes = check_hostfile_against_job(hf, records[0]["mpi"], records)
+        if errors:      # every rank has the same records, so every rank reaches this together
+            raise MpinnError(errors[0], collective=True)
+        warnings = notes + warnings
+        hostfile = {"path": hf.path, "syntax": hf.syntax, "slots": hf.slots, "description": hf.describe(),
+                    "hosts": [{"line": no, "host": h, "slots": s} for no, h, s in hf.hosts],
+                    "from": "--hostfile" if args.hostfile else "HYDRA_HOST_FILE"}
+    if args.model_size:
+        n, spec = args.model_size, None
+    else:
+        from mpinn.model import MLP
+        spec = default_spec(args)
+        n = MLP(spec).size
+    ar = time_allreduce(comm, n, args.dtype, args.repeats)
+    ar["bus_gb_s"] = bus_bandwidth(ar, comm.size)
+    lat = time_allreduce(comm, 1, args.dtype, max(args.repeats, 20))
+    step = time_step(comm, args, spec, args.repeats) if spec is not None else None
+    rep = {"mpinn": __version__, "size": comm.size, "hosts": sorted({r["host"] for r in records}),
+           "ranks": records, "hostfile": hostfile, "differences": problems, "allreduce": ar,
+           "latency": lat, "step": step, "warnings": warnings, "problems": problems,
+           "ok": not problems}
+    if rank0:
+        print(format_report(rep), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rep, f, indent=1)
+    return 1 if problems else 0
+
+
+def build_parser():
+    p = Parser(prog="python -m mpinn.doctor",
+               description="Pre-flight for a cluster. Run it under the same launcher, hostfile and "
+                           "environment as training (mpirun -f HOSTFILE -np N python -m mpinn.doctor). "
+                           "It checks the hostfile, reports every rank's host, local rank, Python / numpy / "
+                           "scipy / mpi4py / MPI versions and the GPU it would use, flags differences "
+                           "between hosts, times an Allreduce of the model's gradient and estimates the "
+                           "communication share of a training step.",
+               epilog="Exit status: 0 all well, 1 the hosts differ, 2 a bad hostfile or option.")
+    p.add_argument("--hostfile", help="hostfile to check (default: $HYDRA_HOST_FILE if set); MPICH "
+                   "'host:slots' or Open MPI 'host slots=N'")
+    p.add_argument("--json", help="also write the whole report as JSON here")
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed repetitions (default 10)")
+    m = p.add_argument_group("model (as in mpinn.train; default: the default model)")
+    m.add_argument("--model-size", type=positive_int,
+                   help="time an Allreduce of this many elements instead of a model's gradient (no step estimate)")
+    m.add_argument("--hash-bits", type=positive_int, default=18, help="hashed columns = 2**bits (default 18)")
+    m.add_argument("--hidden", type=hidden_sizes, default=(64,), help="hidden widths (default 64)")
+    m.add_argument("--activation", default="relu", choices=["relu", "sigmoid", "tanh"])
+    m.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    m.add_argument("--batch-size", type=positive_int, default=1024, help="GLOBAL batch (default 1024)")
+    m.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"])
+    m.add_argument("--sparse-threshold", type=nonneg_float, default=0.25)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from mpinn.comm import run_guarded
+    return run_guarded(run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
