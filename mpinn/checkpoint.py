@@ -1,6 +1,7 @@
 """Model files: one .npz (no pickles) with the flat parameters and a JSON header; written atomically."""
 import json
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -48,3 +49,80 @@ def load_model(path):
         raise MpinnError("%s: unknown model format %r" % (path, header.get("format")))
     spec = ModelSpec.from_dict(header["spec"])
     return params, spec, header["meta"]
+
+
+# ---------------------------------------------------------------- training checkpoints
+CHECKPOINT_FORMAT = "mpinn-checkpoint-1"
+_CKPT = re.compile(r"^ckpt-(\d{9})\.npz$")
+
+
+def checkpoint_path(directory, step):
+    return os.path.join(directory, "ckpt-%09d.npz" % step)
+
+
+def list_checkpoints(directory):
+    """(step, path) of the finished checkpoints in directory, oldest first (temporary files,
+    left by a writer that died mid-write, are not checkpoints)."""
+    if not os.path.isdir(directory):
+        return []
+    found = [(int(m.group(1)), os.path.join(directory, name))
+             for name in os.listdir(directory) for m in [_CKPT.match(name)] if m]
+    return sorted(found)
+
+
+def save_checkpoint(directory, step, arrays, header, keep=3):
+    """Write ckpt-<step>.npz atomically (temporary file, fsync, rename, fsync of the directory),
+    then delete all but the newest `keep`. A crash at any moment leaves the previous checkpoints
+    intact and at most one stray temporary file, which the next save removes."""
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if name.startswith(".tmp-ckpt-"):
+            os.unlink(os.path.join(directory, name))
+    header = dict(header, format=CHECKPOINT_FORMAT, version=__version__, step=int(step))
+    path = checkpoint_path(directory, step)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-ckpt-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, header=np.array(json.dumps(header)),
+                     **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)   # the rename itself reaches the disk
+    finally:
+        os.close(dfd)
+    for _, old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+        os.unlink(old)
+    return path
+
+
+def load_checkpoint(directory):
+    """(arrays, header) of the newest checkpoint in directory; a clear MpinnError when there is
+    none, or when it is unreadable, truncated, foreign or holds pickled objects."""
+    if not os.path.isdir(directory):
+        raise MpinnError("--resume: checkpoint directory %s does not exist" % directory)
+    found = list_checkpoints(directory)
+    if not found:
+        raise MpinnError("--resume: no checkpoint (ckpt-*.npz) in %s" % directory)
+    path = found[-1][1]
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z["header"][()]))
+            arrays = {k: z[k] for k in z.files if k != "header"}
+    except ValueError as e:
+        raise MpinnError("%s: refused (it holds pickled objects or is not a checkpoint: %s)" % (path, e))
+    except Exception as e:  # truncated zip, missing member, bad JSON, I/O error
+        raise MpinnError("%s is not a readable mpinn checkpoint (%s: %s); delete it to resume from "
+                         "the one before" % (path, type(e).__name__, e))
+    if header.get("format") != CHECKPOINT_FORMAT:
+        raise MpinnError("%s: unknown checkpoint format %r" % (path, header.get("format")))
+    if "params" not in arrays:
+        raise MpinnError("%s: no parameters in the checkpoint" % path)
+    header["path"] = path
+    return arrays, header

@@ -1,5 +1,8 @@
 """Communication: the only module that imports mpi4py. Strategies: allreduce, gather, null."""
+import os
 import sys
+import threading
+import time
 import traceback
 
 import numpy as np
@@ -166,6 +169,11 @@ class Communicator:
     def sync_params_(self, params):
         """After the optimizer step: make every rank's parameters equal (a no-op for allreduce)."""
 
+    def agree_(self, ok):
+        """Every rank's verdict on the reduced gradient. After an Allreduce every rank holds the same
+        numbers, so each reaches the same verdict with no message (NaN survives the sum)."""
+        return ok
+
     # ------------------------------------------------------------ the sparse-row exchange
     def exchange_rows(self, sparse):
         """Allgatherv of every rank's (row id, row) pairs, coalesced; None when the density rule
@@ -257,6 +265,12 @@ class GatherCommunicator(Communicator):
     def sync_params_(self, params):
         self.Bcast_(params, root=0, what="parameters")
 
+    def agree_(self, ok):
+        """Only rank 0 holds the reduced gradient: it tells the others."""
+        flag = np.array([1 if ok else 0], dtype=np.int64)
+        self.Bcast_(flag, root=0, what="step verdict")
+        return bool(flag[0])
+
 
 class NullCommunicator(Communicator):
     """No communication at all: each rank steps on its own gradient (to measure compute alone)."""
@@ -275,6 +289,69 @@ def create_communicator(name="allreduce", comm=None, **kw):
     return strategies[name](comm, **kw)
 
 
+def say_error(line):
+    """One whole line to stderr in a single write: the process may be aborted right after, and a
+    line split over two writes can lose its end on the way through the launcher."""
+    sys.stderr.flush()
+    os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
+# ---------------------------------------------------------------- the step deadline
+DEADLINE_EXIT = 3
+
+
+class Watchdog:
+    """Turns a hang into an abort: arm(what) starts a deadline, disarm() ends it. A daemon thread
+    checks it; past the deadline it prints which rank was waiting on what and calls
+    COMM_WORLD.Abort, which (unlike a plain exit) also ends the launcher and the other ranks.
+    mpi4py releases the GIL inside blocking MPI calls, so the thread runs while the rank waits."""
+
+    def __init__(self, seconds, poll=0.1):
+        self.seconds = float(seconds)
+        self.poll = min(poll, self.seconds / 4)
+        self._deadline, self._what, self._started = None, None, 0.0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def arm(self, what, seconds=None):
+        self._what = what
+        self._started = time.monotonic()
+        self._deadline = self._started + (self.seconds if seconds is None else float(seconds))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="mpinn-watchdog", daemon=True)
+            self._thread.start()
+
+    def disarm(self):
+        self._deadline = None
+
+    def stop(self):
+        self._deadline = None
+        self._stop.set()
+
+    def _watch(self):
+        while not self._stop.wait(self.poll):
+            deadline = self._deadline
+            if deadline is not None and time.monotonic() > deadline:
+                rank, size = world_rank_size()
+                say_error("mpinn: error on rank %d of %d: %s did not finish within %.0f s; aborting the job "
+                          "(a rank is stuck, crashed or unreachable; if steps are legitimately this slow, "
+                          "raise --step-timeout)" % (rank, size, self._what, deadline - self._started))
+                MPI.COMM_WORLD.Abort(DEADLINE_EXIT)
+
+
+class NoWatchdog:
+    """--step-timeout 0: no deadline."""
+
+    def arm(self, what, seconds=None):
+        pass
+
+    def disarm(self):
+        pass
+
+    def stop(self):
+        pass
+
+
 # ---------------------------------------------------------------- ending a job
 def world_rank_size():
     return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
@@ -286,9 +363,9 @@ def fail(message, code=2, collective=False):
     rank, size = world_rank_size()
     if collective or size == 1:
         if rank == 0:
-            print("mpinn: error: %s" % message, file=sys.stderr, flush=True)
+            say_error("mpinn: error: %s" % message)
         sys.exit(code)
-    print("mpinn: error on rank %d of %d: %s" % (rank, size, message), file=sys.stderr, flush=True)
+    say_error("mpinn: error on rank %d of %d: %s" % (rank, size, message))
     MPI.COMM_WORLD.Abort(code)
 
 
@@ -298,7 +375,7 @@ def run_guarded(fn, *args):
     try:
         return fn(*args)
     except MpinnError as e:
-        fail(str(e), 2, e.collective)
+        fail(str(e), e.code, e.collective)
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except SystemExit:
@@ -306,12 +383,12 @@ def run_guarded(fn, *args):
     except BaseException as e:  # noqa: BLE001 - any failure must end every rank
         rank, size = world_rank_size()
         tb = traceback.format_exc()
-        print(tb, file=sys.stderr, flush=True)
+        say_error(tb.rstrip("\n"))
         if size == 1:
-            print("mpinn: error: %s: %s" % (type(e).__name__, e), file=sys.stderr, flush=True)
+            say_error("mpinn: error: %s: %s" % (type(e).__name__, e))
             sys.exit(1)
-        print("mpinn: rank %d of %d failed with %s: %s; aborting the job"
-              % (rank, size, type(e).__name__, e), file=sys.stderr, flush=True)
+        say_error("mpinn: rank %d of %d failed with %s: %s; aborting the job"
+                  % (rank, size, type(e).__name__, e))
         MPI.COMM_WORLD.Abort(1)
 
 

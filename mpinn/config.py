@@ -7,12 +7,14 @@ DTYPES = ("float32", "float64")
 
 
 class MpinnError(Exception):
-    """A problem the user can fix (bad input, bad option): reported as one line, exit code 2.
-    `collective` means every rank raised it together (so the job can end without MPI_Abort)."""
+    """A problem the user can fix (bad input, bad option): reported as one line, exit code 2
+    (or `code`, e.g. 4 when training diverged). `collective` means every rank raised it together
+    (so the job can end without MPI_Abort)."""
 
-    def __init__(self, message, collective=False):
+    def __init__(self, message, collective=False, code=2):
         super().__init__(message)
         self.collective = collective
+        self.code = code
 
 
 @dataclass

@@ -21,6 +21,12 @@ def compute_metrics(task, y, pred):
     out = {"n": int(y.shape[0])}
     if y.shape[0] == 0:
         return out
+    bad = ~np.isfinite(pred.reshape(y.shape[0], -1)).all(axis=1)
+    if bad.any():   # a diverging model: score the rows it can, and say how many it could not
+        out["nonfinite"] = int(bad.sum())
+        y, pred = y[~bad], pred[~bad]
+        if y.shape[0] == 0:
+            return out
     if task == "multiclass":
         p = pred / pred.sum(axis=1, keepdims=True)       # one-vs-all sigmoid outputs need it
         out["accuracy"] = float(np.mean(np.argmax(pred, axis=1) == y))
@@ -37,4 +43,7 @@ def compute_metrics(task, y, pred):
 
 def format_metrics(m):
     keys = [k for k in ("accuracy", "logloss", "auc", "rmse") if k in m]
-    return "  ".join("%s %.4f" % (k, m[k]) for k in keys)
+    text = "  ".join("%s %.4f" % (k, m[k]) for k in keys)
+    if m.get("nonfinite"):
+        text += "  (%d of %d predictions non-finite, left out)" % (m["nonfinite"], m["n"])
+    return text

@@ -47,6 +47,13 @@ def positive_int(s):
     return v
 
 
+def nonneg_int(s):
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be >= 0, not %s" % s)
+    return v
+
+
 def positive_float(s):
     v = float(s)
     if not v > 0 or v != v or v == float("inf"):
@@ -115,6 +122,23 @@ def build_parser():
     c.add_argument("--sparse-threshold", type=nonneg_float, default=0.25,
                    help="send the sparse layer's gradient as rows while the touched rows of all ranks "
                         "are at most this share of the table, else allreduce it dense")
+    f = p.add_argument_group("checkpoints and failure handling")
+    f.add_argument("--checkpoint-dir", help="write checkpoints here (rank 0, atomically): every "
+                   "--checkpoint-every steps and at each epoch end")
+    f.add_argument("--checkpoint-every", type=nonneg_int, default=0,
+                   help="steps between checkpoints (default 0: at epoch ends only)")
+    f.add_argument("--keep-checkpoints", type=positive_int, default=3, help="keep the newest K (default 3)")
+    f.add_argument("--resume", metavar="DIR", help="continue from the newest checkpoint in DIR with the "
+                   "same options (--epochs may grow; the number of ranks may change); checkpoints "
+                   "go on being written there unless --checkpoint-dir says otherwise")
+    f.add_argument("--step-timeout", type=nonneg_float, default=300.0,
+                   help="seconds a step, an evaluation or a checkpoint may take before the job is "
+                        "aborted as hung (default 300; 0: no deadline)")
+    f.add_argument("--start-timeout", type=nonneg_float, default=3600.0,
+                   help="seconds for start-up: reading and hashing the data (default 3600; 0: none)")
+    f.add_argument("--max-bad-steps", type=positive_int, default=20,
+                   help="stop after this many consecutive steps with a non-finite loss or gradient "
+                        "(each is skipped on every rank; default 20)")
     r = p.add_argument_group("output")
     r.add_argument("--model-out", default="mpinn-model.npz", help="model file written at the end")
     r.add_argument("--metrics-out", help="write the history and summary as JSON here")
@@ -127,16 +151,52 @@ def default_loss(task):
     return {"multiclass": "softmax", "binary": "sigmoid", "regression": "squared"}[task]
 
 
+# options that may change between a run and its --resume; all others must match the checkpoint
+RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
+                     "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
+                     "no_progress", "quiet", "reduce", "sparse_threshold"}
+
+
+def resume_config(args):
+    """The options a checkpoint records, as JSON values."""
+    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in RESUME_MAY_CHANGE}))
+
+
+def check_resume(header, config, spec, meta, n_train):
+    """A checkpoint continues only the run that wrote it: name the first thing that differs."""
+    path = header["path"]
+    saved = header.get("config", {})
+    for k in sorted(set(saved) | set(config)):
+        if saved.get(k) != config.get(k):
+            raise MpinnError("--resume %s: the checkpoint was written with --%s %s, this run has %s"
+                             % (path, k.replace("_", "-"), saved.get(k), config.get(k)))
+    if header.get("spec") != spec.to_dict():
+        raise MpinnError("--resume %s: the checkpoint's architecture %s does not match this run's %s"
+                         % (path, header.get("spec"), spec.to_dict()))
+    stored, wanted = (header.get("meta") or {}).get("hashing"), meta.get("hashing")
+    if stored != wanted:
+        from mpinn.hashing import check_contract
+        if stored is None or wanted is None:
+            raise MpinnError("--resume %s: the checkpoint and this run's data differ in hashing" % path)
+        check_contract(stored, wanted)
+    if header.get("n_train") != n_train:
+        raise MpinnError("--resume %s: the checkpoint was trained on %s rows, this data has %d"
+                         % (path, header.get("n_train"), n_train))
+
+
 def run(args):
-    from mpinn.comm import create_communicator
+    from mpinn.comm import NoWatchdog, Watchdog, create_communicator
     from mpinn.checkpoint import save_model
     from mpinn.data import load_data
     from mpinn.model import MLP
     from mpinn.optim import create_optimizer
-    from mpinn.trainer import Trainer
+    from mpinn.trainer import Faults, Trainer
 
     comm = create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
     rank0 = comm.rank == 0
+    watchdog = Watchdog(args.step_timeout) if args.step_timeout > 0 else NoWatchdog()
+    if args.start_timeout > 0:
+        watchdog.arm("start-up (reading the data, building the model)", args.start_timeout)
     say = (lambda msg: print(msg, flush=True)) if rank0 and not args.quiet else (lambda msg: None)
 
     def load():
@@ -165,7 +225,8 @@ def run(args):
     # every rank learns the shapes it needs; the data itself stays on rank 0
     info = comm.bcast_obj({"meta": train.meta, "layout": vars(train.layout(args.dtype)),
                            "fan_in": float(train.Xs.getnnz() / max(len(train), 1)) if train.Xs is not None else 1.0,
-                           "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1)}
+                           "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1),
+                           "n_train": len(train)}
                           if rank0 else None)
     from mpinn.data import Layout
     layout = Layout(**info["layout"])
@@ -181,12 +242,32 @@ def run(args):
     lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
     opt = create_optimizer(args.optimizer, model.size, np, lr, args.weight_decay, model.weight_slices,
                            args.momentum)
-    trainer = Trainer(model, opt, comm, layout, args.batch_size, args.seed, verbose=not args.quiet)
+    trainer = Trainer(model, opt, comm, layout, args.batch_size, args.seed, verbose=not args.quiet,
+                      watchdog=watchdog, max_bad_steps=args.max_bad_steps,
+                      faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank))
+    config = resume_config(args)
+    if args.resume:
+        def load_checkpoint_checked():
+            from mpinn.checkpoint import load_checkpoint
+            arrays, header = load_checkpoint(args.resume)
+            check_resume(header, config, spec, meta, info["n_train"])
+            return arrays, header
+        arrays, header = comm.root_call(load_checkpoint_checked) or (None, None)
+        trainer.restore(arrays, header)
+        say("resumed from %s: epoch %d, step %d of the epoch (%d steps done)" % (
+            trainer.last_checkpoint, trainer.epoch, trainer.next_step, trainer.global_step))
+    ckpt_dir = args.checkpoint_dir or args.resume
+    if ckpt_dir:
+        trainer.enable_checkpoints(ckpt_dir, args.checkpoint_every, args.keep_checkpoints,
+                                   {"config": config, "spec": spec.to_dict(), "meta": meta,
+                                    "n_train": info["n_train"]})
     trainer.start()
+    watchdog.disarm()
     say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, --reduce %s, %s lr %g, global batch %d" % (
         "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
         spec.activation, loss, model.size, comm.size, comm.name, args.optimizer, lr, args.batch_size))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
+    watchdog.stop()
     summary = trainer.summary()
     if not rank0:
         return 0

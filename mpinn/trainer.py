@@ -1,11 +1,16 @@
 """The training loop: scatter a batch, forward/backward, reduce, step; straight from top to bottom."""
 import math
+import os
+import signal
 import sys
 import time
 
 import numpy as np
 
 from mpinn import __version__
+from mpinn.checkpoint import save_checkpoint
+from mpinn.comm import NoWatchdog
+from mpinn.config import MpinnError
 from mpinn.metrics import compute_metrics, format_metrics
 
 PHASES = ("data", "compute", "comm")
@@ -45,17 +50,67 @@ def predict_rows(model, data, chunk=65536):
     return np.concatenate(out) if out else np.zeros(0)
 
 
-class Trainer:
-    """Data-parallel training: rank 0 holds the data; every rank holds the model."""
+class Faults:
+    """Test hooks (set by MPINN_FAULT): make one rank misbehave at a given global step, so the
+    failure paths are tested for real. Spec: kind:rank:step[+], comma-separated; kind is nan
+    (poison this rank's gradient), hang (sleep for an hour), kill (SIGKILL itself) or raise;
+    a trailing + repeats it on every later step."""
 
-    def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True):
+    KINDS = ("nan", "hang", "kill", "raise")
+
+    def __init__(self, spec="", rank=0):
+        self.rules = []
+        for item in filter(None, (x.strip() for x in (spec or "").split(","))):
+            try:
+                kind, r, step = item.split(":")
+                onward = step.endswith("+")
+                rule = (kind, int(r), int(step.rstrip("+")), onward)
+            except ValueError:
+                raise MpinnError("MPINN_FAULT: expected kind:rank:step[+], not %r" % item)
+            if kind not in self.KINDS:
+                raise MpinnError("MPINN_FAULT: kind must be one of %s, not %r" % ("|".join(self.KINDS), kind))
+            if rule[1] == rank:
+                self.rules.append(rule)
+
+    def fire(self, step, grad_buffer):
+        for kind, _, at, onward in self.rules:
+            if step == at or (onward and step > at):
+                if kind == "nan":     # the output bias: always in the reduced dense tail
+                    grad_buffer[-2] = np.nan
+                elif kind == "hang":
+                    time.sleep(3600)
+                elif kind == "kill":
+                    os.write(2, b"MPINN_FAULT: kill at %.3f\n" % time.time())
+                    os.kill(os.getpid(), signal.SIGKILL)
+                elif kind == "raise":
+                    raise RuntimeError("injected failure at step %d" % step)
+
+
+class Trainer:
+    """Data-parallel training: rank 0 holds the data; every rank holds the model.
+
+    Position: `epoch` (1-based) and `next_step` (0-based, within the epoch) say which batch comes
+    next; with the seeded per-epoch order that is all a resume needs to replay the same batches."""
+
+    def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
+                 watchdog=None, max_bad_steps=20, faults=None):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
         self.verbose = verbose and self.rank0
+        self.watchdog = watchdog or NoWatchdog()
+        self.max_bad_steps = int(max_bad_steps)
+        self.faults = faults or Faults()
         self.times = dict.fromkeys(PHASES, 0.0)
-        self.samples = 0
+        self.samples, self.samples_at_start = 0, 0
         self.history = []
+        # where training stands (saved in checkpoints)
+        self.epoch, self.next_step, self.global_step = 1, 0, 0
+        self.loss_sum, self.loss_n = 0.0, 0
+        self.skipped, self.bad_streak = 0, 0
+        # checkpointing: set by enable_checkpoints
+        self.ckpt_dir, self.ckpt_every, self.ckpt_keep, self.ckpt_meta = None, 0, 3, {}
+        self.last_checkpoint = None
 
     def log(self, msg):
         if self.verbose:
@@ -67,25 +122,30 @@ class Trainer:
                 "batch_size": self.batch_size, "input": vars(self.layout)}
 
     def start(self):
-        """Agree on the signature, then broadcast rank 0's initial parameters."""
+        """Agree on the signature, then broadcast rank 0's parameters (initial or restored)."""
         self.comm.check_signature(self.signature())
         self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
 
     def epoch_order(self, n, epoch):
         return np.random.default_rng([self.seed, epoch]).permutation(n)
 
+    # ---------------------------------------------------------------- one step
     def step(self, global_batch, n_global):
-        """One synchronous step on this rank's slice of global_batch (given on rank 0 only)."""
+        """One synchronous step on this rank's slice of global_batch (given on rank 0 only).
+        Returns (mean loss, ok); ok is False when the step was skipped for a non-finite loss or
+        gradient on some rank (every rank reaches the same verdict)."""
         model, comm, opt, t = self.model, self.comm, self.optimizer, self.times
         t0 = time.perf_counter()
         local = comm.scatter_batch(global_batch, self.layout)
         t1 = time.perf_counter()
         want_rows = bool(model.spec.n_sparse) and not comm.wants_dense
         sparse = model.loss_grad_(local, 1.0 / n_global, sparse_grad=want_rows)
+        self.faults.fire(self.global_step + 1, model.grad_buffer)
         t2 = time.perf_counter()
         reduced = comm.reduce_gradients_(model.grad_buffer, sparse)
+        ok = comm.agree_(self.finite(reduced) if comm.updates_here else True)
         t3 = time.perf_counter()
-        if comm.updates_here:
+        if comm.updates_here and ok:
             if reduced is not None and not opt.sparse_ok:
                 model.densify_(reduced)
                 reduced = None
@@ -97,42 +157,135 @@ class Trainer:
         t["compute"] += (t2 - t1) + (t4 - t3)
         t["comm"] += (t3 - t2) + (t5 - t4)
         self.samples += n_global
-        return float(model.grad_buffer[-1]) / n_global   # mean loss (right on rank 0 for every strategy)
+        return float(model.grad_buffer[-1]) / n_global, ok  # the mean loss is right on rank 0 for every strategy
 
+    def finite(self, reduced):
+        """Is the reduced gradient (and the loss in its last slot) finite? One sum per buffer:
+        a NaN or Inf anywhere makes the sum non-finite."""
+        buf = self.model.grad_buffer
+        if reduced is not None:   # the sparse block travelled as rows; its slice of the buffer is stale
+            buf = buf[reduced.n_rows * reduced.width:]
+            if not np.isfinite(reduced.rows.sum()):
+                return False
+        return bool(np.isfinite(buf.sum()))
+
+    # ---------------------------------------------------------------- the loop
     def fit(self, train, valid, epochs, progress=True):
-        """train / valid: Datasets on rank 0, None elsewhere. Returns the per-epoch history."""
+        """train / valid: Datasets on rank 0, None elsewhere. Returns the per-epoch history.
+        Starts from the current position (epoch 1, step 0, or where a checkpoint left off)."""
         n_train = self.comm.bcast_obj(len(train) if self.rank0 else None)
         B = self.batch_size
         steps = math.ceil(n_train / B)
         bar = Progress(progress and self.rank0)
         dtype = self.model.dtype
-        t_fit = time.perf_counter()
-        for epoch in range(1, epochs + 1):
+        t_fit, self.samples_at_start = time.perf_counter(), self.samples
+        while self.epoch <= epochs:
+            epoch = self.epoch
             order = self.epoch_order(n_train, epoch) if self.rank0 else None
             t_epoch, samples0 = time.perf_counter(), self.samples
-            loss_sum = 0.0
-            for s in range(steps):
+            while self.next_step < steps:
+                s = self.next_step
+                self.watchdog.arm("step %d (epoch %d, batch %d of %d)" % (self.global_step + 1, epoch, s + 1, steps))
                 rows = order[s * B:(s + 1) * B] if self.rank0 else None
                 n_global = min(B, n_train - s * B)
                 batch = train.take(rows, dtype) if self.rank0 else None
-                loss = self.step(batch, n_global)
-                loss_sum += loss * n_global
+                loss, ok = self.step(batch, n_global)
+                self.watchdog.disarm()
+                self.global_step += 1
+                self.next_step += 1
+                if ok:
+                    self.loss_sum += loss * n_global
+                    self.loss_n += n_global
+                    self.bad_streak = 0
+                else:
+                    self.skipped += 1
+                    self.bad_streak += 1
+                    self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"
+                             % (self.global_step, self.bad_streak, self.skipped))
+                    if self.bad_streak >= self.max_bad_steps:
+                        raise MpinnError(
+                            "training stopped: %d consecutive steps had a non-finite loss or gradient "
+                            "(last at step %d, epoch %d); %s; try a lower --lr or check the data for "
+                            "huge or missing values" % (
+                                self.bad_streak, self.global_step, epoch,
+                                "the last good checkpoint is %s" % self.last_checkpoint
+                                if self.last_checkpoint else "no checkpoint was written"),
+                            collective=True, code=4)
                 bar.update(epoch, epochs, s + 1, steps, loss,
-                           (self.samples - samples0) / (time.perf_counter() - t_epoch))
-            record = {"epoch": epoch, "train_loss": loss_sum / n_train,
-                      "seconds": time.perf_counter() - t_epoch}
+                           (self.samples - samples0) / max(time.perf_counter() - t_epoch, 1e-9))
+                if (self.ckpt_every and self.global_step % self.ckpt_every == 0 and self.next_step < steps
+                        and not self.bad_streak):    # only good states are checkpointed
+                    self.checkpoint("step")
+            record = {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1),
+                      "seconds": time.perf_counter() - t_epoch, "skipped_steps": self.skipped}
+            self.watchdog.arm("evaluation after epoch %d" % epoch)
             if self.rank0 and valid is not None:
                 record["valid"] = self.evaluate(valid)
+            self.comm.barrier()          # the others wait here, under the deadline, not in the next step
+            self.watchdog.disarm()
             self.history.append(record)
+            self.epoch, self.next_step = epoch + 1, 0
+            self.loss_sum, self.loss_n = 0.0, 0
             if self.rank0:
                 self.log("epoch %d/%d  train loss %.4f  valid: %s  (%.1f s)" % (
                     epoch, epochs, record["train_loss"],
                     format_metrics(record.get("valid", {})) or "-", record["seconds"]))
+            if self.ckpt_dir:
+                self.checkpoint("epoch")
         self.elapsed = time.perf_counter() - t_fit
         return self.history
 
     def evaluate(self, data):
         return compute_metrics(data.task, data.y, predict_rows(self.model, data))
+
+    # ---------------------------------------------------------------- checkpoints
+    def enable_checkpoints(self, directory, every=0, keep=3, meta=None):
+        """Write a checkpoint every `every` steps and at each epoch end into directory (rank 0)."""
+        self.ckpt_dir, self.ckpt_every, self.ckpt_keep = directory, int(every), int(keep)
+        self.ckpt_meta = dict(meta or {})
+
+    def position(self):
+        return {"epoch": self.epoch, "next_step": self.next_step, "global_step": self.global_step,
+                "samples": self.samples, "loss_sum": self.loss_sum, "loss_n": self.loss_n,
+                "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history,
+                "seed": self.seed, "batch_size": self.batch_size}
+
+    def checkpoint(self, why):
+        """Rank 0 writes parameters, optimizer state and position; every rank waits for it under
+        the deadline, so a slow disk is not mistaken for a stuck step."""
+        self.watchdog.arm("checkpoint at step %d" % self.global_step)
+        if self.rank0:
+            arrays = {"params": self.model.params}
+            arrays.update({"opt_" + k: v for k, v in self.optimizer.state().items()})
+            header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
+            self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.global_step, arrays, header,
+                                                   self.ckpt_keep)
+        self.last_checkpoint = self.comm.bcast_obj(self.last_checkpoint)
+        self.watchdog.disarm()
+
+    def restore(self, arrays, header):
+        """Continue from a checkpoint that rank 0 has loaded (arrays/header None elsewhere): the
+        parameters reach the other ranks in start(); the optimizer state and position here."""
+        header = self.comm.bcast_obj(header)
+        if self.rank0:
+            params = arrays["params"]
+            if params.shape != self.model.params.shape or params.dtype != self.model.params.dtype:
+                raise MpinnError("%s: parameters %s %s do not fit this model (%s %s)" % (
+                    header.get("path"), params.dtype, params.shape, self.model.params.dtype,
+                    self.model.params.shape))
+            self.model.params[...] = params
+        shapes = self.comm.bcast_obj({k[4:]: (v.shape, str(v.dtype)) for k, v in arrays.items()
+                                      if k.startswith("opt_")} if self.rank0 else None)
+        state = {}
+        for k, (shape, dt) in shapes.items():
+            buf = np.ascontiguousarray(arrays["opt_" + k]) if self.rank0 else np.empty(shape, dtype=dt)
+            state[k] = self.comm.Bcast_(buf, root=0, what="optimizer state %s" % k)
+        self.optimizer.load_state(state)
+        pos = header["position"]
+        self.epoch, self.next_step, self.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
+        self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
+        self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
+        self.last_checkpoint = header.get("path")
 
     def summary(self):
         """Gather every rank's phase times; rank 0 returns the summary dict."""
@@ -140,8 +293,9 @@ class Trainer:
         if not self.rank0:
             return None
         total = self.elapsed
+        done = self.samples - self.samples_at_start      # by this run (a resumed one counts its own)
         mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in PHASES}
-        return {"ranks": self.comm.size, "reduce": self.comm.name, "samples": self.samples,
-                "seconds": total, "samples_per_s": self.samples / total if total else 0.0,
-                "phase_s_mean": mean, "phase_s_per_rank": per_rank,
-                "exchange": getattr(self.comm, "last_exchange", None)}
+        return {"ranks": self.comm.size, "reduce": self.comm.name, "samples": done,
+                "seconds": total, "samples_per_s": done / total if total else 0.0,
+                "phase_s_mean": mean, "phase_s_per_rank": per_rank, "skipped_steps": self.skipped,
+                "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None)}

@@ -1,0 +1,208 @@
+"""Failure paths under a real mpiexec: kill -9 and exact resume, a hung rank, NaN steps, bad input.
+Faults are injected with MPINN_FAULT=kind:rank:step (see mpinn.trainer.Faults)."""
+import hashlib
+import json
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+
+from conftest import mpirun
+
+# small enough that a checkpoint takes milliseconds: 2**12 hashed columns, 5400 training rows,
+# global batch 256 -> 22 steps per epoch
+BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--hidden", "16",
+        "--batch-size", "256", "--dtype", "float64", "--no-progress"]
+
+
+def train(n, args, env=None, timeout=120):
+    return mpirun(n, BASE + list(args), timeout=timeout, env=env)
+
+
+def params(path):
+    with np.load(path, allow_pickle=False) as z:
+        return z["params"]
+
+
+def digest(directory):
+    """Names and bytes of every file under directory: 'nothing damaged' means this is unchanged."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for f in files:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, directory)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The reference: 2 epochs on 2 ranks, never interrupted."""
+    d = tmp_path_factory.mktemp("ref")
+    r = train(2, ["--epochs", "2", "--model-out", str(d / "m.npz"), "--metrics-out", str(d / "m.json")])
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+@pytest.mark.mpi
+def test_kill_9_ends_the_job_fast_and_resume_is_bitwise_exact(tmp_path, uninterrupted, launcher):
+    ck = tmp_path / "ck"
+    r = train(2, ["--epochs", "2", "--checkpoint-dir", str(ck), "--checkpoint-every", "4",
+                  "--model-out", str(tmp_path / "never.npz")], env={"MPINN_FAULT": "kill:1:31"})
+    ended = time.time()
+    assert r.returncode != 0
+    killed_at = float(re.search(r"MPINN_FAULT: kill at ([0-9.]+)", r.stderr).group(1))
+    assert ended - killed_at < 10, "the launcher took %.1f s to end the job" % (ended - killed_at)
+    assert not (tmp_path / "never.npz").exists()
+    # step 31 was never finished: the newest checkpoint is step 28 (every 4 steps; 22 per epoch)
+    assert sorted(os.listdir(ck))[-1] == "ckpt-000000028.npz", os.listdir(ck)
+
+    r = train(2, ["--epochs", "2", "--resume", str(ck), "--model-out", str(tmp_path / "m.npz"),
+                  "--metrics-out", str(tmp_path / "m.json")])
+    assert r.returncode == 0, r.stderr
+    assert "resumed from" in r.stdout and "epoch 2, step 6" in r.stdout
+    ref = params(uninterrupted / "m.npz")
+    got = params(tmp_path / "m.npz")
+    assert ref.dtype == np.float64 and np.array_equal(got, ref)            # bitwise
+    # the per-epoch history carried over the interruption too
+    h_ref = json.load(open(uninterrupted / "m.json"))["history"]
+    h_got = json.load(open(tmp_path / "m.json"))["history"]
+    assert [e["train_loss"] for e in h_got] == [e["train_loss"] for e in h_ref]
+    assert h_got[-1]["valid"] == h_ref[-1]["valid"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 3])
+def test_resume_on_another_number_of_ranks_matches(tmp_path, uninterrupted, n, launcher):
+    ck = tmp_path / "ck"
+    r = train(2, ["--epochs", "1", "--checkpoint-dir", str(ck), "--checkpoint-every", "5",
+                  "--model-out", str(tmp_path / "half.npz")])
+    assert r.returncode == 0, r.stderr
+    r = train(n, ["--epochs", "2", "--resume", str(ck), "--model-out", str(tmp_path / "m.npz")])
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(params(tmp_path / "m.npz"), params(uninterrupted / "m.npz"), rtol=0, atol=1e-10)
+
+
+@pytest.mark.mpi
+def test_a_hung_rank_aborts_the_job_within_the_deadline(tmp_path, launcher):
+    t = time.time()
+    r = train(2, ["--epochs", "1", "--step-timeout", "3"], env={"MPINN_FAULT": "hang:1:4"}, timeout=60)
+    took = time.time() - t
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert re.search(r"mpinn: error on rank \d of 2: step 4 \(epoch 1, batch 4 of 22\) did not finish "
+                     r"within 3 s; aborting the job", r.stderr), r.stderr
+    assert took < 30, took
+
+
+@pytest.mark.mpi
+def test_an_exception_on_one_rank_ends_every_rank(tmp_path, launcher):
+    r = train(3, ["--epochs", "1"], env={"MPINN_FAULT": "raise:2:3"}, timeout=60)
+    assert r.returncode == 1
+    assert "mpinn: rank 2 of 3 failed with RuntimeError: injected failure at step 3; aborting the job" in r.stderr
+
+
+@pytest.mark.mpi
+def test_a_nan_step_is_skipped_and_counted(tmp_path, launcher):
+    r = train(2, ["--epochs", "1", "--metrics-out", str(tmp_path / "m.json"), "--model-out",
+                  str(tmp_path / "m.npz")], env={"MPINN_FAULT": "nan:1:5"})
+    assert r.returncode == 0, r.stderr
+    assert "step 5 skipped: non-finite loss or gradient (1 in a row, 1 in all)" in r.stdout
+    summary = json.load(open(tmp_path / "m.json"))["summary"]
+    assert summary["skipped_steps"] == 1 and summary["global_steps"] == 22
+    assert np.isfinite(params(tmp_path / "m.npz")).all()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("reduce_", ["allreduce", "gather"])
+def test_too_many_bad_steps_stop_with_the_last_good_checkpoint_intact(tmp_path, reduce_, launcher):
+    ck = tmp_path / "ck"
+    r = train(3, ["--epochs", "1", "--checkpoint-dir", str(ck), "--checkpoint-every", "2",
+                  "--max-bad-steps", "3", "--reduce", reduce_], env={"MPINN_FAULT": "nan:0:6+"})
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    assert ("training stopped: 3 consecutive steps had a non-finite loss or gradient (last at step 8, "
+            "epoch 1); the last good checkpoint is %s" % (ck / "ckpt-000000004.npz")) in r.stderr
+    assert sorted(os.listdir(ck)) == ["ckpt-000000002.npz", "ckpt-000000004.npz"]
+    p = params(ck / "ckpt-000000004.npz")
+    assert np.isfinite(p).all()
+    # and it resumes (the fault gone): the job finishes
+    r = train(2, ["--epochs", "1", "--resume", str(ck), "--max-bad-steps", "3", "--reduce", reduce_,
+                  "--model-out", str(tmp_path / "m.npz")])
+    assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- bad input: exit 2, one line, nothing damaged
+def one_error_line(r, message):
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("mpinn: error") and message in lines[0], r.stderr
+
+
+def write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+BAD_CSV = {
+    "truncated.csv": ("a,x,y\nq,1,0\nr,2", "line 3: 2 fields, the header has 3"),
+    "nolabel.csv": ("a,x,z\nq,1,0\nr,2,1\n", "has no column 'y'"),
+    "empty.csv": ("", "is empty"),
+    "words.csv": ("a,x,y\nq,1,0\nr,oops,1\n", "line 3: column 'x' is not a number: 'oops'"),
+    "wide.csv": ("a,x,y\nq,1,0\nr,2,1,7\n", "line 3: 4 fields, the header has 3"),
+}
+
+
+@pytest.fixture()
+def precious(tmp_path):
+    """An existing model file and checkpoint directory that a failing run must not touch."""
+    ck = tmp_path / "ck"
+    r = train(1, ["--epochs", "1", "--checkpoint-dir", str(ck), "--model-out", str(tmp_path / "model.npz")])
+    assert r.returncode == 0, r.stderr
+    return tmp_path, ck
+
+
+@pytest.mark.mpi
+def test_every_bad_input_is_one_line_exit_2_and_damages_nothing(precious, launcher):
+    tmp, ck = precious
+    out = ["--model-out", str(tmp / "model.npz"), "--checkpoint-dir", str(ck)]
+    cases = []
+    for name, (text, message) in BAD_CSV.items():
+        cases.append(([write(tmp / name, text), "--label", "y", "--categorical", "a", "--numeric", "x"],
+                      message))
+    pickled = tmp / "pickled.npz"
+    np.savez(pickled, X=np.array([{"a": 1}], dtype=object), y=np.zeros(1))
+    cases += [
+        ([str(pickled)], "cannot load without pickle"),
+        (["--lr", "-1"], "--lr: must be a positive number"),
+        (["--batch-size", "0"], "--batch-size: must be a positive integer"),
+        (["--default-rows", "2", "--holdout", "0"], "2 training rows for 3 ranks"),
+        (["--resume", str(tmp / "nowhere")], "checkpoint directory %s does not exist" % (tmp / "nowhere")),
+        (["--resume", str(ck), "--hidden", "8"], "written with --hidden [16], this run has [8]"),
+        (["--resume", str(ck), "--hash-bits", "11"], "written with --hash-bits 12, this run has 11"),
+    ]
+    before = digest(tmp)
+    for args, message in cases:
+        r = train(3, ["--epochs", "1"] + out + args, timeout=60)
+        one_error_line(r, message)
+    assert digest(tmp) == before, "a failing run changed a file"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("damage", ["truncated", "pickled", "foreign"])
+def test_a_damaged_checkpoint_is_refused_clearly(precious, damage, launcher):
+    tmp, ck = precious
+    newest = sorted(ck.iterdir())[-1]
+    data = newest.read_bytes()
+    if damage == "truncated":
+        newest.write_bytes(data[: len(data) // 2])
+        message = "is not a readable mpinn checkpoint"
+    elif damage == "pickled":
+        np.savez(newest, header=np.array([{"x": 1}], dtype=object), params=np.zeros(3))
+        message = "refused (it holds pickled objects"
+    else:
+        np.savez(newest, header=np.array(json.dumps({"format": "something-else"})), params=np.zeros(3))
+        message = "unknown checkpoint format 'something-else'"
+    before = digest(tmp)
+    r = train(2, ["--epochs", "2", "--resume", str(ck), "--model-out", str(tmp / "model.npz")], timeout=60)
+    one_error_line(r, message)
+    assert digest(tmp) == before
