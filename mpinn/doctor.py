@@ -331,8 +331,9 @@ def format_report(rep):
         lines.append("software: the same on every host (%s)" % ", ".join(COMPARED))
     ar, lat = rep["allreduce"], rep["latency"]
     bw = rep["allreduce"].get("bus_gb_s")
-    lines.append("allreduce: %d x %s (%s, the gradient): %s (median of %d, min %s)%s; 1 element: %s" % (
-        ar["elements"], ar["dtype"], _mib(ar["bytes"]), _ms(ar["median_s"]), ar["repeats"], _ms(ar["min_s"]),
+    lines.append("allreduce: %d x %s (%s, %s): %s (median of %d, min %s)%s; 1 element: %s" % (
+        ar["elements"], ar["dtype"], _mib(ar["bytes"]), ar["what"], _ms(ar["median_s"]), ar["repeats"],
+        _ms(ar["min_s"]),
         ", bus bandwidth %.2f GB/s" % bw if bw else "", _ms(lat["median_s"])))
     st = rep.get("step")
     if st:
@@ -360,7 +361,9 @@ def run(args):
     comm = mpicomm.create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
     rank0 = comm.rank == 0
     path = args.hostfile or os.environ.get("HYDRA_HOST_FILE")
-    hf = comm.root_call(lambda: parse_hostfile(path)) if path else None
+    # read on rank 0 only (the file may exist there alone), then known to every rank, which must all
+    # reach the same verdict below
+    hf = comm.bcast_obj(comm.root_call(lambda: parse_hostfile(path))) if path else None
     records = comm.allgather_obj(rank_record(comm))
     problems = differences(records)
     warnings = gpu_notes(records)
@@ -381,6 +384,7 @@ def run(args):
         n = MLP(spec).size
     ar = time_allreduce(comm, n, args.dtype, args.repeats)
     ar["bus_gb_s"] = bus_bandwidth(ar, comm.size)
+    ar["what"] = "--model-size" if spec is None else "the model's gradient"
     lat = time_allreduce(comm, 1, args.dtype, max(args.repeats, 20))
     step = time_step(comm, args, spec, args.repeats) if spec is not None else None
     rep = {"mpinn": __version__, "size": comm.size, "hosts": sorted({r["host"] for r in records}),
