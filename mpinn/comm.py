@@ -87,6 +87,16 @@ class Communicator:
             self.comm.Scatterv(None, recv, root=root)
         return recv
 
+    def Gatherv_(self, send, counts, recv, root=0, what="Gatherv"):
+        """This rank's counts[rank] elements to root, into recv (root only) in rank order."""
+        check_buffer(send, send.dtype, int(counts[self.rank]), what + " send buffer")
+        if self.rank == root:
+            check_buffer(recv, send.dtype, int(counts.sum()), what + " receive buffer")
+            self.comm.Gatherv(send, [recv, (counts, _displs(counts))], root=root)
+        else:
+            self.comm.Gatherv(send, None, root=root)
+        return recv
+
     def Allgatherv_(self, send, counts, recv, what="Allgatherv"):
         check_buffer(send, recv.dtype, int(counts[self.rank]), what + " send buffer")
         check_buffer(recv, recv.dtype, int(counts.sum()), what + " receive buffer")

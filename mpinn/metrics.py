@@ -15,30 +15,63 @@ def auc(y, p):
     return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def metric_sums(task, y, pred, n_classes=2):
+    """Everything the metrics need, as sums over rows, so shards can be added up across ranks
+    (weighted by their row counts for free): [rows scored, rows with a non-finite prediction,
+    then correct, log-loss sum and the confusion counts (classification) or the squared-error sum
+    and element count (regression)]."""
+    y, pred = np.asarray(y), np.asarray(pred, dtype=np.float64)
+    n = y.shape[0]
+    bad = ~np.isfinite(pred.reshape(n, -1)).all(axis=1) if n else np.zeros(0, bool)
+    if bad.any():   # a diverging model: score the rows it can, and count those it could not
+        y, pred = y[~bad], pred[~bad]
+    head = [y.shape[0], int(bad.sum())]
+    if task == "regression":
+        return np.array(head + [float(np.sum((pred - y.reshape(pred.shape)) ** 2)), pred.size], np.float64)
+    k = n_classes
+    if task == "multiclass":
+        total = pred.sum(axis=1, keepdims=True)           # one-vs-all sigmoid outputs need it
+        p_true = pred[np.arange(len(y)), y] / np.where(total > 0, total, 1)[:, 0]
+        guess = np.argmax(pred, axis=1) if len(y) else np.zeros(0, np.int64)
+        truth = y
+        ll = -np.log(np.clip(p_true, EPS, 1))
+    else:
+        p = np.clip(pred, EPS, 1 - EPS)
+        truth, guess = (y > 0.5).astype(np.int64), (pred > 0.5).astype(np.int64)
+        ll = -(y * np.log(p) + (1 - y) * np.log(1 - p))
+    confusion = np.bincount(truth * k + guess, minlength=k * k) if len(y) else np.zeros(k * k)
+    return np.array(head + [float(np.sum(truth == guess)), float(np.sum(ll))] + list(confusion), np.float64)
+
+
+def metrics_from_sums(task, sums, n_classes=2, auc_value=None):
+    """The metrics dict from (possibly rank-summed) metric_sums."""
+    n, bad = int(sums[0]), int(sums[1])
+    out = {"n": n + bad}
+    if bad:
+        out["nonfinite"] = bad
+    if n == 0:
+        return out
+    if task == "regression":
+        out["rmse"] = float(np.sqrt(sums[2] / sums[3]))
+        return out
+    out["accuracy"] = float(sums[2] / n)
+    out["logloss"] = float(sums[3] / n)
+    if task == "binary" and auc_value is not None:
+        out["auc"] = auc_value
+    out["confusion"] = np.asarray(sums[4:], dtype=np.int64).reshape(n_classes, n_classes).tolist()
+    return out
+
+
 def compute_metrics(task, y, pred):
     """pred: class probabilities (n, k) for multiclass, P(y=1) for binary, values for regression."""
-    y, pred = np.asarray(y), np.asarray(pred, dtype=np.float64)
-    out = {"n": int(y.shape[0])}
-    if y.shape[0] == 0:
-        return out
-    bad = ~np.isfinite(pred.reshape(y.shape[0], -1)).all(axis=1)
-    if bad.any():   # a diverging model: score the rows it can, and say how many it could not
-        out["nonfinite"] = int(bad.sum())
-        y, pred = y[~bad], pred[~bad]
-        if y.shape[0] == 0:
-            return out
-    if task == "multiclass":
-        p = pred / pred.sum(axis=1, keepdims=True)       # one-vs-all sigmoid outputs need it
-        out["accuracy"] = float(np.mean(np.argmax(pred, axis=1) == y))
-        out["logloss"] = float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], EPS, 1))))
-    elif task == "binary":
-        p = np.clip(pred, EPS, 1 - EPS)
-        out["accuracy"] = float(np.mean((pred > 0.5) == (y > 0.5)))
-        out["logloss"] = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
-        out["auc"] = auc(y, pred)
-    else:
-        out["rmse"] = float(np.sqrt(np.mean((pred - y) ** 2)))
-    return out
+    pred = np.asarray(pred, dtype=np.float64)
+    k = pred.shape[1] if task == "multiclass" else 2
+    sums = metric_sums(task, y, pred, k)
+    auc_value = None
+    if task == "binary":
+        keep = np.isfinite(pred)
+        auc_value = auc(np.asarray(y)[keep], pred[keep])
+    return metrics_from_sums(task, sums, k, auc_value)
 
 
 def format_metrics(m):

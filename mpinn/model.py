@@ -18,6 +18,11 @@ class Batch:
     def n(self):
         return int(self.y.shape[0])
 
+    def slice(self, start, stop):
+        """Rows start:stop (views where the storage allows)."""
+        return Batch(self.Xs[start:stop] if self.Xs is not None else None,
+                     self.Xd[start:stop] if self.Xd is not None else None, self.y[start:stop])
+
 
 @dataclass
 class SparseRows:

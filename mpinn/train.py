@@ -113,7 +113,20 @@ def build_parser():
                    help="learning rate (default: sgd 0.3, momentum 0.03, adam 0.002)")
     o.add_argument("--momentum", type=nonneg_float, default=0.9)
     o.add_argument("--weight-decay", type=nonneg_float, default=0.0, help="L2 lambda on weights (not biases)")
-    o.add_argument("--batch-size", type=positive_int, default=1024, help="GLOBAL batch, split over ranks")
+    o.add_argument("--batch-size", type=positive_int, default=None,
+                   help="GLOBAL batch, split over the ranks (default 1024)")
+    o.add_argument("--batch-per-rank", type=positive_int, default=None,
+                   help="instead of --batch-size: rows per rank per step, so the global batch grows "
+                        "with the number of ranks")
+    o.add_argument("--grad-accum", type=positive_int, default=1, metavar="K",
+                   help="compute each rank's share of a step in K micro-batches and add the gradients "
+                        "(same step, a K-th of the activation memory)")
+    o.add_argument("--lr-scaling", default="none", choices=["none", "linear", "sqrt"],
+                   help="scale --lr by (global batch / --lr-base-batch) or its square root")
+    o.add_argument("--lr-base-batch", type=positive_int, default=None,
+                   help="the global batch --lr was tuned for (default with --batch-per-rank: that batch)")
+    o.add_argument("--warmup-steps", type=nonneg_int, default=0,
+                   help="ramp the learning rate linearly to its (scaled) value over this many steps")
     o.add_argument("--epochs", type=positive_int, default=3)
     o.add_argument("--seed", type=int, default=0, help="initialisation and shuffling seed")
     c = p.add_argument_group("distribution")
@@ -142,6 +155,10 @@ def build_parser():
     r = p.add_argument_group("output")
     r.add_argument("--model-out", default="mpinn-model.npz", help="model file written at the end")
     r.add_argument("--metrics-out", help="write the history and summary as JSON here")
+    r.add_argument("--curve", metavar="FILE", help="append each epoch's losses and metrics to FILE "
+                   "(.csv: one row per epoch; otherwise JSON lines)")
+    r.add_argument("--plot", metavar="PNG", help="at the end, plot the loss and metric curves to PNG "
+                   "(needs matplotlib: pip install 'mpinn[plot]')")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--quiet", action="store_true", help="only errors")
     return p
@@ -154,7 +171,7 @@ def default_loss(task):
 # options that may change between a run and its --resume; all others must match the checkpoint
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
-                     "no_progress", "quiet", "reduce", "sparse_threshold"}
+                     "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot"}
 
 
 def resume_config(args):
@@ -162,7 +179,7 @@ def resume_config(args):
     return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in RESUME_MAY_CHANGE}))
 
 
-def check_resume(header, config, spec, meta, n_train):
+def check_resume(header, config, spec, meta, n_train, batch):
     """A checkpoint continues only the run that wrote it: name the first thing that differs."""
     path = header["path"]
     saved = header.get("config", {})
@@ -179,6 +196,10 @@ def check_resume(header, config, spec, meta, n_train):
         if stored is None or wanted is None:
             raise MpinnError("--resume %s: the checkpoint and this run's data differ in hashing" % path)
         check_contract(stored, wanted)
+    if header["position"]["batch_size"] != batch:
+        raise MpinnError("--resume %s: the checkpoint's global batch is %s rows, this run's is %d (with "
+                         "--batch-per-rank it changes with the number of ranks)"
+                         % (path, header["position"]["batch_size"], batch))
     if header.get("n_train") != n_train:
         raise MpinnError("--resume %s: the checkpoint was trained on %s rows, this data has %d"
                          % (path, header.get("n_train"), n_train))
@@ -189,8 +210,16 @@ def run(args):
     from mpinn.checkpoint import save_model
     from mpinn.data import load_data
     from mpinn.model import MLP
-    from mpinn.optim import create_optimizer
+    from mpinn.optim import create_optimizer, lr_schedule
+    from mpinn.report import Curve
     from mpinn.trainer import Faults, Trainer
+
+    if args.batch_size and args.batch_per_rank:
+        raise MpinnError("give --batch-size (global) or --batch-per-rank, not both")
+    args.batch_size = args.batch_size or (None if args.batch_per_rank else 1024)
+    if args.plot:
+        from mpinn.report import check_plotting
+        check_plotting()
 
     comm = create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
     rank0 = comm.rank == 0
@@ -239,18 +268,24 @@ def run(args):
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
     model = MLP(spec).init_(args.seed)
-    lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
+    base_lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
+    batch = args.batch_per_rank * comm.size if args.batch_per_rank else args.batch_size
+    lr_at, lr = lr_schedule(base_lr, batch, args.lr_base_batch or args.batch_per_rank, args.lr_scaling,
+                            args.warmup_steps)
     opt = create_optimizer(args.optimizer, model.size, np, lr, args.weight_decay, model.weight_slices,
                            args.momentum)
-    trainer = Trainer(model, opt, comm, layout, args.batch_size, args.seed, verbose=not args.quiet,
+    curve = Curve(args.curve, args.plot) if rank0 and (args.curve or args.plot) else None
+    trainer = Trainer(model, opt, comm, layout, batch, args.seed, verbose=not args.quiet,
                       watchdog=watchdog, max_bad_steps=args.max_bad_steps,
-                      faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank))
+                      faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), grad_accum=args.grad_accum,
+                      lr_at=lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None,
+                      on_epoch=curve.add if curve else None)
     config = resume_config(args)
     if args.resume:
         def load_checkpoint_checked():
             from mpinn.checkpoint import load_checkpoint
             arrays, header = load_checkpoint(args.resume)
-            check_resume(header, config, spec, meta, info["n_train"])
+            check_resume(header, config, spec, meta, info["n_train"], batch)
             return arrays, header
         arrays, header = comm.root_call(load_checkpoint_checked) or (None, None)
         trainer.restore(arrays, header)
@@ -263,16 +298,21 @@ def run(args):
                                     "n_train": info["n_train"]})
     trainer.start()
     watchdog.disarm()
-    say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, --reduce %s, %s lr %g, global batch %d" % (
+    say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, --reduce %s, %s lr %g%s, global batch %d%s" % (
         "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
-        spec.activation, loss, model.size, comm.size, comm.name, args.optimizer, lr, args.batch_size))
+        spec.activation, loss, model.size, comm.size, comm.name, args.optimizer, lr,
+        " (%s-scaled from %g%s)" % (args.lr_scaling, base_lr, ", %d warm-up steps" % args.warmup_steps
+                                    if args.warmup_steps else "") if lr != base_lr or args.warmup_steps else "",
+        batch, " in %d micro-batches per rank" % args.grad_accum if args.grad_accum > 1 else ""))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
     watchdog.stop()
     summary = trainer.summary()
     if not rank0:
         return 0
+    if curve:
+        curve.finish(say)
     final = history[-1].get("valid", {})
-    meta = dict(meta, train={"epochs": args.epochs, "batch_size": args.batch_size, "optimizer": args.optimizer,
+    meta = dict(meta, train={"epochs": args.epochs, "batch_size": batch, "optimizer": args.optimizer,
                              "lr": lr, "ranks": comm.size, "reduce": comm.name, "seed": args.seed},
                 valid_metrics=final, holdout=0.0 if args.valid else args.holdout)
     save_model(args.model_out, model.params, spec, meta)

@@ -9,9 +9,9 @@ import numpy as np
 
 from mpinn import __version__
 from mpinn.checkpoint import save_checkpoint
-from mpinn.comm import NoWatchdog
+from mpinn.comm import NoWatchdog, coalesce_rows, split_counts
 from mpinn.config import MpinnError
-from mpinn.metrics import compute_metrics, format_metrics
+from mpinn.metrics import auc, format_metrics, metric_sums, metrics_from_sums
 
 PHASES = ("data", "compute", "comm")
 
@@ -93,7 +93,8 @@ class Trainer:
     next; with the seeded per-epoch order that is all a resume needs to replay the same batches."""
 
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
-                 watchdog=None, max_bad_steps=20, faults=None):
+                 watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
+                 on_epoch=None):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
@@ -101,6 +102,9 @@ class Trainer:
         self.watchdog = watchdog or NoWatchdog()
         self.max_bad_steps = int(max_bad_steps)
         self.faults = faults or Faults()
+        self.grad_accum, self._acc = int(grad_accum), None
+        self.lr_at = lr_at            # global step -> learning rate (scaling and warm-up), or None
+        self.on_epoch = on_epoch      # called on every rank with each epoch's record
         self.times = dict.fromkeys(PHASES, 0.0)
         self.samples, self.samples_at_start = 0, 0
         self.history = []
@@ -139,7 +143,9 @@ class Trainer:
         local = comm.scatter_batch(global_batch, self.layout)
         t1 = time.perf_counter()
         want_rows = bool(model.spec.n_sparse) and not comm.wants_dense
-        sparse = model.loss_grad_(local, 1.0 / n_global, sparse_grad=want_rows)
+        if self.lr_at is not None:
+            opt.lr = self.lr_at(self.global_step)
+        sparse = self.local_gradient(local, 1.0 / n_global, want_rows)
         self.faults.fire(self.global_step + 1, model.grad_buffer)
         t2 = time.perf_counter()
         reduced = comm.reduce_gradients_(model.grad_buffer, sparse)
@@ -159,6 +165,31 @@ class Trainer:
         self.samples += n_global
         return float(model.grad_buffer[-1]) / n_global, ok  # the mean loss is right on rank 0 for every strategy
 
+    def local_gradient(self, local, scale, want_rows):
+        """This rank's share of the step's gradient; with grad_accum K, computed over K
+        micro-batches one after another (activations for a K-th of the rows at a time) and summed,
+        which equals the gradient of the whole slice up to the order of the additions."""
+        model, K = self.model, self.grad_accum
+        if K == 1:
+            return model.loss_grad_(local, scale, sparse_grad=want_rows)
+        start = model.dense_start if want_rows else 0    # a rows-exchange leaves the sparse block stale
+        if self._acc is None:
+            self._acc = np.zeros_like(model.grad_buffer)
+        acc = self._acc[start:]
+        acc.fill(0)
+        parts = []
+        bounds = np.r_[0, np.cumsum(split_counts(local.n, K))]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            rows = model.loss_grad_(local.slice(a, b), scale, sparse_grad=want_rows)
+            acc += model.grad_buffer[start:]
+            if rows is not None:
+                parts.append(rows)
+        model.grad_buffer[start:] = acc
+        if not parts:
+            return None
+        return coalesce_rows(np.concatenate([p.ids for p in parts]),
+                             np.concatenate([p.rows for p in parts]), parts[0].n_rows)
+
     def finite(self, reduced):
         """Is the reduced gradient (and the loss in its last slot) finite? One sum per buffer:
         a NaN or Inf anywhere makes the sum non-finite."""
@@ -173,7 +204,7 @@ class Trainer:
     def fit(self, train, valid, epochs, progress=True):
         """train / valid: Datasets on rank 0, None elsewhere. Returns the per-epoch history.
         Starts from the current position (epoch 1, step 0, or where a checkpoint left off)."""
-        n_train = self.comm.bcast_obj(len(train) if self.rank0 else None)
+        n_train, has_valid = self.comm.bcast_obj((len(train), valid is not None) if self.rank0 else None)
         B = self.batch_size
         steps = math.ceil(n_train / B)
         bar = Progress(progress and self.rank0)
@@ -219,9 +250,8 @@ class Trainer:
             record = {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1),
                       "seconds": time.perf_counter() - t_epoch, "skipped_steps": self.skipped}
             self.watchdog.arm("evaluation after epoch %d" % epoch)
-            if self.rank0 and valid is not None:
+            if has_valid:
                 record["valid"] = self.evaluate(valid)
-            self.comm.barrier()          # the others wait here, under the deadline, not in the next step
             self.watchdog.disarm()
             self.history.append(record)
             self.epoch, self.next_step = epoch + 1, 0
@@ -230,13 +260,48 @@ class Trainer:
                 self.log("epoch %d/%d  train loss %.4f  valid: %s  (%.1f s)" % (
                     epoch, epochs, record["train_loss"],
                     format_metrics(record.get("valid", {})) or "-", record["seconds"]))
+            if self.on_epoch is not None:
+                self.on_epoch(record)
             if self.ckpt_dir:
                 self.checkpoint("epoch")
         self.elapsed = time.perf_counter() - t_fit
         return self.history
 
-    def evaluate(self, data):
-        return compute_metrics(data.task, data.y, predict_rows(self.model, data))
+    def evaluate(self, data, chunk=65536):
+        """Held-out metrics over ALL rows, computed by every rank together: rank 0 scatters the rows
+        chunk by chunk, each rank scores its share, the per-rank sums are added (Allreduce), so each
+        rank's share counts by its number of rows; binary AUC, which is not a sum, is computed on rank
+        0 from the gathered predictions. Collective: call on every rank (data on rank 0 only).
+        Returns the same metrics dict on every rank."""
+        model, comm = self.model, self.comm
+        task, k = self.task, (self.model.spec.n_out if self.task == "multiclass" else 2)
+        n = comm.bcast_obj(len(data) if self.rank0 else None)
+        sums = np.zeros(4 if task == "regression" else 4 + k * k)   # the layout of metric_sums
+        preds = []
+        for s in range(0, n, chunk):
+            rows = np.arange(s, min(s + chunk, n))
+            local = comm.scatter_batch(data.take(rows, model.dtype) if self.rank0 else None, self.layout)
+            pred = np.ascontiguousarray(model.predict(local), dtype=np.float64)
+            sums += metric_sums(task, local.y, pred, k)
+            if task == "binary":
+                counts = split_counts(len(rows), comm.size)
+                got = np.empty(len(rows)) if self.rank0 else None
+                preds.append(comm.Gatherv_(pred.ravel(), counts, got, what="held-out predictions"))
+        comm.Allreduce_sum_(sums, "metric sums")
+        auc_value = None
+        if task == "binary" and self.rank0:
+            p = np.concatenate(preds) if preds else np.zeros(0)
+            keep = np.isfinite(p)
+            auc_value = auc(np.asarray(data.y)[keep], p[keep])
+        auc_value = comm.bcast_obj(auc_value)
+        return metrics_from_sums(task, sums, k, auc_value)
+
+    @property
+    def task(self):
+        spec = self.model.spec
+        if spec.loss == "squared":
+            return "regression"
+        return "binary" if spec.loss == "sigmoid" and spec.n_out == 1 else "multiclass"
 
     # ---------------------------------------------------------------- checkpoints
     def enable_checkpoints(self, directory, every=0, keep=3, meta=None):

@@ -1,0 +1,83 @@
+"""Training curves: one line per epoch to CSV or JSON lines, and a PNG plot at the end (matplotlib)."""
+import json
+import os
+
+from mpinn.config import MpinnError
+
+METRICS = ("accuracy", "logloss", "auc", "rmse")
+
+
+def check_plotting():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MpinnError("--plot needs matplotlib: pip install 'mpinn[plot]' (or pip install matplotlib)")
+
+
+def flatten(record):
+    """One epoch's record as flat columns: epoch, train_loss, seconds, skipped_steps, valid_*."""
+    row = {k: record[k] for k in ("epoch", "train_loss", "seconds", "skipped_steps") if k in record}
+    for k in METRICS + ("n", "nonfinite"):
+        if k in record.get("valid", {}):
+            row["valid_" + k] = record["valid"][k]
+    return row
+
+
+class Curve:
+    """Rank 0 appends each epoch as it ends (so a crashed run keeps its curve so far)."""
+
+    def __init__(self, path=None, plot=None):
+        self.path, self.plot, self.rows = path, plot, []
+        if path:
+            open(path, "w").close()
+
+    def add(self, record):
+        row = flatten(record)
+        self.rows.append(row)
+        if not self.path:
+            return
+        with open(self.path, "a") as f:
+            if self.path.endswith(".csv"):
+                if len(self.rows) == 1:
+                    f.write(",".join(row) + "\n")
+                f.write(",".join("%.6g" % v if isinstance(v, float) else str(v) for v in row.values()) + "\n")
+            else:
+                f.write(json.dumps(row) + "\n")
+
+    def finish(self, say=print):
+        if self.path:
+            say("curve written to %s" % self.path)
+        if self.plot and self.rows:
+            plot_curve(self.rows, self.plot)
+            say("plot written to %s" % self.plot)
+
+
+def plot_curve(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    epochs = [r["epoch"] for r in rows]
+    metrics = [k for k in METRICS if "valid_" + k in rows[-1]]
+    fig, axes = plt.subplots(1, 1 + bool(metrics), figsize=(10 if metrics else 5, 3.6))
+    axes = list(axes) if metrics else [axes]
+    axes[0].plot(epochs, [r["train_loss"] for r in rows], "o-", label="train loss")
+    if "valid_logloss" in rows[-1]:
+        axes[0].plot(epochs, [r.get("valid_logloss") for r in rows], "s--", label="held-out log-loss")
+    axes[0].set_xlabel("epoch")
+    axes[0].set_title("loss")
+    axes[0].legend()
+    if metrics:
+        for k in metrics:
+            if k != "logloss":
+                axes[1].plot(epochs, [r.get("valid_" + k) for r in rows], "o-", label=k)
+        axes[1].set_xlabel("epoch")
+        axes[1].set_title("held-out metrics")
+        axes[1].legend()
+    from matplotlib.ticker import MaxNLocator
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
