@@ -1,0 +1,430 @@
+"""Packed datasets: hashed rows in one binary file at fixed offsets, read by row through a memory map."""
+import json
+import mmap
+import os
+import tempfile
+
+import numpy as np
+import scipy.sparse as sp
+import xxhash
+
+from mpinn import __version__
+from mpinn.config import MpinnError
+from mpinn.data import Rows
+from mpinn.model import Batch
+
+MAGIC = b"MPINNPK1"
+FORMAT = "mpinn-packed-1"
+PAGE = 4096                 # sections start on page boundaries
+RELEASE_BYTES = 256 << 20   # after this much has been read, drop the mapped pages from this process
+
+
+# ---------------------------------------------------------------- the layout
+#
+#   [0, 8)            MAGIC
+#   [8, 16)           H, the header's length in bytes (uint64, little-endian)
+#   [16, 16 + H)      the header: UTF-8 JSON, padded with spaces
+#   then, each at the offset the header gives (a multiple of PAGE), in this order:
+#   indptr   int64    (n_rows + 1,)     row i's entries are [indptr[i], indptr[i+1])
+#   indices  int32    (nnz,)            input columns, rows one after another, features in order
+#   data     float32  (nnz,)            their values
+#   y        int64 (multiclass ids) or float64 (binary 0/1, regression)   (n_rows,)
+#   dense    float64  (n_rows, n_dense) C order
+#
+# indptr, indices and data are absent without categorical columns, dense without numeric ones.
+# The header holds n_rows, n_columns, nnz, row_nnz (entries per row when every row has the same count),
+# n_dense, meta (task, classes, hashing contract, source columns: what Dataset.meta holds), every
+# section's offset, dtype, shape, byte count and xxh64, and file_size.
+
+def _section_specs(n_rows, nnz, n_dense, y_dtype, sparse):
+    specs = []
+    if sparse:
+        specs += [("indptr", "<i8", [n_rows + 1]), ("indices", "<i4", [nnz]), ("data", "<f4", [nnz])]
+    specs.append(("y", np.dtype(y_dtype).newbyteorder("<").str, [n_rows]))
+    if n_dense:
+        specs.append(("dense", "<f8", [n_rows, n_dense]))
+    return specs
+
+
+def _nbytes(dtype, shape):
+    return int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
+
+
+def _align(x):
+    return -(-x // PAGE) * PAGE
+
+
+def _pwrite_all(fd, buf, offset):
+    view = memoryview(buf).cast("B")
+    while len(view):
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+class PackedWriter:
+    """Writes a packed file of a size fixed up front (n_rows, nnz known): append() fills the sections
+    in row order, close() writes the checksums into the header; the file appears under its name
+    (rename) only once complete, so a reader never sees half of one.
+
+        with PackedWriter(path, n_rows, n_columns, nnz, n_dense, "float64", meta) as w:
+            w.append(indices, row_lengths, y, Xd)
+    """
+
+    def __init__(self, path, n_rows, n_columns, nnz, n_dense, y_dtype, meta, row_nnz=None):
+        self.path, self.n_rows, self.nnz = path, int(n_rows), int(nnz)
+        self.sparse = n_columns > 0
+        specs = _section_specs(self.n_rows, self.nnz, int(n_dense), y_dtype, self.sparse)
+        self.header = {"format": FORMAT, "mpinn": __version__, "n_rows": self.n_rows, "n_columns": int(n_columns),
+                       "nnz": self.nnz if self.sparse else 0, "row_nnz": row_nnz, "n_dense": int(n_dense),
+                       "meta": meta, "sections": {}, "file_size": 0}
+        for name, dtype, shape in specs:
+            # placeholders of the final widths: the header's length does not change at close()
+            self.header["sections"][name] = {"offset": 0, "dtype": dtype, "shape": shape,
+                                             "nbytes": _nbytes(dtype, shape), "xxh64": "0" * 16}
+        # offsets depend on the header's length, which depends on the offsets' digits: iterate
+        for _ in range(4):
+            head = self._header_bytes(pad=False)
+            pos = _align(16 + len(head) + 64)
+            for s in self.header["sections"].values():
+                pos = _align(pos)
+                s["offset"] = pos
+                pos += s["nbytes"]
+            self.header["file_size"] = pos
+        self.header_len = self.header["sections"][specs[0][0]]["offset"] - 16
+        self._cursor = {name: 0 for name, _, _ in specs}
+        self._hash = {name: xxhash.xxh64() for name, _, _ in specs}
+        self._rows = self._entries = 0
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        self._fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mpinn", dir=d)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(self._fd, 0o666 & ~umask)     # mkstemp's 0600 is for secrets, not data
+        os.ftruncate(self._fd, self.header["file_size"])
+        if self.sparse:
+            self._write("indptr", np.zeros(1, dtype=np.int64))
+
+    def _header_bytes(self, pad=True):
+        b = json.dumps(self.header, separators=(",", ":")).encode("utf-8")
+        if pad:
+            if len(b) > self.header_len:
+                raise RuntimeError("packed header grew while writing")
+            b += b" " * (self.header_len - len(b))
+        return b
+
+    def _write(self, name, arr):
+        s = self.header["sections"][name]
+        arr = np.ascontiguousarray(arr, dtype=s["dtype"])
+        if self._cursor[name] + arr.nbytes > s["nbytes"]:
+            raise MpinnError("%s: more rows than the %d announced" % (self.path, self.n_rows))
+        _pwrite_all(self._fd, arr, s["offset"] + self._cursor[name])
+        self._hash[name].update(memoryview(arr).cast("B"))
+        self._cursor[name] += arr.nbytes
+
+    def append(self, indices, row_lengths, y, Xd=None, data=None):
+        """One chunk of consecutive rows: their entries (indices; data, default 1.0) with row_lengths
+        entries per row (an int for all rows, or an array), labels y, dense rows Xd (m, n_dense)."""
+        m = int(np.shape(y)[0])
+        if self.sparse:
+            lengths = np.full(m, row_lengths, dtype=np.int64) if np.ndim(row_lengths) == 0 \
+                else np.asarray(row_lengths, dtype=np.int64)
+            indices = np.asarray(indices).reshape(-1)
+            if lengths.shape[0] != m or int(lengths.sum()) != indices.shape[0]:
+                raise ValueError("row lengths do not match the entries")
+            self._write("indptr", self._entries + np.cumsum(lengths))
+            self._write("indices", indices)
+            self._write("data", np.ones(indices.shape[0], np.float32) if data is None else data)
+            self._entries += indices.shape[0]
+        self._write("y", y)
+        if "dense" in self._cursor:
+            self._write("dense", Xd)
+        self._rows += m
+
+    def close(self):
+        for name, s in self.header["sections"].items():
+            if self._cursor[name] != s["nbytes"]:
+                raise MpinnError("%s: %d rows written, %d announced" % (self.path, self._rows, self.n_rows))
+            s["xxh64"] = self._hash[name].hexdigest()
+        _pwrite_all(self._fd, MAGIC + self.header_len.to_bytes(8, "little") + self._header_bytes(), 0)
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+        os.replace(self._tmp, self.path)
+
+    def abort(self):
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_dataset(path, data):
+    """An in-memory Dataset as a packed file (the same bytes prepare writes for the same rows)."""
+    Xs = data.Xs
+    n = len(data)
+    sizes = np.diff(Xs.indptr) if Xs is not None else None
+    row_nnz = int(sizes[0]) if sizes is not None and n and np.all(sizes == sizes[0]) else None
+    with PackedWriter(path, n, Xs.shape[1] if Xs is not None else 0, Xs.nnz if Xs is not None else 0,
+                      data.n_dense, data.y.dtype, data.meta, row_nnz) as w:
+        w.append(Xs.indices if Xs is not None else None, sizes if Xs is not None else 0, data.y,
+                 data.Xd, Xs.data if Xs is not None else None)
+
+
+# ---------------------------------------------------------------- reading
+class _PackedFile:
+    """An opened, validated packed file: header, the memory map and a read-only array per section."""
+
+    def __init__(self, path, verify=False):
+        self.path = path
+        try:
+            size = os.path.getsize(path)
+            f = open(path, "rb")
+        except OSError as e:
+            raise MpinnError("cannot read %s: %s" % (path, e.strerror))
+        with f:
+            head = f.read(16)
+            if len(head) < 16 or head[:8] != MAGIC:
+                raise MpinnError("%s is not an mpinn packed file (make one with python -m mpinn.prepare)" % path)
+            hlen = int.from_bytes(head[8:16], "little")
+            if 16 + hlen > size:
+                raise MpinnError("%s is truncated: %d bytes, its header alone needs %d" % (path, size, 16 + hlen))
+            try:
+                self.header = h = json.loads(f.read(hlen).decode("utf-8"))
+                if h.get("format") != FORMAT:
+                    raise MpinnError("%s: unknown packed format %r (this mpinn reads %s)"
+                                     % (path, h.get("format"), FORMAT))
+                self.n_rows, self.n_columns, self.nnz = int(h["n_rows"]), int(h["n_columns"]), int(h["nnz"])
+                self.n_dense, self.row_nnz = int(h["n_dense"]), h.get("row_nnz")
+                sections, meta = h["sections"], h["meta"]
+                expected = _section_specs(self.n_rows, self.nnz, self.n_dense, sections["y"]["dtype"],
+                                          self.n_columns > 0)
+                if sorted(sections) != sorted(n for n, _, _ in expected) or not isinstance(meta, dict):
+                    raise ValueError("sections %s" % sorted(sections))
+                for name, dtype, shape in expected:
+                    s = sections[name]
+                    if s["dtype"] != dtype or list(s["shape"]) != shape or s["nbytes"] != _nbytes(dtype, shape) \
+                            or s["offset"] % PAGE or s["offset"] < 16 + hlen:
+                        raise ValueError("section %s" % name)
+            except MpinnError:
+                raise
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+                raise MpinnError("%s: damaged header (%s)" % (path, e))
+            if size != h["file_size"]:
+                raise MpinnError("%s is %s: %d bytes, its header says %d" % (
+                    path, "truncated" if size < h["file_size"] else "damaged", size, h["file_size"]))
+            for name, s in sections.items():
+                if s["offset"] + s["nbytes"] > size:
+                    raise MpinnError("%s is truncated: section %s ends past the end of the file" % (path, name))
+            self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.meta = meta
+        self.arrays = {name: np.frombuffer(self.mm, dtype=s["dtype"], count=int(np.prod(s["shape"])),
+                                           offset=s["offset"]).reshape(s["shape"])
+                       for name, s in sections.items()}
+        if self.n_columns:
+            ip = self.arrays["indptr"]
+            if ip[0] != 0 or ip[-1] != self.nnz or (self.row_nnz is not None and ip[1] != self.row_nnz):
+                raise MpinnError("%s: damaged row index (indptr)" % path)
+        if verify:
+            self.verify()
+        self.unread = 0
+
+    def verify(self):
+        """Every section's xxh64 against the header (reads the whole file)."""
+        for name, s in self.header["sections"].items():
+            h = xxhash.xxh64()
+            step = 64 << 20
+            for a in range(s["offset"], s["offset"] + s["nbytes"], step):
+                h.update(self.mm[a:min(a + step, s["offset"] + s["nbytes"])])
+            if h.hexdigest() != s["xxh64"]:
+                raise MpinnError("%s: section %s does not match its checksum (damaged file)" % (self.path, name))
+        self.release()
+
+    def touched(self, nbytes):
+        """Pages read through the map count in this process's resident memory until dropped: drop them
+        every RELEASE_BYTES, so a pass over a file bigger than memory keeps the RSS flat."""
+        self.unread += nbytes
+        if self.unread > RELEASE_BYTES:
+            self.release()
+
+    def release(self):
+        self.unread = 0
+        if hasattr(self.mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self.mm.madvise(mmap.MADV_DONTNEED)
+
+
+class _SparseColumns:
+    """Stands for a packed file's CSR input where code asks only its shape or entry count
+    (.shape, .nnz, .getnnz()); [rows] returns those rows as a scipy CSR matrix."""
+
+    def __init__(self, data):
+        self._data = data
+        self.shape = (len(data), data._file.n_columns)
+        self.dtype = np.dtype(np.float32)
+
+    @property
+    def nnz(self):
+        return self._data._nnz()
+
+    def getnnz(self):
+        return self.nnz
+
+    def __getitem__(self, rows):
+        return self._data.take(rows).Xs
+
+
+class _DenseColumns:
+    """Stands for a packed file's dense input (.shape, .dtype); [rows] returns those rows in memory."""
+
+    def __init__(self, data):
+        self._data = data
+        self.shape = (len(data), data._file.n_dense)
+        self.dtype = np.dtype(np.float64)
+
+    def __getitem__(self, rows):
+        return self._data.take(rows).Xd
+
+
+def _as_range(rows):
+    """(lo, hi) when rows are lo, lo+1, ..., hi-1, else None."""
+    m = rows.shape[0]
+    if m and int(rows[-1]) - int(rows[0]) == m - 1 and (m == 1 or bool(np.all(np.diff(rows) == 1))):
+        return int(rows[0]), int(rows[-1]) + 1
+    return None
+
+
+class PackedDataset(Rows):
+    """The rows of a packed file, read on demand through a memory map: the same interface as
+    data.Dataset (len, meta, task, layout, take, subset, split, y, n_sparse, n_dense), so the trainer
+    does not care which it holds. subset() and split() give views that share the open file."""
+
+    def __init__(self, path, verify=False, _file=None, _rows=None):
+        self._file = _file or _PackedFile(path, verify)
+        self.path = path
+        self._rows = _rows                      # None: every row of the file; else file row ids
+        self.meta = dict(self._file.meta)
+
+    @property
+    def n_rows(self):
+        """Rows in this (view of the) file."""
+        return len(self)
+
+    def __len__(self):
+        return self._file.n_rows if self._rows is None else int(self._rows.shape[0])
+
+    @property
+    def n_sparse(self):
+        return self._file.n_columns
+
+    @property
+    def n_dense(self):
+        return self._file.n_dense
+
+    @property
+    def Xs(self):
+        return _SparseColumns(self) if self._file.n_columns else None
+
+    @property
+    def Xd(self):
+        return _DenseColumns(self) if self._file.n_dense else None
+
+    @property
+    def y(self):
+        y = self._file.arrays["y"]
+        return y if self._rows is None else y[self._rows]
+
+    def _nnz(self):
+        f = self._file
+        if self._rows is None:
+            return f.nnz
+        if f.row_nnz is not None:
+            return f.row_nnz * len(self)
+        ip = f.arrays["indptr"]
+        return int((ip[self._rows + 1] - ip[self._rows]).sum())
+
+    @property
+    def sparse_fan_in(self):
+        return self._nnz() / max(len(self), 1) if self._file.n_columns else 1.0
+
+    def verify(self):
+        self._file.verify()
+
+    def subset(self, rows):
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if self._rows is not None:
+            rows = self._rows[rows]
+        # the row map is the one per-row cost a view has in memory: int32 where it fits
+        small = self._file.n_rows < 2**31
+        return PackedDataset(self.path, _file=self._file, _rows=rows.astype(np.int32) if small else rows)
+
+    def _file_rows(self, rows):
+        rows = np.asarray(rows).ravel()
+        if rows.dtype.kind not in "iu":
+            rows = rows.astype(np.int64)
+        n = len(self)
+        if rows.shape[0] and (int(rows.min()) < -n or int(rows.max()) >= n):
+            raise IndexError("row index out of range for %d rows" % n)
+        rows = np.where(rows < 0, rows + n, rows) if rows.shape[0] and rows.min() < 0 else rows
+        return (self._rows[rows] if self._rows is not None else rows).astype(np.int64, copy=False)
+
+    def _sparse(self, rows, span):
+        f = self._file
+        ip, ind, dat = f.arrays["indptr"], f.arrays["indices"], f.arrays["data"]
+        m = rows.shape[0]
+        if span is not None:                    # a row range: three slices
+            lo, hi = span
+            a, b = int(ip[lo]), int(ip[hi])
+            indptr = ip[lo:hi + 1] - a
+            indices, data = np.array(ind[a:b]), np.array(dat[a:b])
+        elif f.row_nnz:                         # every row has r entries: gather whole rows
+            r = f.row_nnz
+            indices = np.take(ind.reshape(-1, r), rows, axis=0).reshape(-1)
+            data = np.take(dat.reshape(-1, r), rows, axis=0).reshape(-1)
+            indptr = np.arange(0, m * r + 1, r, dtype=np.int64)
+        else:
+            starts = ip[rows]
+            lengths = ip[rows + 1] - starts
+            indptr = np.zeros(m + 1, dtype=np.int64)
+            np.cumsum(lengths, out=indptr[1:])
+            pos = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
+            indices, data = ind[pos], dat[pos]
+        return sp.csr_matrix((data, indices, indptr), shape=(m, f.n_columns))
+
+    def take(self, rows, dtype=None):
+        """The batch of the given rows (in that order, sorted or not), cast to the model dtype;
+        a run of consecutive rows is read as slices."""
+        f = self._file
+        rows = self._file_rows(rows)
+        span = _as_range(rows)
+        Xs = self._sparse(rows, span) if f.n_columns else None
+        Xd = None
+        if f.n_dense:
+            d = f.arrays["dense"]
+            Xd = np.array(d[span[0]:span[1]]) if span is not None else d[rows]
+        y = f.arrays["y"]
+        y = np.array(y[span[0]:span[1]]) if span is not None else y[rows]
+        # a scattered row costs at least a page of each section it is read from
+        per_row = 0 if span is not None else PAGE * ((3 if Xs is not None else 0) + (Xd is not None) + 1)
+        f.touched((Xs.nnz * 8 if Xs is not None else 0) + (Xd.nbytes if Xd is not None else 0) + y.nbytes
+                  + per_row * rows.shape[0])
+        if dtype is not None:
+            if Xs is not None and Xs.dtype != dtype:
+                Xs = Xs.astype(dtype)
+            if Xd is not None:
+                Xd = np.ascontiguousarray(Xd, dtype=dtype)
+            if self.task != "multiclass":
+                y = y.astype(dtype, copy=False)
+        return Batch(Xs, Xd, y)
+
+    def release(self):
+        """Drop the pages read so far from this process's memory (they stay in the page cache)."""
+        self._file.release()
