@@ -215,12 +215,17 @@ def differences(records):
     return out
 
 
-def gpu_notes(records):
+def host_notes(records):
+    """Per host: more ranks than cores, more ranks than GPUs, GPUs on some hosts only."""
     notes = []
     by_host = {}
     for r in records:
         by_host.setdefault(r["host"], []).append(r)
     for host, rs in by_host.items():
+        cpus = max(r.get("cpus", 0) for r in rs)
+        if cpus and len(rs) > cpus:
+            notes.append("%s: %d ranks on %d cores; MPI ranks busy-poll while they wait, so every step "
+                         "slows down: use at most one rank per core" % (host, len(rs), cpus))
         m = re.search(r"\((\d+) on host\)", rs[0]["gpu"])
         if m and len(rs) > int(m.group(1)):
             notes.append("%s: %d ranks share %s GPU(s)" % (host, len(rs), m.group(1)))
@@ -366,7 +371,7 @@ def run(args):
     hf = comm.bcast_obj(comm.root_call(lambda: parse_hostfile(path))) if path else None
     records = comm.allgather_obj(rank_record(comm))
     problems = differences(records)
-    warnings = gpu_notes(records)
+    warnings = host_notes(records)
     hostfile = None
     if hf is not None:
         errors, notes = check_hostfile_against_job(hf, records[0]["mpi"], records)

@@ -150,3 +150,12 @@ def test_a_bad_hostfile_is_one_line_and_exit_2(tmp_path, launcher, text, message
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert len(lines) == 1 and lines[0].startswith("mpinn: error: " + message.format(path=path)), r.stderr
+
+
+def test_host_notes_more_ranks_than_cores_or_gpus():
+    from mpinn.doctor import host_notes
+    recs = [record(r, "n1", cpus=2, gpu="cuda:%d A100 (2 on host)" % (r % 2)) for r in range(3)]
+    recs.append(record(3, "n2", cpus=8))
+    notes = host_notes(recs)
+    assert notes[0].startswith("n1: 3 ranks on 2 cores") and "n1: 3 ranks share 2 GPU(s)" in notes
+    assert "GPUs on n1 but none on n2" in notes

@@ -238,7 +238,10 @@ class Cluster:
                    PRTE_MCA_plm_ssh_agent=STANDIN,               # plm_rsh_agent is ignored by Open MPI 5
                    PRTE_MCA_oob_tcp_if_include=self.subnet + ".0/24",
                    OMPI_MCA_btl="tcp,sm,self", OMPI_MCA_btl_tcp_if_include="eth0",
-                   OMPI_MCA_mpi_yield_when_idle="1")             # oversubscribed ranks crawl without it
+                   OMPI_MCA_mpi_yield_when_idle="1",             # oversubscribed ranks crawl without it
+                   # without keepalive PRRTE never notices a lost host, and even MPI_Abort then hangs
+                   PRTE_MCA_oob_tcp_keepalive_time="2", PRTE_MCA_oob_tcp_keepalive_intvl="1",
+                   PRTE_MCA_oob_tcp_keepalive_probes="3")
         # Open MPI does not forward the caller's environment to remote ranks
         forward = ["-x", "MPI4PY_LIBMPI", "-x", "PYTHONUNBUFFERED", "-x", "OMP_NUM_THREADS"]
         job = Job([os.path.join(prefix, "bin", "mpirun"), "--hostfile", hostfile, "-np", str(n)] + forward
@@ -485,3 +488,25 @@ def test_openmpi_killed_rank_ends_the_job_quickly(hosts, openmpi):
     print("Open MPI: kill -9 of one rank on %s -> launcher exit %d after %.2f s" % (hosts.hosts[1], rc, took))
     assert rc not in (0, 124, 137), (rc, out + err)
     assert took < 10, took
+
+
+@pytest.mark.mpi
+def test_openmpi_cut_link_ends_the_job_through_keepalive(hosts, openmpi):
+    """Measured here: with Open MPI the step deadline's MPI_Abort alone leaves mpirun hanging after a
+    cut; PRRTE's keepalive ends the job first, but with exit status 0. What a user can rely on: the job
+    ends within seconds, says so, and writes no model."""
+    model = os.path.join(hosts.out_dir, "never-ompi.npz")
+    job = hosts.openmpi(openmpi, 2, LONG_TRAIN + ["--step-timeout", "20", "--model-out", model],
+                        hosts.hostfile("two-nodes.openmpi", 1), name="ompi-cut")
+    assert job.wait_for_output("model:", 60), job.stdout + job.stderr
+    time.sleep(0.5)
+    sh("ip", "link", "set", hosts.veths[1], "down")
+    t = time.monotonic()
+    rc, out, err = finished(job, 40)
+    took = time.monotonic() - t
+    print("Open MPI: link of %s cut -> launcher exit %d after %.2f s (keepalive 2+1x3 s)"
+          % (hosts.hosts[1], rc, took))
+    assert rc not in (124, 137), (rc, out + err)
+    assert "lost communication with a remote daemon" in out + err, out + err
+    assert took < 15, took
+    assert not os.path.exists(model) and "model written to" not in out
