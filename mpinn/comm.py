@@ -77,9 +77,14 @@ class Communicator:
         self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         return buf
 
-    def Scatterv_(self, send, counts, recv, root=0, what="Scatterv"):
-        """send (root only) holds sum(counts) elements; this rank receives counts[rank] into recv."""
+    def Scatterv_(self, send, counts, recv, root=0, what="Scatterv", replicate=False):
+        """send (root only) holds sum(counts) elements; this rank receives counts[rank] into recv.
+        replicate: every rank receives all of send (a Bcast; Scatterv may not read an element twice)."""
         check_buffer(recv, recv.dtype, int(counts[self.rank]), what + " receive buffer")
+        if replicate:
+            if self.rank == root:
+                recv[...] = check_buffer(send, recv.dtype, recv.size, what + " send buffer").reshape(recv.shape)
+            return self.Bcast_(recv, root, what)
         if self.rank == root:
             check_buffer(send, recv.dtype, int(counts.sum()), what + " send buffer")
             self.comm.Scatterv([send, (counts, _displs(counts))], recv, root=root)
@@ -128,41 +133,42 @@ class Communicator:
                 raise MpinnError("rank %d does not match rank 0 (%s)" % (r, detail), collective=True)
 
     # ------------------------------------------------------------ data
-    def scatter_batch(self, batch, layout, root=0):
+    def scatter_batch(self, batch, layout, root=0, replicate=False):
         """Rank root splits its global batch into contiguous row slices, one per rank, and sends
         each as typed buffers: row lengths, column ids, values, labels, dense features. Returns
-        this rank's slice as a Batch (row counts may differ by one between ranks)."""
+        this rank's slice as a Batch (row counts may differ by one between ranks). With replicate,
+        every rank gets the whole batch (Bcast of the same buffers: tower mode's "same data")."""
         from_root = self.rank == root
         P = self.size
         head = np.zeros(2 * P, dtype=np.int64)
         if from_root:
-            counts = split_counts(batch.n, P)
+            counts = np.full(P, batch.n, dtype=np.int64) if replicate else split_counts(batch.n, P)
             head[:P] = counts
             if layout.n_sparse:
-                ends = np.cumsum(counts)
+                ends = counts if replicate else np.cumsum(counts)
                 head[P:] = batch.Xs.indptr[ends] - batch.Xs.indptr[ends - counts]
         self.Bcast_(head, root=root, what="batch header")
         counts, nnz = head[:P], head[P:]
         n = int(counts[self.rank])
         y = np.empty(n, dtype=layout.y_dtype)
         self.Scatterv_(np.ascontiguousarray(batch.y, layout.y_dtype) if from_root else None,
-                       counts, y, root, "labels")
+                       counts, y, root, "labels", replicate=replicate)
         Xd = Xs = None
         if layout.n_dense:
             Xd = np.empty((n, layout.n_dense), dtype=layout.dtype)
             self.Scatterv_(np.ascontiguousarray(batch.Xd, layout.dtype) if from_root else None,
-                           counts * layout.n_dense, Xd, root, "dense features")
+                           counts * layout.n_dense, Xd, root, "dense features", replicate=replicate)
         if layout.n_sparse:
             g = batch.Xs if from_root else None
             lengths = np.empty(n, dtype=INDEX)
             self.Scatterv_(np.diff(g.indptr).astype(INDEX) if from_root else None,
-                           counts, lengths, root, "CSR row lengths")
+                           counts, lengths, root, "CSR row lengths", replicate=replicate)
             indices = np.empty(int(nnz[self.rank]), dtype=INDEX)
             self.Scatterv_(np.ascontiguousarray(g.indices, INDEX) if from_root else None,
-                           nnz, indices, root, "CSR column ids")
+                           nnz, indices, root, "CSR column ids", replicate=replicate)
             data = np.empty(int(nnz[self.rank]), dtype=layout.dtype)
             self.Scatterv_(np.ascontiguousarray(g.data, layout.dtype) if from_root else None,
-                           nnz, data, root, "CSR values")
+                           nnz, data, root, "CSR values", replicate=replicate)
             indptr = np.zeros(n + 1, dtype=INDEX)
             np.cumsum(lengths, out=indptr[1:])
             import scipy.sparse as sp
@@ -291,9 +297,27 @@ class NullCommunicator(Communicator):
         return sparse
 
 
+class TowerCommunicator(NullCommunicator):
+    """Tower mode: every rank trains its own replica, so no gradient travels; but the ranks still
+    agree on skipping a step, so that they stay in lockstep and stop together."""
+
+    name = "tower"
+
+    def agree_(self, ok):
+        flag = np.array([0 if ok else 1], dtype=np.int64)
+        return not self.Allreduce_sum_(flag, "step verdicts")[0]
+
+    def Gather_(self, send, root=0, what="Gather"):
+        """Every rank's equal-sized buffer stacked on root as (size, n) (None elsewhere)."""
+        check_buffer(send, send.dtype, send.size, what + " send buffer")
+        recv = np.empty((self.size, send.size), dtype=send.dtype) if self.rank == root else None
+        self.comm.Gather(send, recv, root=root)
+        return recv
+
+
 def create_communicator(name="allreduce", comm=None, **kw):
     strategies = {"allreduce": AllreduceCommunicator, "gather": GatherCommunicator,
-                  "null": NullCommunicator}
+                  "null": NullCommunicator, "tower": TowerCommunicator}
     if name not in strategies:
         raise MpinnError("--reduce must be one of %s, not %r" % ("|".join(strategies), name))
     return strategies[name](comm, **kw)

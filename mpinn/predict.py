@@ -59,14 +59,20 @@ def run(args):
     from mpinn.metrics import compute_metrics, format_metrics
     from mpinn.model import MLP
     from mpinn.trainer import predict_rows
+    from mpinn.towers import mix
     params, spec, meta = load_model(args.model)
     model = MLP(spec)
-    if params.shape != model.params.shape:
+    towers = params.reshape(-1, params.shape[-1]) if params.ndim == 2 else params[None]
+    if towers.shape[1] != model.size:
         raise MpinnError("%s: %d parameters stored, the architecture needs %d"
-                         % (args.model, params.size, model.size))
-    model.params[...] = params
+                         % (args.model, towers.shape[1], model.size))
     data = load_for_model(meta, args.data)
-    pred = predict_rows(model, data)
+    preds = []
+    for p in towers:            # tower mode keeps every replica: mix their predictions
+        model.params[...] = p
+        preds.append(predict_rows(model, data))
+    weights = meta.get("towers", {}).get("weights")
+    pred = preds[0] if len(preds) == 1 else mix(preds, weights)
     metrics = {"n": len(data)}
     if data.meta.get("has_label", True):
         metrics = compute_metrics(meta["task"], data.y, pred)

@@ -132,6 +132,15 @@ def build_parser():
     c = p.add_argument_group("distribution")
     c.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
                    help="allreduce: every rank steps; gather: rank 0 steps and broadcasts (DT42)")
+    c.add_argument("--parallel", default="data", choices=["data", "tower"],
+                   help="data: one model, gradients combined every step; tower: every rank trains its "
+                        "own replica (seed + rank) and predictions are mixed (the wide-sparse seed's mode)")
+    c.add_argument("--tower-data", default="shard", choices=["shard", "same"],
+                   help="tower mode: each tower trains on its slice of every batch (shard) or on the "
+                        "whole batch (same)")
+    c.add_argument("--tower-mix", default="mean", choices=["mean", "fit"],
+                   help="tower mode: mix the towers' predictions by a plain mean, or with weights fitted "
+                        "to the held-out loss")
     c.add_argument("--sparse-threshold", type=nonneg_float, default=0.25,
                    help="send the sparse layer's gradient as rows while the touched rows of all ranks "
                         "are at most this share of the table, else allreduce it dense")
@@ -171,7 +180,7 @@ def default_loss(task):
 # options that may change between a run and its --resume; all others must match the checkpoint
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
-                     "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot"}
+                     "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot"}  # (towers: no resume)
 
 
 def resume_config(args):
@@ -211,6 +220,7 @@ def run(args):
     from mpinn.data import load_data
     from mpinn.model import MLP
     from mpinn.optim import create_optimizer, lr_schedule
+    from mpinn.metrics import format_metrics
     from mpinn.report import Curve
     from mpinn.trainer import Faults, Trainer
 
@@ -221,7 +231,11 @@ def run(args):
         from mpinn.report import check_plotting
         check_plotting()
 
-    comm = create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
+    towers = args.tower_data if args.parallel == "tower" else None
+    if towers and (args.checkpoint_dir or args.resume):
+        raise MpinnError("--parallel tower does not write or resume checkpoints yet; leave out "
+                         "--checkpoint-dir / --resume")
+    comm = create_communicator("tower" if towers else args.reduce, sparse_threshold=args.sparse_threshold)
     rank0 = comm.rank == 0
     watchdog = Watchdog(args.step_timeout) if args.step_timeout > 0 else NoWatchdog()
     if args.start_timeout > 0:
@@ -267,7 +281,7 @@ def run(args):
         raise MpinnError("--loss softmax needs a multiclass task (task is %s)" % meta["task"], collective=True)
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
-    model = MLP(spec).init_(args.seed)
+    model = MLP(spec).init_(args.seed + (comm.rank if towers else 0))
     base_lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
     batch = args.batch_per_rank * comm.size if args.batch_per_rank else args.batch_size
     lr_at, lr = lr_schedule(base_lr, batch, args.lr_base_batch or args.batch_per_rank, args.lr_scaling,
@@ -279,7 +293,7 @@ def run(args):
                       watchdog=watchdog, max_bad_steps=args.max_bad_steps,
                       faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), grad_accum=args.grad_accum,
                       lr_at=lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None,
-                      on_epoch=curve.add if curve else None)
+                      on_epoch=curve.add if curve else None, towers=towers, tower_mix=args.tower_mix)
     config = resume_config(args)
     if args.resume:
         def load_checkpoint_checked():
@@ -298,15 +312,18 @@ def run(args):
                                     "n_train": info["n_train"]})
     trainer.start()
     watchdog.disarm()
-    say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, --reduce %s, %s lr %g%s, global batch %d%s" % (
+    say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, %s, %s lr %g%s, global batch %d%s" % (
         "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
-        spec.activation, loss, model.size, comm.size, comm.name, args.optimizer, lr,
+        spec.activation, loss, model.size, comm.size,
+        "--parallel tower (%s data, a replica per rank)" % towers if towers else "--reduce " + comm.name,
+        args.optimizer, lr,
         " (%s-scaled from %g%s)" % (args.lr_scaling, base_lr, ", %d warm-up steps" % args.warmup_steps
                                     if args.warmup_steps else "") if lr != base_lr or args.warmup_steps else "",
         batch, " in %d micro-batches per rank" % args.grad_accum if args.grad_accum > 1 else ""))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
     watchdog.stop()
     summary = trainer.summary()
+    params = trainer.gather_towers() if towers else model.params
     if not rank0:
         return 0
     if curve:
@@ -315,7 +332,15 @@ def run(args):
     meta = dict(meta, train={"epochs": args.epochs, "batch_size": batch, "optimizer": args.optimizer,
                              "lr": lr, "ranks": comm.size, "reduce": comm.name, "seed": args.seed},
                 valid_metrics=final, holdout=0.0 if args.valid else args.holdout)
-    save_model(args.model_out, model.params, spec, meta)
+    if towers:
+        weights = trainer.tower_weights or [1.0 / comm.size] * comm.size
+        meta["towers"] = {"count": comm.size, "data": towers, "mix": args.tower_mix, "weights": weights,
+                          "seeds": [args.seed + r for r in range(comm.size)]}
+        if final.get("towers"):
+            say("towers: %s; mixture (%s, weights %s): %s" % (
+                "; ".join(format_metrics(m) for m in final["towers"]), args.tower_mix,
+                " ".join("%.3f" % w for w in weights), format_metrics(final)))
+    save_model(args.model_out, params, spec, meta)
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
     say("done: %d samples in %.1f s, %.0f samples/s over %d ranks; time split (mean over ranks): "

@@ -94,7 +94,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
-                 on_epoch=None):
+                 on_epoch=None, towers=None, tower_mix="mean"):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
@@ -105,6 +105,8 @@ class Trainer:
         self.grad_accum, self._acc = int(grad_accum), None
         self.lr_at = lr_at            # global step -> learning rate (scaling and warm-up), or None
         self.on_epoch = on_epoch      # called on every rank with each epoch's record
+        self.towers = towers          # tower mode: None (data parallel), "shard" or "same" data
+        self.tower_mix, self.tower_weights = tower_mix, None
         self.times = dict.fromkeys(PHASES, 0.0)
         self.samples, self.samples_at_start = 0, 0
         self.history = []
@@ -128,7 +130,8 @@ class Trainer:
     def start(self):
         """Agree on the signature, then broadcast rank 0's parameters (initial or restored)."""
         self.comm.check_signature(self.signature())
-        self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
+        if not self.towers:           # towers start different on purpose (a seed per rank)
+            self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
 
     def epoch_order(self, n, epoch):
         return np.random.default_rng([self.seed, epoch]).permutation(n)
@@ -140,18 +143,20 @@ class Trainer:
         gradient on some rank (every rank reaches the same verdict)."""
         model, comm, opt, t = self.model, self.comm, self.optimizer, self.times
         t0 = time.perf_counter()
-        local = comm.scatter_batch(global_batch, self.layout)
+        local = comm.scatter_batch(global_batch, self.layout, replicate=self.towers == "same")
         t1 = time.perf_counter()
         want_rows = bool(model.spec.n_sparse) and not comm.wants_dense
         if self.lr_at is not None:
             opt.lr = self.lr_at(self.global_step)
-        sparse = self.local_gradient(local, 1.0 / n_global, want_rows)
+        # data parallel: a row's share of the global mean; a tower: of its own rows' mean
+        n_mean = (local.n if self.towers else n_global) or 1
+        sparse = self.local_gradient(local, 1.0 / n_mean, want_rows)
         self.faults.fire(self.global_step + 1, model.grad_buffer)
         t2 = time.perf_counter()
         reduced = comm.reduce_gradients_(model.grad_buffer, sparse)
         ok = comm.agree_(self.finite(reduced) if comm.updates_here else True)
         t3 = time.perf_counter()
-        if comm.updates_here and ok:
+        if comm.updates_here and ok and local.n:   # (only a tower can get no rows)
             if reduced is not None and not opt.sparse_ok:
                 model.densify_(reduced)
                 reduced = None
@@ -163,7 +168,7 @@ class Trainer:
         t["compute"] += (t2 - t1) + (t4 - t3)
         t["comm"] += (t3 - t2) + (t5 - t4)
         self.samples += n_global
-        return float(model.grad_buffer[-1]) / n_global, ok  # the mean loss is right on rank 0 for every strategy
+        return float(model.grad_buffer[-1]) / n_mean, ok  # the mean loss is right on rank 0 for every strategy
 
     def local_gradient(self, local, scale, want_rows):
         """This rank's share of the step's gradient; with grad_accum K, computed over K
@@ -273,6 +278,8 @@ class Trainer:
         rank's share counts by its number of rows; binary AUC, which is not a sum, is computed on rank
         0 from the gathered predictions. Collective: call on every rank (data on rank 0 only).
         Returns the same metrics dict on every rank."""
+        if self.towers:
+            return self.evaluate_towers(data, chunk)
         model, comm = self.model, self.comm
         task, k = self.task, (self.model.spec.n_out if self.task == "multiclass" else 2)
         n = comm.bcast_obj(len(data) if self.rank0 else None)
@@ -295,6 +302,39 @@ class Trainer:
             auc_value = auc(np.asarray(data.y)[keep], p[keep])
         auc_value = comm.bcast_obj(auc_value)
         return metrics_from_sums(task, sums, k, auc_value)
+
+    def evaluate_towers(self, data, chunk=65536):
+        """Tower mode: every tower predicts every held-out row (rank 0 broadcasts the chunks), rank 0
+        gathers the predictions, scores each tower and the mixture (the plain mean, or weights fitted
+        to the held-out loss with --tower-mix fit). The mixture's metrics are the record's metrics."""
+        from mpinn.metrics import compute_metrics
+        from mpinn.towers import fit_weights, mix
+        model, comm = self.model, self.comm
+        n = comm.bcast_obj(len(data) if self.rank0 else None)
+        preds = []
+        for s in range(0, n, chunk):
+            rows = np.arange(s, min(s + chunk, n))
+            local = comm.scatter_batch(data.take(rows, model.dtype) if self.rank0 else None, self.layout,
+                                       replicate=True)
+            pred = np.ascontiguousarray(model.predict(local), dtype=np.float64)
+            got = comm.Gather_(pred.ravel(), what="tower predictions")
+            if self.rank0:
+                preds.append(got.reshape((comm.size,) + pred.shape))
+        out = None
+        if self.rank0:
+            P = np.concatenate(preds, axis=1)
+            task = self.task
+            w = fit_weights(task, data.y, P) if self.tower_mix == "fit" else np.full(len(P), 1.0 / len(P))
+            out = compute_metrics(task, data.y, mix(P, w))
+            out["towers"] = [compute_metrics(task, data.y, p) for p in P]
+            out["weights"] = [float(x) for x in w]
+        out = comm.bcast_obj(out)
+        self.tower_weights = out["weights"]
+        return out
+
+    def gather_towers(self):
+        """Every tower's parameters, stacked (towers, size) on rank 0; None elsewhere."""
+        return self.comm.Gather_(self.model.params, what="tower parameters")
 
     @property
     def task(self):

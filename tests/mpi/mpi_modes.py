@@ -103,3 +103,27 @@ def test_metrics_across_ranks_equal_one_process(loss, n_out, task, chunk):
     agree(ok, "got %s, one process %s" % (got, ref))
     if task == "multiclass":
         agree(np.sum(got["confusion"]) == 53)
+
+
+def test_a_tower_trained_on_the_same_data_is_a_one_rank_run_with_its_seed():
+    """--parallel tower --tower-data same: tower r is exactly the single-process run with init seed r."""
+    Xs, Xd, y = toy_data()
+    spec = ModelSpec(n_out=3, loss="softmax", **SPEC)
+    model = MLP(spec).init_(COMM.rank)
+    opt = create_optimizer("momentum", model.size, np, 0.05, 0.0, model.weight_slices)
+    t = Trainer(model, opt, create_communicator("tower"), Layout(64, 3, "float64", "int64"), 12,
+                verbose=False, towers="same")
+    t.start()
+    run_steps(t, 12, 5)
+    ref = MLP(spec).init_(COMM.rank)
+    ropt = create_optimizer("momentum", ref.size, np, 0.05, 0.0, ref.weight_slices)
+    for s in range(5):
+        rows = np.arange(s * 12, (s + 1) * 12) % len(y)
+        ref.loss_grad_(Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows]), 1.0 / 12)
+        ropt.step_(ref.params, ref.grads)
+    agree(np.array_equal(model.params, ref.params), "max diff %g" % np.max(np.abs(model.params - ref.params)))
+    towers = t.gather_towers()
+    if t.rank0:
+        assert towers.shape == (COMM.size, model.size)
+    metrics = t.evaluate(Dataset(Xs, Xd, y, {"task": "multiclass"}) if t.rank0 else None)
+    agree(len(metrics["towers"]) == COMM.size and metrics["weights"] == [1.0 / COMM.size] * COMM.size)
