@@ -138,6 +138,12 @@ class Communicator:
         each as typed buffers: row lengths, column ids, values, labels, dense features. Returns
         this rank's slice as a Batch (row counts may differ by one between ranks). With replicate,
         every rank gets the whole batch (Bcast of the same buffers: tower mode's "same data")."""
+        return self.post_batch(batch, layout, root, replicate).wait()
+
+    def post_batch(self, batch, layout, root=0, replicate=False):
+        """scatter_batch without waiting: the small header (row and entry counts per rank) goes
+        now, the typed buffers as non-blocking Iscatterv (Ibcast) whose completion is .wait()'s.
+        The trainer posts the next batch before computing this one, so the transfer overlaps it."""
         from_root = self.rank == root
         P = self.size
         head = np.zeros(2 * P, dtype=np.int64)
@@ -150,31 +156,19 @@ class Communicator:
         self.Bcast_(head, root=root, what="batch header")
         counts, nnz = head[:P], head[P:]
         n = int(counts[self.rank])
-        y = np.empty(n, dtype=layout.y_dtype)
-        self.Scatterv_(np.ascontiguousarray(batch.y, layout.y_dtype) if from_root else None,
-                       counts, y, root, "labels", replicate=replicate)
-        Xd = Xs = None
+        pending = PendingBatch(self, root, replicate, layout, n)
+        pending.move("y", batch.y if from_root else None, layout.y_dtype, counts, (n,), "labels")
         if layout.n_dense:
-            Xd = np.empty((n, layout.n_dense), dtype=layout.dtype)
-            self.Scatterv_(np.ascontiguousarray(batch.Xd, layout.dtype) if from_root else None,
-                           counts * layout.n_dense, Xd, root, "dense features", replicate=replicate)
+            pending.move("Xd", batch.Xd if from_root else None, layout.dtype, counts * layout.n_dense,
+                         (n, layout.n_dense), "dense features")
         if layout.n_sparse:
             g = batch.Xs if from_root else None
-            lengths = np.empty(n, dtype=INDEX)
-            self.Scatterv_(np.diff(g.indptr).astype(INDEX) if from_root else None,
-                           counts, lengths, root, "CSR row lengths", replicate=replicate)
-            indices = np.empty(int(nnz[self.rank]), dtype=INDEX)
-            self.Scatterv_(np.ascontiguousarray(g.indices, INDEX) if from_root else None,
-                           nnz, indices, root, "CSR column ids", replicate=replicate)
-            data = np.empty(int(nnz[self.rank]), dtype=layout.dtype)
-            self.Scatterv_(np.ascontiguousarray(g.data, layout.dtype) if from_root else None,
-                           nnz, data, root, "CSR values", replicate=replicate)
-            indptr = np.zeros(n + 1, dtype=INDEX)
-            np.cumsum(lengths, out=indptr[1:])
-            import scipy.sparse as sp
-            Xs = sp.csr_matrix((data, indices, indptr), shape=(n, layout.n_sparse))
-        from mpinn.model import Batch
-        return Batch(Xs, Xd, y)
+            pending.move("lengths", np.diff(g.indptr) if from_root else None, INDEX, counts, (n,),
+                         "CSR row lengths")
+            k = int(nnz[self.rank])
+            pending.move("indices", g.indices if from_root else None, INDEX, nnz, (k,), "CSR column ids")
+            pending.move("data", g.data if from_root else None, layout.dtype, nnz, (k,), "CSR values")
+        return pending
 
     # ------------------------------------------------------------ gradients (strategy-specific)
     def reduce_gradients_(self, grad_buffer, sparse=None):
@@ -212,6 +206,48 @@ class Communicator:
         rows = np.empty((total, w), dtype=sparse.rows.dtype)
         self.Allgatherv_(sparse.rows, counts * w, rows, "sparse rows")
         return coalesce_rows(ids, rows, sparse.n_rows)
+
+
+class PendingBatch:
+    """A batch on its way: the receive buffers, the requests, and (on root) the send buffers,
+    which must stay alive until the requests complete."""
+
+    def __init__(self, comm, root, replicate, layout, n):
+        self.comm, self.root, self.replicate, self.layout, self.n = comm, root, replicate, layout, n
+        self.buffers, self.requests, self.keep = {}, [], []
+
+    def move(self, name, send, dtype, counts, shape, what):
+        c = self.comm
+        recv = np.empty(shape, dtype=dtype)
+        check_buffer(recv, dtype, int(counts[c.rank]), what + " receive buffer")
+        if c.rank == self.root:
+            send = np.ascontiguousarray(send, dtype=dtype)
+            check_buffer(send, dtype, recv.size if self.replicate else int(counts.sum()), what + " send buffer")
+            self.keep.append(send)
+        if self.replicate:
+            if c.rank == self.root:
+                recv[...] = send.reshape(shape)
+            req = c.comm.Ibcast(recv, root=self.root)
+        elif c.rank == self.root:
+            req = c.comm.Iscatterv([send, (counts, _displs(counts))], recv, root=self.root)
+        else:
+            req = c.comm.Iscatterv(None, recv, root=self.root)
+        self.buffers[name] = recv
+        self.requests.append(req)
+
+    def wait(self):
+        """Complete the transfers; this rank's Batch."""
+        MPI.Request.Waitall(self.requests)
+        self.keep = []
+        b, L = self.buffers, self.layout
+        Xs = None
+        if L.n_sparse:
+            import scipy.sparse as sp
+            indptr = np.zeros(self.n + 1, dtype=INDEX)
+            np.cumsum(b["lengths"], out=indptr[1:])
+            Xs = sp.csr_matrix((b["data"], b["indices"], indptr), shape=(self.n, L.n_sparse))
+        from mpinn.model import Batch
+        return Batch(Xs, b.get("Xd"), b["y"])
 
 
 def coalesce_rows(ids, rows, n_rows):

@@ -156,7 +156,7 @@ class Trainer:
         reduced = comm.reduce_gradients_(model.grad_buffer, sparse)
         ok = comm.agree_(self.finite(reduced) if comm.updates_here else True)
         t3 = time.perf_counter()
-        if comm.updates_here and ok and local.n:   # (only a tower can get no rows)
+        if comm.updates_here and ok and (local.n or not self.towers):   # a tower with no rows has no step
             if reduced is not None and not opt.sparse_ok:
                 model.densify_(reduced)
                 reduced = None
