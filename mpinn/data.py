@@ -297,8 +297,8 @@ class TableSource:
             self.categorical = ["c%d" % j for j in range(len(DEFAULT_CARDS))]
             self.numeric = ["n%d" % j for j in range(DEFAULT_NUMERIC)]
             self.label, self.has_label, self.n_rows = "click", True, self.default_rows
-            self.meta = {"source": "default", "default_rows": self.default_rows,
-                         "default_seed": self.default_seed, "numeric": self.numeric, "label": "click"}
+            self.meta = {"source": "default", "default_rows": self.default_rows, "default_seed": self.default_seed,
+                         "categorical": self.categorical, "numeric": self.numeric, "label": "click"}
             return
         ext = os.path.splitext(path)[1].lower()
         self.kind = "parquet" if ext in (".parquet", ".pq") else "csv"

@@ -29,21 +29,21 @@ def load_for_model(meta, path):
         if meta.get("source") != "default":
             raise MpinnError("--data is required (the model was not trained on the embedded data)")
         from mpinn.data import load_default
-        contract = meta["hashing"]
-        data = load_default(meta["default_rows"], meta["default_seed"], contract["bits"], contract["seed"])
+        data = load_default(meta["default_rows"], meta["default_seed"], contract=meta["hashing"])
         _, valid = data.split(meta["holdout"], meta["default_seed"])
         if valid is None:
             raise MpinnError("the model was trained without held-out rows; give --data")
         return valid
     kw = dict(task=meta["task"], classes=meta.get("classes"), require_label=False)
-    if meta.get("source") in ("csv", "default"):
-        if not path.lower().endswith((".csv", ".txt")):
-            raise MpinnError("the model was trained on CSV-like data; give a .csv file")
-        contract = meta.get("hashing")
-        data = load_data(path, label=meta.get("label"), categorical=",".join(meta.get("categorical", [])),
-                         numeric=",".join(meta.get("numeric", [])),
-                         hash_bits=contract["bits"] if contract else 18,
-                         hash_seed=contract["seed"] if contract else 0, **kw)
+    contract = meta.get("hashing")
+    if path.lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
+        data = load_data(path, task=meta["task"], classes=meta.get("classes"), contract=contract)
+    elif meta.get("source") in ("csv", "default", "parquet"):
+        if not path.lower().endswith((".csv", ".txt", ".parquet", ".pq")):
+            raise MpinnError("the model was trained on tabular data; give a .csv, .parquet or .mpinn file")
+        # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
+        data = load_data(path, label=meta.get("label"), categorical=",".join(meta.get("categorical") or []),
+                         numeric=",".join(meta.get("numeric") or []), contract=contract, **kw)
         if contract:
             check_contract(contract, data.meta["hashing"])
     else:

@@ -87,16 +87,16 @@ def build_parser():
                       "4 numeric, binary label). Example: mpirun -np 2 python -m mpinn.train data.csv "
                       "--label y --categorical a,b,c --numeric x1,x2")
     d = p.add_argument_group("data")
-    d.add_argument("data", nargs="?", help=".csv, .npz (X, y) or .mat (Ng format: X, y in 1..10); "
-                   "omitted: the embedded click log")
+    d.add_argument("data", nargs="?", help=".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or "
+                   ".mpinn (written by python -m mpinn.prepare); omitted: the embedded click log")
     d.add_argument("--label", help="CSV label column")
     d.add_argument("--categorical", default="", help="comma-separated CSV columns to hash")
     d.add_argument("--numeric", default="", help="comma-separated CSV columns used as numbers")
     d.add_argument("--task", default="auto", choices=["auto", "multiclass", "binary", "regression"])
     d.add_argument("--valid", help="held-out file (same format); default: --holdout of the data")
     d.add_argument("--holdout", type=nonneg_float, default=0.1, help="share of rows held out (default 0.1)")
-    d.add_argument("--hash-bits", type=positive_int, default=18, help="hashed columns = 2**bits (default 18)")
-    d.add_argument("--hash-seed", type=int, default=0, help="xxh64 seed (default 0)")
+    from mpinn.hashing import add_hashing_arguments
+    add_hashing_arguments(d)        # --hash-mode, --hash-k, --hash-bits, --hash-seed, --buckets
     d.add_argument("--default-rows", type=positive_int, default=200_000,
                    help="rows of the embedded click log (default 200000)")
     m = p.add_argument_group("model")
@@ -247,10 +247,12 @@ def run(args):
         t = time.perf_counter()
         kw = dict(label=args.label, categorical=args.categorical, numeric=args.numeric,
                   hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
-                  default_rows=args.default_rows, default_seed=args.seed)
+                  default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
+                  hash_k=args.hash_k, buckets=args.buckets)
         data = load_data(args.data, **kw)
         if args.valid:
-            valid = load_data(args.valid, **dict(kw, task=data.task, classes=data.meta.get("classes")))
+            valid = load_data(args.valid, **dict(kw, task=data.task, classes=data.meta.get("classes"),
+                                                 contract=data.meta.get("hashing")))
             train = data
         else:
             train, valid = data.split(args.holdout, args.seed)

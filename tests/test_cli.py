@@ -125,3 +125,61 @@ def test_mat_file_in_ng_format_end_to_end(tmp_path, launcher):
     assert rows[0].startswith("prediction,p_1,") and rows[0].endswith(",p_10") and len(rows) == 1798
     predicted = np.array([int(r.split(",")[0]) for r in rows[1:]])
     assert np.mean(predicted == np.where(y == 0, 10, y)) >= 0.85        # labels come back as 1..10
+
+
+def prepare_cli(args, timeout=120):
+    return run([sys.executable, "-m", "mpinn.prepare"] + list(args), timeout)
+
+
+@pytest.mark.mpi
+def test_prepare_then_train_on_the_packed_file_and_predict(tmp_path, launcher):
+    """prepare hashes a CSV once (split mode); training reads the packed file; a held-out CSV prepared
+    --like it validates; predict on the raw CSV gives the metric training reported."""
+    tr, va = make_csv(tmp_path / "train.csv", 3000, 1), make_csv(tmp_path / "valid.csv", 600, 2)
+    p = prepare_cli([tr, "--label", "label", "--categorical", "city,noise", "--numeric", "x",
+                     "--hash-mode", "split", "--chunk-rows", "500", "--out", str(tmp_path / "tr.mpinn"),
+                     "--verify", "--report"])
+    assert p.returncode == 0, p.stderr
+    assert "wrote" in p.stdout and "3000 rows" in p.stdout and "collisions:" in p.stdout
+    assert "rows/s" in p.stderr
+    p = prepare_cli([va, "--like", str(tmp_path / "tr.mpinn"), "--out", str(tmp_path / "va.mpinn")])
+    assert p.returncode == 0, p.stderr
+    r, model, metrics = train(2, [str(tmp_path / "tr.mpinn"), "--valid", str(tmp_path / "va.mpinn"),
+                                  "--epochs", "8", "--batch-size", "100", "--hidden", "16"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    reported = json.load(open(metrics))["valid"]
+    assert reported["accuracy"] >= 0.9, reported
+    q = predict(["--model", model, "--data", va, "--metrics-out", str(tmp_path / "p.json")])
+    assert q.returncode == 0, q.stderr
+    assert json.load(open(tmp_path / "p.json"))["accuracy"] == pytest.approx(reported["accuracy"], abs=1e-12)
+
+
+@pytest.mark.mpi
+def test_train_hashes_csv_in_split_mode_with_bucket_overrides(tmp_path, launcher):
+    tr, va = make_csv(tmp_path / "train.csv", 2000, 1), make_csv(tmp_path / "valid.csv", 400, 2)
+    r, model, metrics = train(2, [tr, "--label", "label", "--categorical", "city,noise", "--numeric", "x",
+                                  "--valid", va, "--hash-mode", "split", "--hash-k", "2", "--buckets", "city=3",
+                                  "--epochs", "6", "--batch-size", "100", "--hidden", "16"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "input columns" in r.stdout and json.load(open(metrics))["valid"]["accuracy"] >= 0.85
+
+
+def test_prepare_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,x,y\nq,1,0\nr,oops,1\n")
+    out = str(tmp_path / "o.mpinn")
+    one_error_line(prepare_cli([str(bad), "--label", "y", "--categorical", "a", "--numeric", "x", "--out", out]),
+                   "line 3: column 'x' is not a number: 'oops'")
+    one_error_line(prepare_cli([str(bad), "--label", "y", "--buckets", "a=3", "--out", out]),
+                   "--buckets is for --hash-mode split")
+    one_error_line(prepare_cli(["--default-rows", "10", "--out", str(tmp_path / "o.npz")]), "ends in .mpinn")
+    assert not (tmp_path / "o.mpinn").exists()
+
+
+@pytest.mark.mpi
+def test_training_on_a_truncated_packed_file_is_one_line(tmp_path, launcher):
+    cut = tmp_path / "cut.mpinn"
+    assert prepare_cli(["--default-rows", "500", "--out", str(cut), "--quiet"]).returncode == 0
+    cut.write_bytes(cut.read_bytes()[:5000])
+    r, _, _ = train(2, [str(cut)], tmp_path, 60)
+    one_error_line(r, "cut.mpinn is truncated: 5000 bytes, its header says")

@@ -77,3 +77,141 @@ def test_holdout_split_is_seeded_and_disjoint():
     t2, v2 = d.split(0.2, 3)
     assert len(t1) == 800 and len(v1) == 200
     assert np.array_equal(v1.y, v2.y) and np.array_equal(v1.Xd, v2.Xd)
+
+
+# ---------------------------------------------------------------- chunked readers
+def engines():
+    out = ["python"]
+    try:
+        import pyarrow  # noqa: F401
+        out.append("arrow")
+    except ImportError:
+        pass
+    return out
+
+
+def table_text(n, seed=0):
+    """A CSV with quoted commas and newlines, empty categorical cells and three label values."""
+    rng = np.random.default_rng(seed)
+    lines = ["site,kind,x,z,label"]
+    for i in range(n):
+        site = rng.choice(["a.com", '"b, inc"', '"line\nbreak"', "", "d"])
+        lines.append("%s,%d,%.6g,%d,%s" % (site, rng.integers(0, 50), rng.standard_normal(),
+                                           rng.integers(0, 3), rng.choice(["yes", "no", "maybe"])))
+    return "\n".join(lines) + "\n"
+
+
+def same_dataset(a, b):
+    assert a.meta == b.meta
+    for x, y in ((a.Xs.indices, b.Xs.indices), (a.Xs.indptr, b.Xs.indptr), (a.Xd, b.Xd), (a.y, b.y)):
+        assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("mode", ["trick", "split", "onehot"])
+def test_csv_in_chunks_equals_csv_at_once_with_either_engine(tmp_path, mode):
+    p = write(tmp_path / "t.csv", table_text(700))
+    kw = dict(label="label", categorical=["site", "kind"], numeric=["x", "z"], hash_mode=mode)
+    whole = load_csv(p, chunk_rows=10**6, engine="python", **kw)
+    assert len(whole) == 700 and whole.meta["classes"] == ["maybe", "no", "yes"]
+    for engine in engines():
+        for chunk in (1, 64, 10**6):
+            same_dataset(load_csv(p, chunk_rows=chunk, engine=engine, **kw), whole)
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_a_bad_line_deep_in_a_streamed_csv_is_named(tmp_path, engine):
+    text = table_text(300).splitlines()
+    text[250] = "d,3,oops,1,yes"            # quoted newlines above it: its line number is not its row number
+    p = write(tmp_path / "bad.csv", "\n".join(text) + "\n")
+    physical = open(p).read().split("\n").index("d,3,oops,1,yes") + 1
+    with pytest.raises(MpinnError, match=r"bad.csv line %d: column 'x' is not a number: 'oops'" % physical):
+        load_csv(p, "label", ["site"], ["x", "z"], chunk_rows=32, engine=engine)
+    text[250] = "d,3,1.5,yes"
+    p = write(tmp_path / "short.csv", "\n".join(text) + "\n")
+    with pytest.raises(MpinnError, match=r"line %d: 4 fields, the header has 5" % physical):
+        load_csv(p, "label", ["site"], ["x", "z"], chunk_rows=32, engine=engine)
+
+
+def test_parquet_in_batches_equals_the_same_table_as_csv(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rng = np.random.default_rng(1)
+    n = 900
+    site = rng.choice(["a.com", "b.org", "", "c.net"], n).tolist()
+    site[5] = None                                   # a null is a missing value, like an empty cell
+    table = pa.table({"site": site, "kind": rng.integers(0, 50, n), "x": rng.standard_normal(n),
+                      "label": rng.integers(0, 2, n)})
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(table, path, row_group_size=200)   # dictionary-encoded pages, several row groups
+    with open(tmp_path / "t.csv", "w") as f:
+        f.write("site,kind,x,label\n")
+        for s, k, x, y in zip(site, table["kind"].to_pylist(), table["x"].to_pylist(), table["label"].to_pylist()):
+            f.write("%s,%d,%r,%d\n" % (s or "", k, x, y))
+    kw = dict(label="label", categorical="site,kind", numeric="x", hash_mode="split")
+    ref = load_data(str(tmp_path / "t.csv"), **kw)
+    from mpinn.data import load_parquet
+    for chunk in (64, 10**6):
+        d = load_parquet(path, "label", ["site", "kind"], ["x"], hash_mode="split", chunk_rows=chunk)
+        assert d.meta["source"] == "parquet" and d.task == "binary"
+        for x, y in ((d.Xs.indices, ref.Xs.indices), (d.Xd, ref.Xd), (d.y, ref.y)):
+            assert np.array_equal(x, y)
+    from mpinn.data import TableSource
+    part = next(TableSource(path, "label", ["site"], [], chunk_rows=100).parts())
+    assert pa.types.is_dictionary(part.cats[0].type)          # hashed through the dictionary
+
+
+def test_parquet_errors_are_one_line(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"a": ["x", "y"], "x": [1.0, None], "y": [0, 1]}), path)
+    with pytest.raises(MpinnError, match="t.parquet row 2: column 'x' is missing or not finite"):
+        load_data(path, label="y", categorical="a", numeric="x")
+    with pytest.raises(MpinnError, match="has no column 'q'"):
+        load_data(path, label="y", categorical="q")
+    (tmp_path / "not.parquet").write_bytes(b"PAR1 nonsense")
+    with pytest.raises(MpinnError, match="cannot read .*not.parquet as Parquet"):
+        load_data(str(tmp_path / "not.parquet"), label="y")
+
+
+def test_clicklog_in_chunks_equals_the_whole():
+    from mpinn.data import iter_clicklog
+    whole = make_clicklog(3000, 5)
+    for chunk in (3000, 1000, 777):
+        parts = list(iter_clicklog(3000, 5, chunk))
+        for k in range(3):
+            assert np.array_equal(np.concatenate([p[k] for p in parts]), whole[k])
+
+
+def test_a_given_contract_is_used_not_refitted(tmp_path):
+    tr = write(tmp_path / "tr.csv", "c,y\n" + "".join("v%d,%d\n" % (i % 30, i % 2) for i in range(300)))
+    va = write(tmp_path / "va.csv", "c,y\nv1,0\nnew,1\n")
+    train = load_data(tr, label="y", categorical="c", hash_mode="split")
+    valid = load_data(va, label="y", categorical="c", contract=train.meta["hashing"])
+    assert valid.meta["hashing"] == train.meta["hashing"] and valid.Xs.shape[1] == train.Xs.shape[1]
+    assert np.array_equal(valid.Xs[0].indices, train.Xs[1].indices)     # v1 -> the same columns
+    with pytest.raises(MpinnError, match="contract is for categorical columns"):
+        load_data(va, label="y", categorical="y", contract=train.meta["hashing"])
+
+
+def test_label_scan_in_chunks_decides_like_encode_labels():
+    from mpinn.data import LabelScan
+    cases = [np.array(["1", "0", "1", "0"] * 50, dtype=object), np.array(["a", "b", "c"] * 30, dtype=object),
+             np.arange(3000) * 0.5, np.array([3, 1, 2, 7] * 25)]
+    for raw in cases:
+        scan = LabelScan()
+        for s in range(0, len(raw), 37):
+            scan.update(raw[s:s + 37])
+        _, task, classes = encode_labels(raw)
+        assert scan.result() == (task, classes)
+        y_chunks = np.concatenate([encode_labels(raw[s:s + 37], task, classes)[0] for s in range(0, len(raw), 37)])
+        assert np.array_equal(y_chunks, encode_labels(raw)[0])
+
+
+def test_default_data_in_every_hash_mode():
+    for mode, cols in (("trick", 2**18), ("split", None), ("onehot", None)):
+        d = load_default(5000, hash_mode=mode)
+        c = d.meta["hashing"]
+        assert c["mode"] == mode and d.Xs.shape == (5000, c["n_columns"])
+        assert cols is None or c["n_columns"] == cols
+        assert np.all(np.diff(d.Xs.indptr) == 20 * (4 if mode == "split" else 1))
