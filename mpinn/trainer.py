@@ -1,8 +1,10 @@
 """The training loop: scatter a batch, forward/backward, reduce, step; straight from top to bottom."""
 import math
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -86,6 +88,65 @@ class Faults:
                     raise RuntimeError("injected failure at step %d" % step)
 
 
+class Feed:
+    """One epoch's local batches, in order, from self.next_step on.
+
+    scatter (default): rank 0 reads the global batch (Dataset.take or a packed file's memory map)
+    and scatters row slices. With prefetch, a thread on rank 0 reads batches ahead (a queue of two),
+    and the next batch's Iscatterv is posted before this batch computes, so the transfer overlaps
+    the compute. read_local: every rank reads its own slice of the global batch from the packed
+    file (the same rows a scatter would give it), no rank-0 bottleneck, no messages."""
+
+    def __init__(self, trainer, data, order, steps):
+        self.t, self.data, self.order, self.steps = trainer, data, order, steps
+        self.s = trainer.next_step
+        self.pending = None
+        self.queue = None
+        if trainer.prefetch and self.s < steps and (trainer.rank0 or trainer.read_local):
+            self.queue = queue.Queue(maxsize=2)
+            threading.Thread(target=self._produce, daemon=True, name="mpinn-prefetch").start()
+
+    def _rows(self, s):
+        B, rows = self.t.batch_size, None
+        rows = self.order[s * B:(s + 1) * B]
+        if self.t.read_local:   # this rank's contiguous slice, exactly as split_counts scatters it
+            c = split_counts(len(rows), self.t.comm.size)
+            start = int(c[:self.t.comm.rank].sum())
+            rows = rows[start:start + int(c[self.t.comm.rank])]
+        return rows
+
+    def _read(self, s):
+        return self.data.take(self._rows(s), self.t.model.dtype)
+
+    def _produce(self):
+        try:
+            for s in range(self.s, self.steps):
+                self.queue.put(self._read(s))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
+            self.queue.put(e)
+
+    def _get(self, s):
+        if not (self.t.rank0 or self.t.read_local):
+            return None
+        if self.queue is None:
+            return self._read(s)
+        item = self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _post(self, s):
+        return self.t.comm.post_batch(self._get(s), self.t.layout, replicate=self.t.towers == "same")
+
+    def next(self):
+        s, self.s = self.s, self.s + 1
+        if self.t.read_local:
+            return self._get(s)
+        pending = self.pending if self.pending is not None else self._post(s)
+        self.pending = self._post(s + 1) if self.t.prefetch and s + 1 < self.steps else None
+        return pending.wait()
+
+
 class Trainer:
     """Data-parallel training: rank 0 holds the data; every rank holds the model.
 
@@ -94,7 +155,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
-                 on_epoch=None, towers=None, tower_mix="mean"):
+                 on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
@@ -107,6 +168,8 @@ class Trainer:
         self.on_epoch = on_epoch      # called on every rank with each epoch's record
         self.towers = towers          # tower mode: None (data parallel), "shard" or "same" data
         self.tower_mix, self.tower_weights = tower_mix, None
+        self.prefetch = prefetch      # prepare and send the next batch while this one computes
+        self.read_local = read_local  # every rank reads its own rows (a packed file), no scatter
         self.times = dict.fromkeys(PHASES, 0.0)
         self.samples, self.samples_at_start = 0, 0
         self.history = []
@@ -141,9 +204,14 @@ class Trainer:
         """One synchronous step on this rank's slice of global_batch (given on rank 0 only).
         Returns (mean loss, ok); ok is False when the step was skipped for a non-finite loss or
         gradient on some rank (every rank reaches the same verdict)."""
-        model, comm, opt, t = self.model, self.comm, self.optimizer, self.times
         t0 = time.perf_counter()
-        local = comm.scatter_batch(global_batch, self.layout, replicate=self.towers == "same")
+        local = self.comm.scatter_batch(global_batch, self.layout, replicate=self.towers == "same")
+        self.times["data"] += time.perf_counter() - t0
+        return self.step_local(local, n_global)
+
+    def step_local(self, local, n_global):
+        """The step once this rank has its rows: gradient, reduction, verdict, update."""
+        model, comm, opt, t = self.model, self.comm, self.optimizer, self.times
         t1 = time.perf_counter()
         want_rows = bool(model.spec.n_sparse) and not comm.wants_dense
         if self.lr_at is not None:
@@ -164,7 +232,6 @@ class Trainer:
         t4 = time.perf_counter()
         comm.sync_params_(model.params)
         t5 = time.perf_counter()
-        t["data"] += t1 - t0
         t["compute"] += (t2 - t1) + (t4 - t3)
         t["comm"] += (t3 - t2) + (t5 - t4)
         self.samples += n_global
@@ -195,6 +262,11 @@ class Trainer:
         return coalesce_rows(np.concatenate([p.ids for p in parts]),
                              np.concatenate([p.rows for p in parts]), parts[0].n_rows)
 
+    def feed(self, train, n_train, epoch, steps):
+        """Where this epoch's local batches come from (see Feed)."""
+        order = self.epoch_order(n_train, epoch) if (self.rank0 or self.read_local) else None
+        return Feed(self, train, order, steps)
+
     def finite(self, reduced):
         """Is the reduced gradient (and the loss in its last slot) finite? One sum per buffer:
         a NaN or Inf anywhere makes the sum non-finite."""
@@ -213,19 +285,19 @@ class Trainer:
         B = self.batch_size
         steps = math.ceil(n_train / B)
         bar = Progress(progress and self.rank0)
-        dtype = self.model.dtype
         t_fit, self.samples_at_start = time.perf_counter(), self.samples
         while self.epoch <= epochs:
             epoch = self.epoch
-            order = self.epoch_order(n_train, epoch) if self.rank0 else None
+            feed = self.feed(train, n_train, epoch, steps)
             t_epoch, samples0 = time.perf_counter(), self.samples
             while self.next_step < steps:
                 s = self.next_step
                 self.watchdog.arm("step %d (epoch %d, batch %d of %d)" % (self.global_step + 1, epoch, s + 1, steps))
-                rows = order[s * B:(s + 1) * B] if self.rank0 else None
                 n_global = min(B, n_train - s * B)
-                batch = train.take(rows, dtype) if self.rank0 else None
-                loss, ok = self.step(batch, n_global)
+                t0 = time.perf_counter()
+                local = feed.next()
+                self.times["data"] += time.perf_counter() - t0
+                loss, ok = self.step_local(local, n_global)
                 self.watchdog.disarm()
                 self.global_step += 1
                 self.next_step += 1
