@@ -132,6 +132,11 @@ def build_parser():
     c = p.add_argument_group("distribution")
     c.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
                    help="allreduce: every rank steps; gather: rank 0 steps and broadcasts (DT42)")
+    c.add_argument("--input", default="scatter", choices=["scatter", "local"],
+                   help="scatter: rank 0 reads (and hashes) the rows and scatters each batch; local: "
+                        "every rank reads its own rows of a packed file (python -m mpinn.prepare)")
+    c.add_argument("--no-prefetch", action="store_true",
+                   help="do not read and send the next batch while this one computes")
     c.add_argument("--parallel", default="data", choices=["data", "tower"],
                    help="data: one model, gradients combined every step; tower: every rank trains its "
                         "own replica (seed + rank) and predictions are mixed (the wide-sparse seed's mode)")
@@ -180,7 +185,8 @@ def default_loss(task):
 # options that may change between a run and its --resume; all others must match the checkpoint
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
-                     "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot"}  # (towers: no resume)
+                     "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot", "input",
+                     "no_prefetch"}  # (towers: no resume)
 
 
 def resume_config(args):
@@ -261,15 +267,18 @@ def run(args):
                              % (len(train), comm.size))
         say("data: %s, %d training rows, %d held out, %s input columns + %d dense, task %s (%.1f s)" % (
             args.data or "embedded click log", len(train), len(valid) if valid is not None else 0,
-            train.Xs.shape[1] if train.Xs is not None else 0,
-            train.Xd.shape[1] if train.Xd is not None else 0, train.task, time.perf_counter() - t))
+            train.n_sparse, train.n_dense, train.task, time.perf_counter() - t))
         return train, valid
 
+    if args.input == "local" and not (args.data or "").endswith(".mpinn"):
+        raise MpinnError("--input local needs a packed file: python -m mpinn.prepare DATA ... --out DATA.mpinn")
     loaded = comm.root_call(load)
     train, valid = loaded if rank0 else (None, None)
+    if args.input == "local" and not rank0:     # the same file, the same seeded split, on every rank
+        train, valid = load()
     # every rank learns the shapes it needs; the data itself stays on rank 0
     info = comm.bcast_obj({"meta": train.meta, "layout": vars(train.layout(args.dtype)),
-                           "fan_in": float(train.Xs.getnnz() / max(len(train), 1)) if train.Xs is not None else 1.0,
+                           "fan_in": train.sparse_fan_in,
                            "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1),
                            "n_train": len(train)}
                           if rank0 else None)
@@ -295,7 +304,8 @@ def run(args):
                       watchdog=watchdog, max_bad_steps=args.max_bad_steps,
                       faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), grad_accum=args.grad_accum,
                       lr_at=lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None,
-                      on_epoch=curve.add if curve else None, towers=towers, tower_mix=args.tower_mix)
+                      on_epoch=curve.add if curve else None, towers=towers, tower_mix=args.tower_mix,
+                      prefetch=not args.no_prefetch, read_local=args.input == "local")
     config = resume_config(args)
     if args.resume:
         def load_checkpoint_checked():
@@ -346,9 +356,10 @@ def run(args):
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
     say("done: %d samples in %.1f s, %.0f samples/s over %d ranks; time split (mean over ranks): "
-        "data %.0f%% (read+hash+scatter), compute %.0f%%, communication %.0f%%" % (
+        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%" % (
             summary["samples"], summary["seconds"], summary["samples_per_s"], comm.size,
-            100 * ph["data"] / busy, 100 * ph["compute"] / busy, 100 * ph["comm"] / busy))
+            100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"],
+            100 * ph["compute"] / busy, 100 * ph["comm"] / busy))
     say("model written to %s" % args.model_out)
     if args.metrics_out:
         with open(args.metrics_out, "w") as f:

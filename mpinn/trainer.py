@@ -171,7 +171,7 @@ class Trainer:
         self.prefetch = prefetch      # prepare and send the next batch while this one computes
         self.read_local = read_local  # every rank reads its own rows (a packed file), no scatter
         self.times = dict.fromkeys(PHASES, 0.0)
-        self.samples, self.samples_at_start = 0, 0
+        self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
         self.history = []
         # where training stands (saved in checkpoints)
         self.epoch, self.next_step, self.global_step = 1, 0, 0
@@ -285,7 +285,7 @@ class Trainer:
         B = self.batch_size
         steps = math.ceil(n_train / B)
         bar = Progress(progress and self.rank0)
-        t_fit, self.samples_at_start = time.perf_counter(), self.samples
+        t_fit, self.samples_at_start, self.steps_at_start = time.perf_counter(), self.samples, self.global_step
         while self.epoch <= epochs:
             epoch = self.epoch
             feed = self.feed(train, n_train, epoch, steps)
@@ -475,4 +475,5 @@ class Trainer:
         return {"ranks": self.comm.size, "reduce": self.comm.name, "samples": done,
                 "seconds": total, "samples_per_s": done / total if total else 0.0,
                 "phase_s_mean": mean, "phase_s_per_rank": per_rank, "skipped_steps": self.skipped,
+                "data_wait_s_per_step": mean["data"] / max(self.global_step - self.steps_at_start, 1),
                 "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None)}
