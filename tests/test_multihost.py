@@ -18,7 +18,7 @@ STANDIN = os.path.join(ROOT, "scripts", "netns_ssh")
 # run whose process is gone is removed at the next start
 NAME_RE = re.compile(r"^mn(\d+)([a-z])(?:h\d+|b|v\d+)$")
 TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "1", "--dtype", "float64", "--no-progress"]
-LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "20000", "--epochs", "200", "--no-progress"]
+LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "100000", "--no-progress"]
 
 
 def sh(*cmd, check=True, timeout=20):
