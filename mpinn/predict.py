@@ -54,28 +54,53 @@ def load_for_model(meta, path):
     return data
 
 
-def run(args):
+def predict_file(model_path, data=None):
+    """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
+    None for a model trained on the embedded data: its held-out rows). Metrics need labels."""
     from mpinn.checkpoint import load_model
-    from mpinn.metrics import compute_metrics, format_metrics
+    from mpinn.data import Rows
+    from mpinn.metrics import compute_metrics
     from mpinn.model import MLP
-    from mpinn.trainer import predict_rows
     from mpinn.towers import mix
-    params, spec, meta = load_model(args.model)
+    from mpinn.trainer import predict_rows
+    params, spec, meta = load_model(model_path)
     model = MLP(spec)
     towers = params.reshape(-1, params.shape[-1]) if params.ndim == 2 else params[None]
     if towers.shape[1] != model.size:
         raise MpinnError("%s: %d parameters stored, the architecture needs %d"
-                         % (args.model, towers.shape[1], model.size))
-    data = load_for_model(meta, args.data)
+                         % (model_path, towers.shape[1], model.size))
+    rows = data if isinstance(data, Rows) else load_for_model(meta, data)
+    if isinstance(data, Rows) and meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
+        rows = _relabel(rows, meta)
     preds = []
     for p in towers:            # tower mode keeps every replica: mix their predictions
         model.params[...] = p
-        preds.append(predict_rows(model, data))
-    weights = meta.get("towers", {}).get("weights")
-    pred = preds[0] if len(preds) == 1 else mix(preds, weights)
-    metrics = {"n": len(data)}
+        preds.append(predict_rows(model, rows))
+    pred = preds[0] if len(preds) == 1 else mix(preds, meta.get("towers", {}).get("weights"))
+    metrics = {"n": len(rows)}
+    if rows.meta.get("has_label", True):
+        metrics = compute_metrics(meta["task"], rows.y, pred)
+    return pred, metrics, meta, rows
+
+
+def _relabel(rows, meta):
+    """In-memory rows encoded with their own classes: re-express their label ids in the model's."""
+    from mpinn.data import Dataset
+    theirs, ours = list(rows.meta.get("classes") or []), list(meta.get("classes") or [])
+    unknown = sorted(set(theirs) - set(ours))
+    if unknown:
+        raise MpinnError("labels %s are not among the model's classes %s" % (unknown[:5], ours[:10]))
+    to_ours = np.array([ours.index(c) for c in theirs], dtype=np.int64)
+    y = to_ours[np.asarray(rows.y, dtype=np.int64)]
+    if meta["task"] == "binary":
+        y = y.astype(np.float64)
+    return Dataset(rows.Xs, rows.Xd, y, dict(rows.meta, classes=ours))
+
+
+def run(args):
+    from mpinn.metrics import format_metrics
+    pred, metrics, meta, data = predict_file(args.model, args.data)
     if data.meta.get("has_label", True):
-        metrics = compute_metrics(meta["task"], data.y, pred)
         print("%d rows: %s" % (len(data), format_metrics(metrics)), flush=True)
     else:
         print("%d rows (no labels: no metrics)" % len(data), flush=True)
