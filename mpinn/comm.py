@@ -406,6 +406,7 @@ class Watchdog:
                 say_error("mpinn: error on rank %d of %d: %s did not finish within %.0f s; aborting the job "
                           "(a rank is stuck, crashed or unreachable; if steps are legitimately this slow, "
                           "raise --step-timeout)" % (rank, size, self._what, deadline - self._started))
+                time.sleep(0.2)     # let the launcher forward the line before the abort tears it down
                 MPI.COMM_WORLD.Abort(DEADLINE_EXIT)
 
 
