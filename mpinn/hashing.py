@@ -226,7 +226,6 @@ def make_contract(features, bits=18, seed=0, mode="trick", k=4, buckets=None, vo
             raise MpinnError("--hash-bits must be in 1..30, not %s" % bits)
         c.update(bits=int(bits), prefix=bool(prefix), n_columns=1 << int(bits))
         return c
-    c["feature_seeds"] = [feature_seed(seed, f) for f in features]
     if mode == "split":
         if not 1 <= int(k) <= 16:
             raise MpinnError("--hash-k must be in 1..16, not %s" % k)
@@ -237,7 +236,7 @@ def make_contract(features, bits=18, seed=0, mode="trick", k=4, buckets=None, vo
                 raise MpinnError("--buckets %s=%d: with --hash-k %d a block holds 1..%d buckets (64/k bits of "
                                  "the digest)" % (f, b, k, 1 << (64 // k)))
         widths = [k * b for b in buckets]
-        c.update(k=k, buckets=buckets)
+        c.update(feature_seeds=[feature_seed(seed, f) for f in features], k=k, buckets=buckets)
     else:
         vocab = [sorted(set(v)) for v in vocab]
         widths = [len(v) + 1 for v in vocab]
@@ -377,8 +376,7 @@ def check_contract(stored, wanted):
                 raise MpinnError("hashing contract of the %s has version %s; this mpinn reads up to %d"
                                  % (who, c.get(key), HASHING_VERSION))
     keys = ["mode", "seed", "features"]
-    keys += {"trick": ["bits", "prefix"], "split": ["k", "buckets", "feature_seeds"],
-             "onehot": ["feature_seeds"]}.get(stored.get("mode"), [])
+    keys += {"trick": ["bits", "prefix"], "split": ["k", "buckets", "feature_seeds"]}.get(stored.get("mode"), [])
     keys += ["n_columns"]
     for key in keys:
         if stored.get(key) != wanted.get(key):

@@ -100,7 +100,8 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
             fitter = hashing_fitter(source, hash_mode, hash_bits, hash_seed, hash_k, buckets)
     labels = LabelScan(task) if source.has_label and task != "regression" and classes is None else None
     n = source.n_rows
-    if n is None or fitter is not None or labels is not None:
+    scan = n is None or fitter is not None or labels is not None
+    if scan:
         progress.start("pass 1/2 (scan)")
         n = 0
         for part in source.parts():
@@ -122,7 +123,7 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
     meta = dict(source.meta, hashing=contract, task=task, classes=classes, has_label=source.has_label)
     y_dtype = np.int64 if task == "multiclass" else np.float64
     n_columns = contract["n_columns"] if contract else 0
-    progress.start("pass 2/2 (hash + write)" if fitter is not None or source.n_rows is None else "hash + write")
+    progress.start("pass 2/2 (hash + write)" if scan else "hash + write")
     rows = 0
     with PackedWriter(out, n, n_columns, n * per, len(source.numeric), y_dtype, meta, row_nnz=per) as w:
         for part in source.parts():
@@ -145,7 +146,8 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
 
 
 def run(args):
-    from mpinn.data import TableSource
+    from mpinn.data import TableSource, steady_heap
+    steady_heap()       # memory flat in the number of rows, whatever the input's size
     from mpinn.hashing import describe, format_report, parse_buckets
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     like = _like(args.like) if args.like else None
