@@ -1,5 +1,6 @@
 """Categorical columns to CSR input columns: k-way split xxh64, the hashing trick or exact one-hot; the contract."""
 import importlib.util
+import itertools
 import math
 from concurrent.futures import ThreadPoolExecutor
 
@@ -66,20 +67,25 @@ def _factorize_arrow(column):
         # dictionary_encode is a C++ hash table and releases the GIL: cheap, and parallel across columns
         column = column.dictionary_encode()
     indices, dictionary = column.indices, column.dictionary
-    tokens = [_token(v) for v in dictionary.to_pylist()]
+    textual = (pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)) \
+        and not dictionary.null_count
+    # a dictionary of strings is distinct already and its values are their own tokens
+    tokens = dictionary.to_pylist() if textual else [_token(v) for v in dictionary.to_pylist()]
     if indices.null_count:
-        tokens.append(MISSING)
-        indices = pc.fill_null(indices, len(tokens) - 1)
+        missing = tokens.index(MISSING) if MISSING in tokens else len(tokens)
+        if missing == len(tokens):
+            tokens.append(MISSING)
+        indices = pc.fill_null(indices, missing)
     codes = indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    return _dedupe(codes, tokens)
+    return (codes, tokens) if textual else _dedupe(codes, tokens)
 
 
 def _factorize_objects(column):
     n = len(column)
     if n >= _ARROW_MIN_ROWS and _arrow_available():
         import pyarrow as pa
-        try:    # all-str columns (what CSV readers give): arrow builds and hashes them faster than a dict
-            return _factorize_arrow(pa.array(column, type=pa.string()))
+        try:    # all-str columns (what CSV readers give): arrow dictionary-encodes them faster than a dict
+            return _factorize_arrow(pa.array(column, type=pa.dictionary(pa.int32(), pa.string())))
         except (pa.ArrowTypeError, pa.ArrowInvalid):
             pass
     first = dict.fromkeys(column)               # distinct values in order of first appearance
@@ -149,8 +155,10 @@ def token_columns(feature, values, bits, seed):
 
 
 def _digests(tokens, seed):
-    h = xxhash.xxh64_intdigest
-    return np.fromiter((h(t.encode("utf-8"), seed) for t in tokens), dtype=np.uint64, count=len(tokens))
+    """xxh64 of each token's UTF-8 bytes (map over a C function: no Python frame per token)."""
+    data = list(map(str.encode, tokens))
+    return np.fromiter(map(xxhash.xxh64_intdigest, data, itertools.repeat(seed, len(data))),
+                       dtype=np.uint64, count=len(data))
 
 
 def _trick_tokens(contract, j, tokens):
