@@ -102,7 +102,7 @@ def default_loss(task):
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
                      "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot", "input",
-                     "no_prefetch"}  # (towers: no resume)
+                     "no_prefetch", "compress", "timeline"}  # (towers: no resume)
 
 
 def resume_config(args):
@@ -160,7 +160,13 @@ def train_from_args(args, comm=None):
     if towers and (args.checkpoint_dir or args.resume):
         raise MpinnError("--parallel tower does not write or resume checkpoints yet; leave out "
                          "--checkpoint-dir / --resume")
-    comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold)
+    if (args.compress or args.average_every) and (towers or args.reduce != "allreduce"):
+        raise MpinnError("--compress and --average-every need --reduce allreduce and --parallel data")
+    if args.compress and args.average_every:
+        raise MpinnError("--compress shrinks the gradient Allreduce, which --average-every replaces: "
+                         "give one of them")
+    comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold,
+                               compress=args.compress)
     rank0 = comm.rank == 0
     watchdog = Watchdog(args.step_timeout) if args.step_timeout > 0 else NoWatchdog()
     if args.start_timeout > 0:
@@ -226,7 +232,8 @@ def train_from_args(args, comm=None):
                       faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), grad_accum=args.grad_accum,
                       lr_at=lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None,
                       on_epoch=curve.add if curve else None, towers=towers, tower_mix=args.tower_mix,
-                      prefetch=not args.no_prefetch, read_local=args.input == "local")
+                      prefetch=not args.no_prefetch, read_local=args.input == "local",
+                      average_every=args.average_every, timeline=bool(args.timeline))
     config = resume_config(args)
     if args.resume:
         def load_checkpoint_checked():
@@ -255,6 +262,8 @@ def train_from_args(args, comm=None):
         batch, " in %d micro-batches per rank" % args.grad_accum if args.grad_accum > 1 else ""))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
     watchdog.stop()
+    if args.timeline:
+        trainer.write_timeline(args.timeline)
     summary = trainer.summary()
     params = trainer.gather_towers() if towers else model.params
     summary = comm.bcast_obj(summary)
@@ -279,10 +288,12 @@ def train_from_args(args, comm=None):
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
     say("done: %d samples in %.1f s, %.0f samples/s over %d ranks; time split (mean over ranks): "
-        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%" % (
+        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%, update %.0f%%" % (
             summary["samples"], summary["seconds"], summary["samples_per_s"], comm.size,
             100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"],
-            100 * ph["compute"] / busy, 100 * ph["comm"] / busy))
+            100 * ph["compute"] / busy, 100 * ph["comm"] / busy, 100 * ph["update"] / busy))
+    if args.timeline:
+        say("timeline written to %s" % args.timeline)
     say("model written to %s" % args.model_out)
     if args.metrics_out:
         with open(args.metrics_out, "w") as f:

@@ -211,20 +211,20 @@ def run(args):
     from mpinn.comm import create_communicator
     from mpinn.model import MLP
     from mpinn.optim import create_optimizer
-    from mpinn.trainer import PHASES, Trainer
+    from mpinn.trainer import Trainer
 
     t_start = time.perf_counter()
     wl = WORKLOADS[args.workload]
     steps = args.steps if args.steps is not None else wl.steps
     warmup = args.warmup if args.warmup is not None else wl.warmup
-    comm = create_communicator(args.reduce)
+    comm = create_communicator(args.reduce, compress=args.compress)
     rank0, P, B = comm.rank == 0, comm.size, wl.batch
     data = wl.make() if rank0 else None
     model = MLP(wl.spec)
     if rank0:
         model.set_params(wl.init())
     opt = create_optimizer("sgd", model.size, model.xp, wl.lr, weight_slices=model.weight_slices)
-    trainer = Trainer(model, opt, comm, wl.layout, B, verbose=False)
+    trainer = Trainer(model, opt, comm, wl.layout, B, verbose=False, average_every=args.average_every)
     trainer.start()
     n_batches = wl.n // B
 
@@ -243,13 +243,15 @@ def run(args):
     comm.barrier()
     lw = LoadWindow()
     lw.start()
-    trainer.times = dict.fromkeys(PHASES, 0.0)
+    trainer.timeline.reset()
     last = []
     t0 = time.perf_counter()
     for s in range(warmup, steps):
-        loss = trainer.step(batch(s), B)
+        loss, _ = trainer.step(batch(s), B)
         if s >= steps - 10:
             last.append(loss)
+    if trainer._local_steps:     # local SGD: the final loss is the averaged model's (timed: part of the work)
+        trainer.average_params_()
     comm.barrier()
     t1 = time.perf_counter()
     own_cpu = lw.stop()
@@ -273,14 +275,17 @@ def run(args):
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
+    variant = (" " + args.compress if args.compress else "") + (
+        " avg%d" % args.average_every if args.average_every else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
-        "variant": "mpinn %s, %s" % (args.reduce, wl.what), "reduce": args.reduce,
+        "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
+        "compress": args.compress, "average_every": args.average_every,
         "launcher": "mpiexec", "global_batch": B, "lr": wl.lr,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
-        "compute_ms": per["compute"], "comm_ms": per["data"] + per["comm"],
+        "compute_ms": per["compute"] + per["update"], "comm_ms": per["data"] + per["comm"],
         "comm_split_method": "rank-0 Trainer phase timers: compute = forward/backward + update, "
                              "comm = batch Scatterv + gradient exchange (incl. coalescing sparse rows) "
                              "+ param sync (include waiting for peers); phase_ms_rank0.other = rank-0 "
@@ -300,7 +305,7 @@ def run(args):
     write_result(rec, args.out or os.environ.get("PEERS_RESULTS") or "bench-results.jsonl")
     print("mpinn %s np=%d %s: %.0f samples/s, %.2f ms/step (compute %.2f, comm %.2f), "
           "loss %.4f -> %.6f, foreign load %.2f cores" % (
-              rec["workload"], P, args.reduce, rec["samples_per_s"], step_ms, rec["compute_ms"],
+              rec["workload"], P, rec["reduce"], rec["samples_per_s"], step_ms, rec["compute_ms"],
               rec["comm_ms"], loss0, loss_final, rec["load"]["foreign_cpu_cores"]), flush=True)
     return 0
 
@@ -362,6 +367,9 @@ def build_parser():
     p.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
                    help="gradient strategy: allreduce (default) or gather (DT42 pattern: Gather to rank 0, "
                         "rank 0 steps and Bcasts)")
+    p.add_argument("--compress", choices=["fp16", "bf16"], help="16-bit dense gradient exchange (allreduce)")
+    p.add_argument("--average-every", type=int, default=0, metavar="K",
+                   help="local SGD: average the parameters every K steps instead of reducing gradients")
     p.add_argument("--steps", type=positive_int, help="total steps (default: the workload's)")
     p.add_argument("--warmup", type=int, help="untimed steps first (default: the workload's)")
     p.add_argument("--timing-steps", type=int, default=30,

@@ -139,6 +139,15 @@ def build_parser():
     c.add_argument("--sparse-threshold", type=nonneg_float, default=0.25,
                    help="send the sparse layer's gradient as rows while the touched rows of all ranks "
                         "are at most this share of the table, else allreduce it dense")
+    c.add_argument("--compress", choices=["fp16", "bf16"], default=None,
+                   help="send the dense gradient as 16-bit floats (prescaled by 1/N, summed in float32; "
+                        "a step whose cast overflows is skipped on every rank); --reduce allreduce only")
+    c.add_argument("--average-every", type=nonneg_int, default=0, metavar="K",
+                   help="local SGD: no gradient exchange; every rank steps on its own rows and the "
+                        "parameters are averaged every K steps and at each epoch end (0: off)")
+    c.add_argument("--timeline", metavar="FILE",
+                   help="write a Chrome-trace JSON of every rank's phases per step (data wait, "
+                        "forward+backward, communication, update), for Perfetto or chrome://tracing")
     f = p.add_argument_group("checkpoints and failure handling")
     f.add_argument("--checkpoint-dir", help="write checkpoints here (rank 0, atomically): every "
                    "--checkpoint-every steps and at each epoch end")

@@ -15,7 +15,35 @@ from mpinn.comm import NoWatchdog, coalesce_rows, split_counts
 from mpinn.config import MpinnError
 from mpinn.metrics import auc, format_metrics, metric_sums, metrics_from_sums
 
-PHASES = ("data", "compute", "comm")
+PHASES = ("data", "compute", "comm", "update")   # data wait, forward+backward, communication, optimizer
+
+
+class Timeline:
+    """Every phase of every step as a record (phase, start, end, step); the summary's time split is
+    the sum of the same records. The records themselves are kept only when a trace file is wanted."""
+
+    def __init__(self, keep=False):
+        self.keep = keep
+        self.reset()
+
+    def reset(self):
+        self.totals = dict.fromkeys(PHASES, 0.0)
+        self.events = []
+        self.origin = time.perf_counter()
+
+    def add(self, phase, start, end, step):
+        self.totals[phase] += end - start
+        if self.keep:
+            self.events.append((phase, start, end, step))
+
+    def trace_events(self, rank):
+        """This rank's records as Chrome-trace complete events ("X", microseconds), one track."""
+        out = [{"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "rank %d" % rank}},
+               {"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "steps"}}]
+        for phase, start, end, step in self.events:
+            out.append({"name": phase, "cat": phase, "ph": "X", "pid": rank, "tid": 0,
+                        "ts": (start - self.origin) * 1e6, "dur": (end - start) * 1e6, "args": {"step": step}})
+        return out
 
 
 class Progress:
@@ -55,10 +83,11 @@ def predict_rows(model, data, chunk=65536):
 class Faults:
     """Test hooks (set by MPINN_FAULT): make one rank misbehave at a given global step, so the
     failure paths are tested for real. Spec: kind:rank:step[+], comma-separated; kind is nan
-    (poison this rank's gradient), hang (sleep for an hour), kill (SIGKILL itself) or raise;
+    (poison this rank's gradient), huge (the largest finite gradient value, which overflows a
+    16-bit cast: --compress), hang (sleep for an hour), kill (SIGKILL itself) or raise;
     a trailing + repeats it on every later step."""
 
-    KINDS = ("nan", "hang", "kill", "raise")
+    KINDS = ("nan", "huge", "hang", "kill", "raise")
 
     def __init__(self, spec="", rank=0):
         self.rules = []
@@ -79,6 +108,8 @@ class Faults:
             if step == at or (onward and step > at):
                 if kind == "nan":     # the output bias: always in the reduced dense tail
                     grad_buffer[-2] = np.nan
+                elif kind == "huge":
+                    grad_buffer[-2] = np.finfo(grad_buffer.dtype).max
                 elif kind == "hang":
                     time.sleep(3600)
                 elif kind == "kill":
@@ -157,7 +188,8 @@ class Trainer:
 
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
-                 on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False):
+                 on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False,
+                 average_every=0, timeline=False):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
@@ -172,7 +204,9 @@ class Trainer:
         self.tower_mix, self.tower_weights = tower_mix, None
         self.prefetch = prefetch      # prepare and send the next batch while this one computes
         self.read_local = read_local  # every rank reads its own rows (a packed file), no scatter
-        self.times = dict.fromkeys(PHASES, 0.0)
+        # local SGD: steps on local gradients, parameters averaged every K steps (0: off)
+        self.average_every, self._local_steps = int(average_every), 0
+        self.timeline = Timeline(keep=timeline)
         self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
         self.history = []
         # where training stands (saved in checkpoints)
@@ -183,6 +217,11 @@ class Trainer:
         self.ckpt_dir, self.ckpt_every, self.ckpt_keep, self.ckpt_meta = None, 0, 3, {}
         self.last_checkpoint = None
 
+    @property
+    def times(self):
+        """Seconds per phase on this rank (the timeline's totals)."""
+        return self.timeline.totals
+
     def log(self, msg):
         if self.verbose:
             print(msg, flush=True)
@@ -190,6 +229,7 @@ class Trainer:
     def signature(self):
         return {"mpinn": __version__, "layout": self.model.layout(), "spec": self.model.spec.to_dict(),
                 "reduce": self.comm.name, "optimizer": type(self.optimizer).__name__,
+                "compress": getattr(self.comm, "compress", None), "average_every": self.average_every,
                 "batch_size": self.batch_size, "input": vars(self.layout)}
 
     def start(self):
@@ -197,6 +237,8 @@ class Trainer:
         self.comm.check_signature(self.signature())
         if not self.towers:           # towers start different on purpose (a seed per rank)
             self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
+        self.comm.barrier()           # one time origin for every rank's timeline (same host: same clock)
+        self.timeline.origin = time.perf_counter()
 
     def epoch_order(self, n, epoch):
         return np.random.default_rng([self.seed, epoch]).permutation(n)
@@ -208,16 +250,19 @@ class Trainer:
         gradient on some rank (every rank reaches the same verdict)."""
         t0 = time.perf_counter()
         local = self.comm.scatter_batch(global_batch, self.layout, replicate=self.towers == "same")
-        self.times["data"] += time.perf_counter() - t0
+        self.timeline.add("data", t0, time.perf_counter(), self.global_step + 1)
         return self.step_local(local, n_global)
 
     def step_local(self, local, n_global):
         """The step once this rank has its rows: gradient, reduction, verdict, update."""
-        model, comm, opt, t = self.model, self.comm, self.optimizer, self.times
+        model, comm, opt, rec = self.model, self.comm, self.optimizer, self.timeline.add
+        step = self.global_step + 1
         t1 = time.perf_counter()
         want_rows = bool(model.spec.n_sparse) and not comm.wants_dense
         if self.lr_at is not None:
             opt.lr = self.lr_at(self.global_step)
+        if self.average_every:
+            return self.step_local_sgd(local, n_global, want_rows, t1)
         # data parallel: a row's share of the global mean; a tower: of its own rows' mean
         n_mean = (local.n if self.towers else n_global) or 1
         sparse = self.local_gradient(local, 1.0 / n_mean, want_rows)
@@ -234,10 +279,54 @@ class Trainer:
         t4 = time.perf_counter()
         comm.sync_params_(model.params)
         t5 = time.perf_counter()
-        t["compute"] += (t2 - t1) + (t4 - t3)
-        t["comm"] += (t3 - t2) + (t5 - t4)
+        rec("compute", t1, t2, step)
+        rec("comm", t2, t3, step)
+        rec("update", t3, t4, step)
+        rec("comm", t4, t5, step)
         self.samples += n_global
         return float(model.grad_buffer[-1]) / n_mean, ok  # the mean loss is right on rank 0 for every strategy
+
+    def step_local_sgd(self, local, n_global, want_rows, t1):
+        """--average-every K (local SGD): each rank steps on its own gradient, and every K steps the
+        parameters are averaged. A rank's rows count as a P-th of the step (scale P/N, not 1/n_r), so
+        that the mean over ranks of the local gradients is the global mean gradient even when the
+        slices are uneven: with K = 1 and plain SGD, averaging the parameters after each step equals
+        averaging the gradients (all ranks start equal: mean_r(p - lr g_r) = p - lr mean_r(g_r)).
+        Only 16 bytes travel on the other steps: the skip verdict and the loss, which keeps the
+        ranks in lockstep on a non-finite step."""
+        model, comm, opt, rec = self.model, self.comm, self.optimizer, self.timeline.add
+        step = self.global_step + 1
+        rows = self.local_gradient(local, comm.size / (n_global or 1), want_rows)
+        self.faults.fire(step, model.grad_buffer)
+        t2 = time.perf_counter()
+        verdict = np.array([0.0 if self.finite(rows) else 1.0, float(model.grad_buffer[-1])])
+        comm.Allreduce_sum_(verdict, "step verdict and loss")
+        ok = verdict[0] == 0
+        t3 = time.perf_counter()
+        if ok:
+            if rows is not None and not opt.sparse_ok:
+                model.densify_(rows)
+                rows = None
+            opt.step_(model.params, model.grads, rows)
+        t4 = time.perf_counter()
+        rec("compute", t1, t2, step)
+        rec("comm", t2, t3, step)
+        rec("update", t3, t4, step)
+        self._local_steps += 1
+        if self._local_steps >= self.average_every:
+            self.average_params_()
+        self.samples += n_global
+        return float(verdict[1]) / (n_global or 1), ok
+
+    def average_params_(self):
+        """Local SGD: every rank's parameters become their mean (one Allreduce of the parameters).
+        Optimizer state (momentum, Adam moments) stays per rank."""
+        t0 = time.perf_counter()
+        self.comm.Allreduce_sum_(self.model.params, "parameters")
+        if self.comm.size > 1:
+            self.model.params /= self.comm.size
+        self._local_steps = 0
+        self.timeline.add("comm", t0, time.perf_counter(), self.global_step + 1)
 
     def local_gradient(self, local, scale, want_rows):
         """This rank's share of the step's gradient; with grad_accum K, computed over K
@@ -298,7 +387,7 @@ class Trainer:
                 n_global = min(B, n_train - s * B)
                 t0 = time.perf_counter()
                 local = feed.next()
-                self.times["data"] += time.perf_counter() - t0
+                self.timeline.add("data", t0, time.perf_counter(), self.global_step + 1)
                 loss, ok = self.step_local(local, n_global)
                 self.watchdog.disarm()
                 self.global_step += 1
@@ -325,7 +414,11 @@ class Trainer:
                            (self.samples - samples0) / max(time.perf_counter() - t_epoch, 1e-9))
                 if (self.ckpt_every and self.global_step % self.ckpt_every == 0 and self.next_step < steps
                         and not self.bad_streak):    # only good states are checkpointed
+                    if self._local_steps:       # local SGD: a checkpoint holds the averaged parameters
+                        self.average_params_()
                     self.checkpoint("step")
+            if self._local_steps:     # local SGD: evaluate and save the averaged model
+                self.average_params_()
             record = {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1),
                       "seconds": time.perf_counter() - t_epoch, "skipped_steps": self.skipped}
             self.watchdog.arm("evaluation after epoch %d" % epoch)
@@ -465,6 +558,20 @@ class Trainer:
         self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
         self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
         self.last_checkpoint = header.get("path")
+
+    def write_timeline(self, path):
+        """Collective: rank 0 gathers every rank's records (once) and writes one Chrome-trace JSON
+        file (Perfetto, chrome://tracing): a process per rank, its phases as complete events."""
+        import json
+        events = self.comm.gather_obj(self.timeline.trace_events(self.comm.rank))
+        if self.rank0:
+            doc = {"traceEvents": [e for rank_events in events for e in rank_events],
+                   "displayTimeUnit": "ms",
+                   "otherData": {"ranks": self.comm.size, "phases": list(PHASES), "reduce": self.comm.name}}
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)
 
     def summary(self):
         """Gather every rank's phase times; rank 0 returns the summary dict."""

@@ -183,3 +183,29 @@ def test_training_on_a_truncated_packed_file_is_one_line(tmp_path, launcher):
     cut.write_bytes(cut.read_bytes()[:5000])
     r, _, _ = train(2, [str(cut)], tmp_path, 60)
     one_error_line(r, "cut.mpinn is truncated: 5000 bytes, its header says")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode", [["--compress", "fp16"], ["--compress", "bf16"], ["--average-every", "3"]])
+def test_less_to_send_and_the_timeline_end_to_end(tmp_path, mode, launcher):
+    trace = str(tmp_path / "trace.json")
+    r, model, metrics = train(2, ["--default-rows", "20000", "--epochs", "1", "--hidden", "16",
+                                  "--timeline", trace] + mode, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "timeline written to" in r.stdout
+    summary = json.load(open(metrics))["summary"]
+    events = [e for e in json.load(open(trace))["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in events} == {0, 1}
+    for rank in (0, 1):
+        for phase, seconds in summary["phase_s_per_rank"][rank].items():
+            got = sum(e["dur"] for e in events if e["pid"] == rank and e["name"] == phase) / 1e6
+            assert got == pytest.approx(seconds, rel=1e-9, abs=1e-9)
+    assert json.load(open(metrics))["valid"]["auc"] > 0.6
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--compress", "fp16", "--reduce", "gather"], "--compress and --average-every need --reduce allreduce"),
+    (["--compress", "fp16", "--average-every", "2"], "give one of them")])
+def test_exchange_options_that_do_not_combine(tmp_path, args, message):
+    r, _, _ = train(1, ["--default-rows", "2000", "--epochs", "1"] + args, tmp_path)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
