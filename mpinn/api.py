@@ -162,6 +162,11 @@ def train_from_args(args, comm=None):
                          "--checkpoint-dir / --resume")
     if (args.compress or args.average_every) and (towers or args.reduce != "allreduce"):
         raise MpinnError("--compress and --average-every need --reduce allreduce and --parallel data")
+    if args.average_every and (args.checkpoint_dir or args.resume):
+        # between averages the ranks' parameters and optimizer states differ; a checkpoint holds
+        # rank 0's only, so a resume could not be exact
+        raise MpinnError("--average-every does not write or resume checkpoints yet; leave out "
+                         "--checkpoint-dir / --resume")
     if args.compress and args.average_every:
         raise MpinnError("--compress shrinks the gradient Allreduce, which --average-every replaces: "
                          "give one of them")

@@ -62,3 +62,9 @@ def test_towers_are_saved_and_predict_mixes_them_as_training_reported(tmp_path, 
 def test_towers_refuse_checkpoints_clearly(tmp_path, launcher):
     r = mpirun(2, BASE + ["--parallel", "tower", "--checkpoint-dir", str(tmp_path / "ck")])
     assert r.returncode == 2 and "--parallel tower does not write or resume checkpoints yet" in r.stderr
+
+
+@pytest.mark.mpi
+def test_local_sgd_refuses_checkpoints_clearly(tmp_path, launcher):
+    r = mpirun(2, BASE + ["--average-every", "3", "--checkpoint-dir", str(tmp_path / "ck")])
+    assert r.returncode == 2 and "--average-every does not write or resume checkpoints yet" in r.stderr
