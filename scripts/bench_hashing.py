@@ -98,7 +98,12 @@ def hashing_bench(args):
         warm = [c[:20000] for c in data] if kind != "sklearn" else data[:20000]
         fn(warm)
         reps = args.sklearn_repeats if kind == "sklearn" else args.repeats
-        X, times, load = timed(C, fn, data, reps)
+        # the machine is shared: a window disturbed by other processes is run again (as the peers' runner does)
+        for attempt in range(args.attempts):
+            quiet_wait(C, args.quiet_wait)
+            X, times, load = timed(C, fn, data, reps)
+            if load["foreign_cpu_cores"] <= args.max_foreign:
+                break
         assert X.shape[0] == n
         if name.startswith("mpinn trick") or kind == "peer":
             assert np.array_equal(X.indices[:n * F].reshape(n, F), ref), name
@@ -111,7 +116,7 @@ def hashing_bench(args):
             check = "4 columns per feature per row"
         med = float(np.median(times))
         rec = {"method": name, "layout": layout, "rows": n, "features": F, "n_columns": int(X.shape[1]),
-               "repeats": reps, "times_s": [round(x, 4) for x in times], "seconds_median": med,
+               "repeats": reps, "attempts": attempt + 1, "times_s": [round(x, 4) for x in times], "seconds_median": med,
                "rows_per_s": n / med, "check": check, "load": load}
         records.append(rec)
         print("%-52s %-24s %10.0f rows/s  (median of %d: %.3f s; foreign cores %.2f)"
@@ -151,12 +156,13 @@ def print_table(result):
         base = {r["method"]: r["rows_per_s"] for r in recs}
         fh = base.get("sklearn FeatureHasher")
         peer = max((r["rows_per_s"] for r in recs if r["method"].startswith("peers")), default=None)
-        print("\n| method | input layout | rows/s (median) | x FeatureHasher | x best peer |")
-        print("|---|---|---|---|---|")
+        print("\n| method | input layout | rows/s (median) | x FeatureHasher | x best peer | foreign cores |")
+        print("|---|---|---|---|---|---|")
         for r in recs:
-            print("| %s | %s | %s | %s | %s |" % (
+            print("| %s | %s | %s | %s | %s | %.2f |" % (
                 r["method"], r["layout"], format(int(r["rows_per_s"]), ","),
-                "%.1fx" % (r["rows_per_s"] / fh) if fh else "-", "%.2fx" % (r["rows_per_s"] / peer) if peer else "-"))
+                "%.1fx" % (r["rows_per_s"] / fh) if fh else "-", "%.2fx" % (r["rows_per_s"] / peer) if peer else "-",
+                r["load"]["foreign_cpu_cores"]))
     for r in result.get("prepare", []):
         print("prepare %s %d rows: peak RSS %.1f MB" % (r["mode"], r["rows"], r["peak_rss_mb"]))
 
@@ -173,7 +179,11 @@ def main():
     ap.add_argument("--prepare-rows", default="", help="comma-separated row counts for the prepare RSS runs")
     ap.add_argument("--prepare-modes", default="split,trick")
     ap.add_argument("--workdir", default="/tmp", help="where prepare's files go (deleted after each run)")
-    ap.add_argument("--quiet-wait", type=float, default=60, help="seconds to wait for an idle machine")
+    ap.add_argument("--quiet-wait", type=float, default=60,
+                    help="seconds to wait for an idle machine before each method")
+    ap.add_argument("--max-foreign", type=float, default=0.3,
+                    help="a timed window where other processes used more cores than this is run again")
+    ap.add_argument("--attempts", type=int, default=3, help="runs of a disturbed method at most")
     ap.add_argument("--json", default="bench-hashing.json", help="results written here")
     args = ap.parse_args()
     import numpy
