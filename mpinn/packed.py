@@ -218,17 +218,26 @@ class _PackedFile:
                 for name, dtype, shape in expected:
                     s = sections[name]
                     if s["dtype"] != dtype or list(s["shape"]) != shape or s["nbytes"] != _nbytes(dtype, shape) \
-                            or s["offset"] % PAGE or s["offset"] < 16 + hlen:
+                            or int(s["offset"]) % PAGE or int(s["offset"]) < 16 + hlen:
                         raise ValueError("section %s" % name)
+                if meta.get("task") not in ("binary", "multiclass", "regression") \
+                        or not isinstance(meta.get("classes"), (list, type(None))) \
+                        or (meta["task"] == "multiclass" and not meta["classes"]) \
+                        or not isinstance(meta.get("hashing"), (dict, type(None))):
+                    raise ValueError("meta")
+                file_size = int(h["file_size"])
+                if min(self.n_rows, self.nnz, self.n_dense, self.n_columns) < 0 or (
+                        self.row_nnz is not None and int(self.row_nnz) * self.n_rows != self.nnz):
+                    raise ValueError("sizes")
             except MpinnError:
                 raise
             except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
-                raise MpinnError("%s: damaged header (%s)" % (path, e))
-            if size != h["file_size"]:
+                raise MpinnError("%s: damaged header (%s: %s)" % (path, type(e).__name__, e))
+            if size != file_size:
                 raise MpinnError("%s is %s: %d bytes, its header says %d" % (
-                    path, "truncated" if size < h["file_size"] else "damaged", size, h["file_size"]))
+                    path, "truncated" if size < file_size else "damaged", size, file_size))
             for name, s in sections.items():
-                if s["offset"] + s["nbytes"] > size:
+                if int(s["offset"]) + s["nbytes"] > size:
                     raise MpinnError("%s is truncated: section %s ends past the end of the file" % (path, name))
             self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.meta = meta
@@ -387,8 +396,11 @@ class PackedDataset(Rows):
         m = rows.shape[0]
         if span is not None:                    # a row range: three slices
             lo, hi = span
-            a, b = int(ip[lo]), int(ip[hi])
-            indptr = ip[lo:hi + 1] - a
+            indptr = ip[lo:hi + 1].copy()
+            a, b = int(indptr[0]), int(indptr[-1])
+            if not 0 <= a <= b <= f.nnz or (m > 1 and np.any(np.diff(indptr) < 0)):
+                self._damaged("row offsets (indptr) of rows %d..%d" % (lo, hi - 1))
+            indptr -= a
             indices, data = np.array(ind[a:b]), np.array(dat[a:b])
         elif f.row_nnz:                         # every row has r entries: gather whole rows
             r = f.row_nnz
@@ -397,12 +409,22 @@ class PackedDataset(Rows):
             indptr = np.arange(0, m * r + 1, r, dtype=np.int64)
         else:
             starts = ip[rows]
-            lengths = ip[rows + 1] - starts
+            ends = ip[rows + 1]
+            if m and (starts.min() < 0 or ends.max() > f.nnz or np.any(ends < starts)):
+                self._damaged("row offsets (indptr)")
+            lengths = ends - starts
             indptr = np.zeros(m + 1, dtype=np.int64)
             np.cumsum(lengths, out=indptr[1:])
             pos = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
             indices, data = ind[pos], dat[pos]
+        # a damaged byte must not become a column id outside the model (checksums catch the rest: verify)
+        if indices.shape[0] and (indices.min() < 0 or indices.max() >= f.n_columns):
+            self._damaged("column ids")
         return sp.csr_matrix((data, indices, indptr), shape=(m, f.n_columns))
+
+    def _damaged(self, what):
+        raise MpinnError("%s is damaged: %s out of range; prepare it again (prepare --verify checks every byte)"
+                         % (self.path, what))
 
     def take(self, rows, dtype=None):
         """The batch of the given rows (in that order, sorted or not), cast to the model dtype;
@@ -417,6 +439,8 @@ class PackedDataset(Rows):
             Xd = np.array(d[span[0]:span[1]]) if span is not None else d[rows]
         y = f.arrays["y"]
         y = np.array(y[span[0]:span[1]]) if span is not None else y[rows]
+        if self.task == "multiclass" and y.shape[0] and (y.min() < 0 or y.max() >= len(self.meta["classes"])):
+            self._damaged("class ids")
         # a scattered row costs at least a page of each section it is read from
         per_row = 0 if span is not None else PAGE * ((3 if Xs is not None else 0) + (Xd is not None) + 1)
         f.touched((Xs.nnz * 8 if Xs is not None else 0) + (Xd.nbytes if Xd is not None else 0) + y.nbytes
