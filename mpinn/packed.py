@@ -186,6 +186,13 @@ def write_dataset(path, data):
 
 
 # ---------------------------------------------------------------- reading
+def _int(v):
+    """A header number: an int and nothing else (a damaged header can hold anything)."""
+    if type(v) is not int:
+        raise ValueError("%r is not an integer" % (v,))
+    return v
+
+
 class _PackedFile:
     """An opened, validated packed file: header, the memory map and a read-only array per section."""
 
@@ -208,8 +215,9 @@ class _PackedFile:
                 if h.get("format") != FORMAT:
                     raise MpinnError("%s: unknown packed format %r (this mpinn reads %s)"
                                      % (path, h.get("format"), FORMAT))
-                self.n_rows, self.n_columns, self.nnz = int(h["n_rows"]), int(h["n_columns"]), int(h["nnz"])
-                self.n_dense, self.row_nnz = int(h["n_dense"]), h.get("row_nnz")
+                self.n_rows, self.n_columns, self.nnz = _int(h["n_rows"]), _int(h["n_columns"]), _int(h["nnz"])
+                self.n_dense = _int(h["n_dense"])
+                self.row_nnz = None if h.get("row_nnz") is None else _int(h["row_nnz"])
                 sections, meta = h["sections"], h["meta"]
                 expected = _section_specs(self.n_rows, self.nnz, self.n_dense, sections["y"]["dtype"],
                                           self.n_columns > 0)
@@ -217,17 +225,23 @@ class _PackedFile:
                     raise ValueError("sections %s" % sorted(sections))
                 for name, dtype, shape in expected:
                     s = sections[name]
-                    if s["dtype"] != dtype or list(s["shape"]) != shape or s["nbytes"] != _nbytes(dtype, shape) \
-                            or int(s["offset"]) % PAGE or int(s["offset"]) < 16 + hlen:
+                    if s["dtype"] != dtype or list(s["shape"]) != shape or _int(s["nbytes"]) != _nbytes(dtype, shape) \
+                            or _int(s["offset"]) % PAGE or s["offset"] < 16 + hlen \
+                            or not isinstance(s["xxh64"], str):
                         raise ValueError("section %s" % name)
+                    s["shape"] = shape          # the expected shape itself: [3.0] == [3] but cannot reshape
                 if meta.get("task") not in ("binary", "multiclass", "regression") \
                         or not isinstance(meta.get("classes"), (list, type(None))) \
                         or (meta["task"] == "multiclass" and not meta["classes"]) \
                         or not isinstance(meta.get("hashing"), (dict, type(None))):
                     raise ValueError("meta")
-                file_size = int(h["file_size"])
+                file_size = _int(h["file_size"])
+                contract = meta.get("hashing")
+                if self.n_columns > 2**31 - 1 or (isinstance(contract, dict)
+                                                  and contract.get("n_columns") != self.n_columns):
+                    raise ValueError("n_columns")
                 if min(self.n_rows, self.nnz, self.n_dense, self.n_columns) < 0 or (
-                        self.row_nnz is not None and int(self.row_nnz) * self.n_rows != self.nnz):
+                        self.row_nnz is not None and self.row_nnz * self.n_rows != self.nnz):
                     raise ValueError("sizes")
             except MpinnError:
                 raise
@@ -237,7 +251,7 @@ class _PackedFile:
                 raise MpinnError("%s is %s: %d bytes, its header says %d" % (
                     path, "truncated" if size < file_size else "damaged", size, file_size))
             for name, s in sections.items():
-                if int(s["offset"]) + s["nbytes"] > size:
+                if s["offset"] + s["nbytes"] > size:
                     raise MpinnError("%s is truncated: section %s ends past the end of the file" % (path, name))
             self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.meta = meta
