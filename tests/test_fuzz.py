@@ -2,6 +2,7 @@
 import string
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,3 +42,48 @@ def test_csv_reader_text(tmp_path, text):
 @given(st.binary(max_size=200))
 def test_csv_reader_bytes(tmp_path, data):
     check(tmp_path / "f.csv", b"a,x,y\n" + data)
+
+
+# ---------------------------------------------------------------- the packed-file reader
+@pytest.fixture(scope="module")
+def packed_bytes(tmp_path_factory):
+    from mpinn.data import load_default
+    from mpinn.packed import write_dataset
+    path = tmp_path_factory.mktemp("fuzz") / "good.mpinn"
+    write_dataset(str(path), load_default(300, hash_bits=10))
+    return path          # (a path, not the bytes: hypothesis prints its arguments on failure)
+
+
+def read_all(path, verify):
+    from mpinn.packed import PackedDataset
+    data = PackedDataset(str(path), verify=verify)
+    return data, data.take(np.arange(len(data)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.one_of(st.none(), st.integers(0, 10**6)),
+       flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=4),
+       verify=st.booleans())
+def test_packed_reader_damaged_bytes(tmp_path, packed_bytes, cut, flips, verify):
+    original = packed_bytes.read_bytes()
+    raw = bytearray(original)
+    if cut is not None:
+        raw = raw[:cut % (len(raw) + 1)]
+    for pos, mask in flips:
+        if raw:
+            raw[pos % len(raw)] ^= mask
+    path = tmp_path / "f.mpinn"
+    path.write_bytes(bytes(raw))
+    try:
+        data, batch = read_all(path, verify)
+    except MpinnError as e:
+        assert str(e) and "\n" not in str(e).strip()
+        return
+    # what reads without complaint is well-formed: every column id inside the table
+    if batch.Xs is not None and batch.Xs.nnz:
+        assert 0 <= batch.Xs.indices.min() and batch.Xs.indices.max() < data.n_sparse
+    if verify:      # checksums on: only damage to padding can pass, so the rows are the original's
+        good = tmp_path / "g.mpinn"
+        good.write_bytes(original)
+        _, ref = read_all(good, False)
+        assert np.array_equal(batch.Xs.indices, ref.Xs.indices) and np.array_equal(batch.y, ref.y)
