@@ -94,7 +94,7 @@ class PackedWriter:
         self._cursor = {name: 0 for name, _, _ in specs}
         self._hash = {name: xxhash.xxh64() for name, _, _ in specs}
         self._rows = self._entries = 0
-        self._ones = np.ones(0, np.float32)
+        self._ones = np.ones(1 << 20, np.float32)
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
         self._fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mpinn", dir=d)
@@ -134,11 +134,11 @@ class PackedWriter:
                 raise ValueError("row lengths do not match the entries")
             self._write("indptr", self._entries + np.cumsum(lengths))
             self._write("indices", indices)
-            if data is None:    # the usual case (hashed inputs): one buffer of ones, reused chunk after chunk
-                if self._ones.shape[0] < indices.shape[0]:
-                    self._ones = np.ones(indices.shape[0], np.float32)
-                data = self._ones[:indices.shape[0]]
-            self._write("data", data)
+            if data is None:    # the usual case (hashed inputs): ones, from one small buffer used again and again
+                for s in range(0, indices.shape[0], self._ones.shape[0]):
+                    self._write("data", self._ones[:min(self._ones.shape[0], indices.shape[0] - s)])
+            else:
+                self._write("data", data)
             self._entries += indices.shape[0]
         self._write("y", y)
         if "dense" in self._cursor:

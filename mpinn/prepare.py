@@ -33,7 +33,8 @@ def build_parser():
     h.add_argument("--like", help="a packed file or model file: use its hashing contract, columns, task and "
                                   "classes (for validation and test files)")
     r = p.add_argument_group("run")
-    r.add_argument("--chunk-rows", type=int, default=262_144, help="rows per chunk (bounds memory)")
+    # 64k rows: peak memory ~120 MB (trick) / ~160 MB (split k=4, 20 features), no slower than bigger chunks
+    r.add_argument("--chunk-rows", type=int, default=65_536, help="rows per chunk (bounds memory; default 65536)")
     r.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1),
                    help="columns hashed in parallel (default min(4, cores))")
     r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums")
