@@ -316,10 +316,11 @@ class ContractFitter:
                 d = _digests(_trick_tokens(self._probe, j, tokens), self.seed)
             else:
                 d = _digests(tokens, self._probe["feature_seeds"][j])
-            # unique digests pile up and are merged once they outgrow the merged set (amortised sort)
+            # unique digests pile up and are merged once they outnumber the merged set: an amortised
+            # sort, and memory within a small factor of the distinct values
             parts = self._parts[j]
             parts.append(np.unique(d))
-            if sum(len(p) for p in parts) > len(self._acc[j]) + (1 << 20):
+            if sum(len(p) for p in parts) > max(len(self._acc[j]), 1 << 16):
                 self._acc[j], self._parts[j] = _merge_sorted(parts, self._acc[j]), []
         _map(one, range(len(self.features)), threads)
         return self
