@@ -102,7 +102,7 @@ def default_loss(task):
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
                      "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot", "input",
-                     "no_prefetch", "compress", "timeline"}  # (towers: no resume)
+                     "no_prefetch", "compress", "timeline", "device", "comm"}  # (towers: no resume)
 
 
 def resume_config(args):
@@ -171,12 +171,15 @@ def train_from_args(args, comm=None):
         raise MpinnError("--compress shrinks the gradient Allreduce, which --average-every replaces: "
                          "give one of them")
     comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold,
-                               compress=args.compress)
+                               compress=args.compress, device=args.device, transport=args.comm)
+    if comm.backend.device is not None and args.grad_accum > 1:     # its row coalescing is host code
+        raise MpinnError("--grad-accum runs on --device cpu only (for now)", collective=True)
     rank0 = comm.rank == 0
     watchdog = Watchdog(args.step_timeout) if args.step_timeout > 0 else NoWatchdog()
     if args.start_timeout > 0:
         watchdog.arm("start-up (reading the data, building the model)", args.start_timeout)
     say = (lambda msg: print(msg, flush=True)) if rank0 and not args.quiet else (lambda msg: None)
+    say("device: %s" % comm.device_note)
 
     def load():
         import time
@@ -224,12 +227,12 @@ def train_from_args(args, comm=None):
         raise MpinnError("--loss softmax needs a multiclass task (task is %s)" % meta["task"], collective=True)
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
-    model = MLP(spec).init_(args.seed + (comm.rank if towers else 0))
+    model = MLP(spec, comm.backend).init_(args.seed + (comm.rank if towers else 0))
     base_lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
     batch = args.batch_per_rank * comm.size if args.batch_per_rank else args.batch_size
     lr_at, lr = lr_schedule(base_lr, batch, args.lr_base_batch or args.batch_per_rank, args.lr_scaling,
                             args.warmup_steps)
-    opt = create_optimizer(args.optimizer, model.size, np, lr, args.weight_decay, model.weight_slices,
+    opt = create_optimizer(args.optimizer, model.size, comm.backend.xp, lr, args.weight_decay, model.weight_slices,
                            args.momentum)
     curve = Curve(args.curve, args.plot) if rank0 and (args.curve or args.plot) else None
     trainer = Trainer(model, opt, comm, layout, batch, args.seed, verbose=not args.quiet,

@@ -1,10 +1,15 @@
 """Leaf module: array backends. The only code that imports cupy / cupyx."""
+import dataclasses
+
 import numpy
 import scipy.sparse
 
 
 class Backend:
-    """`xp` (numpy-like) and `sparse` (scipy.sparse-like) for one device."""
+    """`xp` (numpy-like) and `sparse` (scipy.sparse-like) for one device. This one is the host's:
+    every transfer is the identity, so the CPU path does exactly the arithmetic it did before."""
+
+    device = None            # the GPU this process computes on (None: the host)
 
     def __init__(self, name, xp, sparse):
         self.name, self.xp, self.sparse = name, xp, sparse
@@ -13,10 +18,152 @@ class Backend:
         return self.xp.asarray(a, dtype=dtype)
 
     def asnumpy(self, a):
-        return a.get() if hasattr(a, "get") and self.name == "cupy" else numpy.asarray(a)
+        return to_host(a)
+
+    def is_device_array(self, a):
+        return False
+
+    def batch_to_device(self, batch):
+        """A Batch (host arrays, scipy CSR) as this backend's arrays; the same object when it is
+        already there."""
+        return batch
+
+    def synchronize(self):
+        """Wait until the device has finished the work queued so far (nothing to wait for here)."""
+
+    def describe(self):
+        return "cpu (numpy)"
 
     def __repr__(self):
         return "Backend(%s)" % self.name
+
+
+class CupyBackend(Backend):
+    """cupy and cupyx.scipy.sparse on the GPU this process was bound to (see select_backend).
+    Besides the array modules, the staging primitives mpinn.device and the communicator use:
+    pinned host memory, streams, events, asynchronous copies."""
+
+    def __init__(self, cupy, cupyx_sparse, device):
+        super().__init__("cupy", cupy, cupyx_sparse)
+        self.cupy, self.device = cupy, int(device)
+
+    def is_device_array(self, a):
+        return isinstance(a, self.cupy.ndarray)
+
+    def batch_to_device(self, batch):
+        if batch.y is None or self.is_device_array(batch.y):
+            return batch
+        cp = self.cupy
+        return dataclasses.replace(
+            batch, Xs=self.sparse.csr_matrix(batch.Xs) if batch.Xs is not None else None,
+            Xd=cp.asarray(batch.Xd) if batch.Xd is not None else None, y=cp.asarray(batch.y))
+
+    def synchronize(self):
+        self.cupy.cuda.get_current_stream().synchronize()
+
+    def describe(self):
+        props = self.cupy.cuda.runtime.getDeviceProperties(self.device)
+        name = props.get("name", b"?")
+        return "gpu %d (%s, cupy %s)" % (self.device, name.decode() if isinstance(name, bytes) else name,
+                                          self.cupy.__version__)
+
+    # ---------------------------------------------------------------- staging primitives
+    def pinned_empty(self, n, dtype):
+        """n elements of page-locked host memory as a numpy array (copies from it can be async)."""
+        dtype = numpy.dtype(dtype)
+        mem = self.cupy.cuda.alloc_pinned_memory(max(n, 1) * dtype.itemsize)
+        return numpy.frombuffer(mem, dtype, n)
+
+    def device_empty(self, n, dtype):
+        return self.cupy.empty(n, dtype=dtype)
+
+    def new_stream(self):
+        # non_blocking: the copy stream does not serialise with the legacy default stream
+        return self.cupy.cuda.Stream(non_blocking=True)
+
+    def new_event(self):
+        return self.cupy.cuda.Event(disable_timing=True)
+
+    def current_stream(self):
+        return self.cupy.cuda.get_current_stream()
+
+    def copy_to_device_async(self, dst, src, stream):
+        """dst (device, 1-d) <- src (pinned host, 1-d, same length), queued on stream."""
+        dst.set(src, stream=stream)
+
+    def copy_to_host_(self, src, out):
+        """out (host) <- src (device), synchronous: the data is there when this returns."""
+        src.get(out=out)
+        return out
+
+    def copy_to_device_(self, src, out):
+        out.set(src)
+        return out
+
+
+def to_host(a):
+    """A numpy array of a numpy or cupy array (a cupy array is copied, synchronously); anything
+    else through numpy.asarray. Needs no cupy import: a cupy array carries its own .get()."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        return a.get()
+    return numpy.asarray(a)
+
+
+def synchronize_array(a):
+    """Make a GPU array's pending writes complete before a foreign reader (MPI) touches it: the
+    stream named in its __cuda_array_interface__ (version 3), else cupy's current stream. An
+    exporter that names no stream and is not cupy asks for no synchronisation (the CAI rule)."""
+    cai = a.__cuda_array_interface__
+    stream = cai.get("stream")
+    if stream is None and type(a).__module__.split(".")[0] != "cupy":
+        return
+    import cupy
+    if stream is None:
+        cupy.cuda.get_current_stream().synchronize()
+    else:
+        cupy.cuda.runtime.streamSynchronize(stream)
+
+
+def gpu_probe():
+    """(number of visible GPUs, why not) without allocating anything on them."""
+    try:
+        import cupy
+        import cupyx.scipy.sparse  # noqa: F401
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] in ("cupy", "cupyx"):
+            return 0, "cupy is not installed (pip install -e \".[gpu]\")"
+        return 0, "cupy does not import: %s: %s" % (type(e).__name__, e)
+    except Exception as e:  # noqa: BLE001 - e.g. a cupy wheel whose CUDA libraries are missing
+        return 0, "cupy does not import: %s: %s" % (type(e).__name__, e)
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # cupy's CUDARuntimeError: no driver, no device
+        return 0, "cupy finds no usable GPU (%s: %s)" % (type(e).__name__, e)
+    if count < 1:
+        return 0, "cupy finds no GPU"
+    return count, None
+
+
+def select_backend(device, local_rank, probe=gpu_probe):
+    """(backend or None, note) for --device cpu|gpu|auto, binding this process to GPU
+    local_rank mod count BEFORE anything is allocated on it (cupy allocates on the current
+    device, and device 0 would otherwise host every rank's buffers). None when --device gpu
+    cannot be had; the caller makes that a collective error."""
+    if device == "cpu":
+        return get_backend("numpy"), "cpu (numpy): --device cpu"
+    if device not in ("gpu", "auto"):
+        raise ValueError("unknown device %r" % device)
+    count, why = probe()
+    if not count:
+        if device == "gpu":
+            return None, why
+        return get_backend("numpy"), "cpu (numpy): --device auto found no GPU: %s" % why
+    import cupy
+    import cupyx.scipy.sparse
+    dev = int(local_rank) % count
+    cupy.cuda.Device(dev).use()
+    return CupyBackend(cupy, cupyx.scipy.sparse, dev), "gpu %d of %d (local rank %d mod %d)" % (
+        dev, count, local_rank, count)
 
 
 def get_backend(name="numpy"):
@@ -29,5 +176,5 @@ def get_backend(name="numpy"):
         except ImportError as e:  # pragma: no cover - depends on the machine
             from mpinn.config import MpinnError
             raise MpinnError("the GPU backend needs cupy (pip install -e \".[gpu]\"): %s" % e)
-        return Backend("cupy", cupy, cupyx.scipy.sparse)
+        return CupyBackend(cupy, cupyx.scipy.sparse, cupy.cuda.Device().id)
     raise ValueError("unknown backend %r" % name)

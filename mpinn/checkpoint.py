@@ -7,6 +7,7 @@ import tempfile
 import numpy as np
 
 from mpinn import __version__
+from mpinn.backend import to_host
 from mpinn.config import ModelSpec, MpinnError
 
 FORMAT = "mpinn-model-1"
@@ -21,7 +22,7 @@ def save_model(path, params, spec, meta):
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, params=np.ascontiguousarray(params), header=np.array(json.dumps(header)))
+            np.savez(f, params=np.ascontiguousarray(to_host(params)), header=np.array(json.dumps(header)))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -84,7 +85,7 @@ def save_checkpoint(directory, step, arrays, header, keep=3):
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, header=np.array(json.dumps(header)),
-                     **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+                     **{k: np.ascontiguousarray(to_host(v)) for k, v in arrays.items()})
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -147,15 +147,17 @@ class MLP:
         return acts
 
     def predict(self, batch):
-        """Class probabilities (softmax / one-vs-all sigmoid), P(y=1) for binary, or values."""
-        z = self.forward(batch)[-1]
-        return head_output(self.spec.loss, self.xp, z)
+        """Class probabilities (softmax / one-vs-all sigmoid), P(y=1) for binary, or values; on
+        the host (an edge: the rows may come from the host, the predictions go back there)."""
+        z = self.forward(self.backend.batch_to_device(batch))[-1]
+        return self.backend.asnumpy(head_output(self.spec.loss, self.xp, z))
 
     # ---------------------------------------------------------------- loss and backward
     def loss_sum(self, batch):
         """Sum over rows of the data loss (no weight decay)."""
         if batch.n == 0:
             return 0.0
+        batch = self.backend.batch_to_device(batch)
         loss, _ = head_loss_delta(self.spec.loss, self.xp, self.forward(batch)[-1], batch.y, False)
         return float(loss)
 
@@ -164,6 +166,7 @@ class MLP:
         the buffer's trailing slot. With sparse_grad, the sparse block of W0 is returned as
         SparseRows instead of being written (its slice of self.grads is then left untouched)."""
         spec, xp = self.spec, self.xp
+        batch = self.backend.batch_to_device(batch)     # the same batch unless it is still on the host
         self.grad_buffer[-1] = 0
         if batch.n == 0:            # a rank with no rows this step still takes part in the step
             self.grads[self.dense_start if sparse_grad else 0:] = 0

@@ -13,6 +13,7 @@ from mpinn import __version__
 from mpinn.checkpoint import save_checkpoint
 from mpinn.comm import NoWatchdog, coalesce_rows, split_counts
 from mpinn.config import MpinnError
+from mpinn.device import device_feed
 from mpinn.metrics import auc, format_metrics, metric_sums, metrics_from_sums
 
 PHASES = ("data", "compute", "comm", "update")   # data wait, forward+backward, communication, optimizer
@@ -356,7 +357,7 @@ class Trainer:
     def feed(self, train, n_train, epoch, steps):
         """Where this epoch's local batches come from (see Feed)."""
         order = self.epoch_order(n_train, epoch) if (self.rank0 or self.read_local) else None
-        return Feed(self, train, order, steps)
+        return device_feed(Feed(self, train, order, steps), self.model.backend)   # as is on the CPU
 
     def finite(self, reduced):
         """Is the reduced gradient (and the loss in its last slot) finite? One sum per buffer:
@@ -545,7 +546,7 @@ class Trainer:
                 raise MpinnError("%s: parameters %s %s do not fit this model (%s %s)" % (
                     header.get("path"), params.dtype, params.shape, self.model.params.dtype,
                     self.model.params.shape))
-            self.model.params[...] = params
+            self.model.params[...] = self.model.xp.asarray(params)
         shapes = self.comm.bcast_obj({k[4:]: (v.shape, str(v.dtype)) for k, v in arrays.items()
                                       if k.startswith("opt_")} if self.rank0 else None)
         state = {}
