@@ -224,7 +224,8 @@ def run(args):
     if rank0:
         model.set_params(wl.init())
     opt = create_optimizer("sgd", model.size, model.xp, wl.lr, weight_slices=model.weight_slices)
-    trainer = Trainer(model, opt, comm, wl.layout, B, verbose=False, average_every=args.average_every)
+    trainer = Trainer(model, opt, comm, wl.layout, B, verbose=False, average_every=args.average_every,
+                      overlap=args.overlap)
     trainer.start()
     n_batches = wl.n // B
 
@@ -238,8 +239,23 @@ def run(args):
     loss0 = eval_loss()
     setup_s = time.perf_counter() - t_start
 
+    layout, rec_phase = wl.layout, trainer.timeline
+    pending = [None]
+
+    def step(s, stop):
+        """Step s; with prefetch, the next batch's Iscatterv is posted before this one computes
+        (what the trainer's Feed does), so the transfer overlaps the compute."""
+        if not args.prefetch:
+            return trainer.step(batch(s), B)
+        t = time.perf_counter()
+        cur = pending[0] or comm.post_batch(batch(s), layout)
+        pending[0] = comm.post_batch(batch(s + 1), layout) if s + 1 < stop else None
+        local = cur.wait()
+        rec_phase.add("data", t, time.perf_counter(), trainer.global_step + 1)
+        return trainer.step_local(local, B)
+
     for s in range(warmup):
-        trainer.step(batch(s), B)
+        step(s, warmup)
     comm.barrier()
     lw = LoadWindow()
     lw.start()
@@ -247,7 +263,7 @@ def run(args):
     last = []
     t0 = time.perf_counter()
     for s in range(warmup, steps):
-        loss, _ = trainer.step(batch(s), B)
+        loss, _ = step(s, steps)
         if s >= steps - 10:
             last.append(loss)
     if trainer._local_steps:     # local SGD: the final loss is the averaged model's (timed: part of the work)
@@ -275,13 +291,13 @@ def run(args):
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
-    variant = (" " + args.compress if args.compress else "") + (
+    variant = (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
-        "compress": args.compress, "average_every": args.average_every,
+        "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
         "launcher": "mpiexec", "global_batch": B, "lr": wl.lr,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
@@ -370,6 +386,11 @@ def build_parser():
     p.add_argument("--compress", choices=["fp16", "bf16"], help="16-bit dense gradient exchange (allreduce)")
     p.add_argument("--average-every", type=int, default=0, metavar="K",
                    help="local SGD: average the parameters every K steps instead of reducing gradients")
+    p.add_argument("--overlap", action="store_true",
+                   help="Iallreduce the later layers' gradients while earlier layers back-propagate")
+    p.add_argument("--no-prefetch", dest="prefetch", action="store_false",
+                   help="scatter each batch when its step starts (default: post the next batch's "
+                        "Iscatterv before this step computes, as training does)")
     p.add_argument("--steps", type=positive_int, help="total steps (default: the workload's)")
     p.add_argument("--warmup", type=int, help="untimed steps first (default: the workload's)")
     p.add_argument("--timing-steps", type=int, default=30,

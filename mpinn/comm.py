@@ -151,6 +151,8 @@ class Communicator:
         The trainer posts the next batch before computing this one, so the transfer overlaps it."""
         from_root = self.rank == root
         P = self.size
+        if P == 1:      # the batch is already here: no copy through MPI
+            return ReadyBatch(batch, layout)
         head = np.zeros(2 * P, dtype=np.int64)
         if from_root:
             counts = np.full(P, batch.n, dtype=np.int64) if replicate else split_counts(batch.n, P)
@@ -191,7 +193,8 @@ class Communicator:
 
     # ------------------------------------------------------------ the sparse-row exchange
     def exchange_rows(self, sparse):
-        """Allgatherv of every rank's (row id, row) pairs, coalesced; None when the density rule
+        """Allgatherv of every rank's (row id, row) pairs, as SparseRows with one segment per rank
+        (coalesce with .coalesced() where unique ids are needed); None when the density rule
         says a dense Allreduce of the block is cheaper (every rank reaches the same verdict)."""
         if self.size == 1:      # nothing to exchange: the rows are already unique and sorted
             dense = sparse.ids.shape[0] > self.sparse_threshold * sparse.n_rows
@@ -210,7 +213,30 @@ class Communicator:
                                np.empty(total, dtype=np.int64), "sparse row ids")
         rows = np.empty((total, w), dtype=sparse.rows.dtype)
         self.Allgatherv_(sparse.rows, counts * w, rows, "sparse rows")
-        return coalesce_rows(ids, rows, sparse.n_rows)
+        from mpinn.model import SparseRows     # left uncoalesced: SGD applies the ranks' parts in turn
+        return SparseRows(ids, rows, sparse.n_rows, _displs(np.r_[counts, 0]))
+
+
+class ReadyBatch:
+    """post_batch on a single rank: the batch's own arrays in the wire dtypes (a copy only where a
+    dtype differs), as the receive buffers of a scatter would hold them."""
+
+    def __init__(self, batch, layout):
+        self.batch, self.layout = batch, layout
+
+    def wait(self):
+        b, L = self.batch, self.layout
+        Xs = None
+        if L.n_sparse:
+            import scipy.sparse as sp
+            g = b.Xs
+            lo, hi = int(g.indptr[0]), int(g.indptr[-1])
+            Xs = sp.csr_matrix((np.ascontiguousarray(g.data[lo:hi], L.dtype),
+                                np.ascontiguousarray(g.indices[lo:hi], INDEX),
+                                np.ascontiguousarray(g.indptr - lo, INDEX)), shape=(b.n, L.n_sparse))
+        from mpinn.model import Batch
+        return Batch(Xs, np.ascontiguousarray(b.Xd, L.dtype) if L.n_dense else None,
+                     np.ascontiguousarray(b.y, L.y_dtype))
 
 
 class PendingBatch:
@@ -256,17 +282,9 @@ class PendingBatch:
 
 
 def coalesce_rows(ids, rows, n_rows):
-    """Sum rows that share an id, in rank order; return SparseRows with sorted unique ids.
-    The sum is one sparse (unique x total) @ (total x width) product: 10x faster than reduceat."""
-    import scipy.sparse as sp
-    from mpinn.model import SparseRows
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    inverse = inverse.ravel()
-    indptr = np.zeros(uniq.size + 1, dtype=np.int64)
-    np.cumsum(np.bincount(inverse, minlength=uniq.size), out=indptr[1:])
-    pick = sp.csr_matrix((np.ones(ids.size, rows.dtype), np.argsort(inverse, kind="stable"), indptr),
-                         shape=(uniq.size, ids.size))
-    return SparseRows(uniq, np.ascontiguousarray(pick @ rows), n_rows)
+    """Sum rows that share an id, in their order; SparseRows with sorted unique ids."""
+    from mpinn.model import coalesce
+    return coalesce(ids, rows, n_rows)
 
 
 def _densify_(grad_buffer, sparse):
@@ -298,6 +316,72 @@ class AllreduceCommunicator(Communicator):
             self.compressed.allreduce_sum_(grad_buffer[start:])
         else:
             self.Allreduce_sum_(grad_buffer[start:], "gradient buffer")
+        return reduced
+
+    def overlap_(self, grad_buffer, layer_starts, bucket_elems=1 << 16):
+        """--overlap: an OverlappedReduce for one step (see there)."""
+        if self.compressed is not None:
+            raise MpinnError("--overlap and --compress cannot be combined (the 16-bit exchange is one Allgather)")
+        if not isinstance(grad_buffer, np.ndarray):
+            raise MpinnError("--overlap runs on --device cpu only (for now)", collective=True)
+        return OverlappedReduce(self, grad_buffer, layer_starts, bucket_elems)
+
+
+class OverlappedReduce:
+    """The dense gradient Allreduce of one step as non-blocking Iallreduce buckets, started while
+    back-propagation goes on. The buffer is W0, b0, W1, b1, ..., loss slot, and backward finishes
+    the last layer first, so what is final is always a suffix and a bucket is a contiguous slice.
+
+    The buckets are planned from the layer offsets alone (layers merged from the top until a bucket
+    holds >= bucket_elems), never from timing, so every rank posts the same collectives in the
+    same order; a rank with no rows posts them all in finish(). Layer 0 is the last bucket, sent in
+    finish() after the sparse-row exchange (whose density verdict decides where it starts).
+    MPICH progresses a non-blocking collective only inside MPI calls: ready() polls the posted ones
+    (Testall) between layers."""
+
+    def __init__(self, communicator, buf, layer_starts, bucket_elems):
+        check_buffer(buf, buf.dtype, buf.size, "gradient buffer")
+        self.c, self.buf = communicator, buf
+        starts = sorted((int(s) for s in layer_starts if s > 0), reverse=True)
+        self.buckets, end = [], buf.size
+        for s in starts:
+            if end - s >= bucket_elems:
+                self.buckets.append((s, end))
+                end = s
+        if starts and end > starts[-1]:
+            self.buckets.append((starts[-1], end))
+            end = starts[-1]
+        self.first_end = end            # layer 0's bucket: [0 or the dense part's start, first_end)
+        self.next, self.requests, self.keep = 0, [], []
+
+    def _post(self, lo, hi):
+        seg = self.buf[lo:hi]
+        self.keep.append(seg)           # alive until the request completes
+        self.requests.append(self.c.comm.Iallreduce(MPI.IN_PLACE, seg, op=MPI.SUM))
+
+    def ready(self, start):
+        """buf[start:] is final: post every planned bucket inside it, poll the ones in flight."""
+        while self.next < len(self.buckets) and self.buckets[self.next][0] >= start:
+            self._post(*self.buckets[self.next])
+            self.next += 1
+        if self.requests:
+            MPI.Request.Testall(self.requests)
+
+    def finish(self, sparse=None):
+        """Post what is left, exchange the sparse rows, reduce layer 0, wait for everything.
+        Returns what reduce_gradients_ returns (the reduced SparseRows, or None)."""
+        self.ready(0)       # the planned buckets (all of them on a rank with no rows)
+        lo, reduced = 0, None
+        if sparse is not None:
+            reduced = self.c.exchange_rows(sparse)
+            if reduced is None:
+                _densify_(self.buf, sparse)
+            else:
+                lo = sparse.n_rows * sparse.width
+        if self.first_end > lo:
+            self._post(lo, self.first_end)
+        MPI.Request.Waitall(self.requests)
+        self.requests, self.keep = [], []
         return reduced
 
 

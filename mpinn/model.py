@@ -27,14 +27,44 @@ class Batch:
 @dataclass
 class SparseRows:
     """Gradient of the sparse block of the first layer: only the rows the batch touched.
-    Row ids[i] of the (n_rows, width) block has gradient rows[i]; ids are unique and sorted."""
+    Row ids[i] of the (n_rows, width) block has gradient rows[i]. Without segments, ids are unique
+    and sorted. With segments (k + 1 offsets: every rank's rows, as gathered, in rank order), ids
+    are unique within a segment but may repeat across segments, and the gradient of a row is the
+    sum of its entries in all segments (coalesced() adds them up)."""
     ids: object
     rows: object
     n_rows: int
+    segments: object = None
 
     @property
     def width(self):
         return int(self.rows.shape[1])
+
+    def parts(self):
+        """(ids, rows) of each segment, each with unique ids; one part when not segmented."""
+        if self.segments is None:
+            return [(self.ids, self.rows)]
+        s = self.segments
+        return [(self.ids[a:b], self.rows[a:b]) for a, b in zip(s[:-1], s[1:]) if b > a]
+
+    def coalesced(self):
+        """The same gradient with unique, sorted ids (duplicates summed in segment order)."""
+        if self.segments is None:
+            return self
+        return coalesce(self.ids, self.rows, self.n_rows)
+
+
+def coalesce(ids, rows, n_rows):
+    """Sum rows that share an id, in their order; SparseRows with sorted unique ids.
+    The sum is one sparse (unique x total) @ (total x width) product: 10x faster than reduceat."""
+    import scipy.sparse as sp
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    inverse = inverse.ravel()
+    indptr = np.zeros(uniq.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(inverse, minlength=uniq.size), out=indptr[1:])
+    pick = sp.csr_matrix((np.ones(ids.size, rows.dtype), np.argsort(inverse, kind="stable"), indptr),
+                         shape=(uniq.size, ids.size))
+    return SparseRows(uniq, np.ascontiguousarray(pick @ rows), n_rows)
 
 
 def _act(name, xp, z):
@@ -161,10 +191,14 @@ class MLP:
         loss, _ = head_loss_delta(self.spec.loss, self.xp, self.forward(batch)[-1], batch.y, False)
         return float(loss)
 
-    def loss_grad_(self, batch, scale, sparse_grad=False):
+    def loss_grad_(self, batch, scale, sparse_grad=False, on_ready=None):
         """Write scale * d(sum of row losses)/d(params) into self.grads, and the row-loss sum into
         the buffer's trailing slot. With sparse_grad, the sparse block of W0 is returned as
-        SparseRows instead of being written (its slice of self.grads is then left untouched)."""
+        SparseRows instead of being written (its slice of self.grads is then left untouched).
+        on_ready(start), if given, is called as soon as grad_buffer[start:] holds its final values:
+        after each layer's gW/gb, from the last layer down (start = that layer's offset; the loss
+        slot is already written), so a caller can reduce the later layers while the earlier ones
+        back-propagate. Not called for a rank with no rows."""
         spec, xp = self.spec, self.xp
         batch = self.backend.batch_to_device(batch)     # the same batch unless it is still on the host
         self.grad_buffer[-1] = 0
@@ -181,21 +215,30 @@ class MLP:
             a = acts[l - 1]
             xp.matmul(a.T, d, out=self.gW[l])
             xp.sum(d, axis=0, out=self.gb[l])
+            if on_ready is not None:
+                on_ready(self.offsets[2 * l])
             d = d @ self.W[l].T
             _act_grad_(spec.activation, a, d)
         xp.sum(d, axis=0, out=self.gb[0])
         if spec.n_dense:
             xp.matmul(batch.Xd.T, d, out=self.gW[0][spec.n_sparse:])
         if not spec.n_sparse:
+            if on_ready is not None:
+                on_ready(0)
             return None
         rows = sparse_rows_grad(self.backend, batch.Xs, d, spec.n_sparse)
         if sparse_grad:
+            if on_ready is not None:
+                on_ready(self.dense_start)
             return rows
         self.densify_(rows)
+        if on_ready is not None:
+            on_ready(0)
         return None
 
     def densify_(self, rows):
         """Write SparseRows into the dense gradient of the sparse block (zeros elsewhere)."""
+        rows = rows.coalesced()
         block = self.gW[0][:self.spec.n_sparse]
         block.fill(0)
         block[rows.ids] = rows.rows

@@ -5,7 +5,8 @@ from mpinn.config import MpinnError
 
 
 class Optimizer:
-    """step_(params, grads, sparse=None): grads is the mean-loss gradient already reduced over ranks.
+    """step_(params, grads, sparse=None): grads is the mean-loss gradient already reduced over ranks
+    (scratch: a step may overwrite it, and the rows of sparse).
     The L2 term lam * W is added here, once, to the weight slices only (biases are not decayed)."""
 
     def __init__(self, size, xp, lr, weight_decay=0.0, weight_slices=()):
@@ -45,14 +46,22 @@ class SGD(Optimizer):
     def step_(self, params, grads, sparse=None):
         self.t += 1
         lr = params.dtype.type(self.lr)
+        # the gradient is scratch once applied: scaled in place (no temporary; the same roundings)
         if sparse is None:
             self._decay_(params, grads)
-            params -= lr * grads
+            grads *= lr
+            params -= grads
             return
         start = sparse.n_rows * sparse.width
-        params[start:] -= lr * grads[start:]
+        tail = grads[start:]
+        tail *= lr
+        params[start:] -= tail
         block = params[:start].reshape(sparse.n_rows, sparse.width)
-        block[sparse.ids] -= lr * sparse.rows
+        # each rank's rows in rank order, no coalescing: the ids are unique within a part, so the
+        # fancy-indexed update is exact; rounding differs from p - lr (a + b) only in summation order
+        for ids, rows in sparse.parts():
+            rows *= lr
+            block[ids] -= rows
 
 
 class Momentum(Optimizer):

@@ -154,6 +154,10 @@ def build_parser():
     c.add_argument("--timeline", metavar="FILE",
                    help="write a Chrome-trace JSON of every rank's phases per step (data wait, "
                         "forward+backward, communication, update), for Perfetto or chrome://tracing")
+    c.add_argument("--overlap", action="store_true",
+                   help="post the later layers' gradient Allreduce (non-blocking, in buckets) while the "
+                        "earlier layers still back-propagate; --reduce allreduce, CPU, no --compress, "
+                        "--grad-accum or --average-every")
     f = p.add_argument_group("checkpoints and failure handling")
     f.add_argument("--checkpoint-dir", help="write checkpoints here (rank 0, atomically): every "
                    "--checkpoint-every steps and at each epoch end")

@@ -190,7 +190,7 @@ class Trainer:
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
                  on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False,
-                 average_every=0, timeline=False):
+                 average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
@@ -208,6 +208,12 @@ class Trainer:
         # local SGD: steps on local gradients, parameters averaged every K steps (0: off)
         self.average_every, self._local_steps = int(average_every), 0
         self.timeline = Timeline(keep=timeline)
+        # reduce the later layers' gradients while the earlier ones back-propagate (Iallreduce
+        # buckets of >= overlap_bucket elements; --reduce allreduce, no --grad-accum / --compress)
+        self.overlap, self.overlap_bucket = bool(overlap), int(overlap_bucket)
+        if self.overlap and (grad_accum > 1 or average_every or towers or not hasattr(comm, "overlap_")):
+            raise MpinnError("--overlap needs --reduce allreduce and data parallelism, without "
+                             "--grad-accum, --average-every or towers", collective=True)
         self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
         self.history = []
         # where training stands (saved in checkpoints)
@@ -231,6 +237,7 @@ class Trainer:
         return {"mpinn": __version__, "layout": self.model.layout(), "spec": self.model.spec.to_dict(),
                 "reduce": self.comm.name, "optimizer": type(self.optimizer).__name__,
                 "compress": getattr(self.comm, "compress", None), "average_every": self.average_every,
+                "overlap": self.overlap,
                 "batch_size": self.batch_size, "input": vars(self.layout)}
 
     def start(self):
@@ -266,10 +273,13 @@ class Trainer:
             return self.step_local_sgd(local, n_global, want_rows, t1)
         # data parallel: a row's share of the global mean; a tower: of its own rows' mean
         n_mean = (local.n if self.towers else n_global) or 1
-        sparse = self.local_gradient(local, 1.0 / n_mean, want_rows)
-        self.faults.fire(self.global_step + 1, model.grad_buffer)
-        t2 = time.perf_counter()
-        reduced = comm.reduce_gradients_(model.grad_buffer, sparse)
+        if self.overlap:
+            sparse, t2, reduced = self.overlapped_gradient(local, 1.0 / n_mean, want_rows)
+        else:
+            sparse = self.local_gradient(local, 1.0 / n_mean, want_rows)
+            self.faults.fire(self.global_step + 1, model.grad_buffer)
+            t2 = time.perf_counter()
+            reduced = comm.reduce_gradients_(model.grad_buffer, sparse)
         ok = comm.agree_(self.finite(reduced) if comm.updates_here else True)
         t3 = time.perf_counter()
         if comm.updates_here and ok and (local.n or not self.towers):   # a tower with no rows has no step
@@ -286,6 +296,24 @@ class Trainer:
         rec("comm", t4, t5, step)
         self.samples += n_global
         return float(model.grad_buffer[-1]) / n_mean, ok  # the mean loss is right on rank 0 for every strategy
+
+    def overlapped_gradient(self, local, scale, want_rows):
+        """--overlap: backward with the later layers' Iallreduce posted as each layer finishes
+        (comm.overlap_), then the rest. Returns (local sparse rows, end of compute, reduced rows)."""
+        model = self.model
+        overlap = self.comm.overlap_(model.grad_buffer, model.offsets[2::2], self.overlap_bucket)
+        fired = []
+
+        def ready(start):
+            if not fired:       # the test hooks act on the finished gradient, before any of it is sent
+                fired.append(self.faults.fire(self.global_step + 1, model.grad_buffer))
+            overlap.ready(start)
+
+        sparse = model.loss_grad_(local, scale, sparse_grad=want_rows, on_ready=ready)
+        if not fired:
+            self.faults.fire(self.global_step + 1, model.grad_buffer)
+        t2 = time.perf_counter()
+        return sparse, t2, overlap.finish(sparse)
 
     def step_local_sgd(self, local, n_global, want_rows, t1):
         """--average-every K (local SGD): each rank steps on its own gradient, and every K steps the
