@@ -122,9 +122,10 @@ def build_parser():
     c = p.add_argument_group("distribution")
     c.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
                    help="allreduce: every rank steps; gather: rank 0 steps and broadcasts (DT42)")
-    c.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
-                   help="where every rank computes: gpu (cupy; rank r uses GPU local rank mod device "
-                        "count), cpu (numpy), auto (default: gpu when cupy imports and finds a device)")
+    c.add_argument("--device", default="cpu", choices=["auto", "cpu", "gpu"],
+                   help="where every rank computes: cpu (numpy; the default while the GPU path is "
+                        "untested on a GPU), gpu (cupy; rank r uses GPU local rank mod device count), "
+                        "auto (gpu when cupy imports and finds a device, else cpu)")
     c.add_argument("--comm", default="auto", choices=["auto", "nccl", "cuda-aware", "staged"],
                    help="how GPU gradients travel: nccl, cuda-aware (cupy arrays straight to MPI), staged "
                         "(through pinned host buffers); auto: cuda-aware when MPI says so, else staged")

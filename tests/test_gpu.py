@@ -43,7 +43,7 @@ def test_device_gpu_without_a_gpu_is_one_error_line(tmp_path):
 
 @pytest.mark.skipif(GPUS, reason="this machine has a GPU")
 def test_device_auto_falls_back_to_numpy_and_says_so(tmp_path):
-    r = run(TRAIN + ["--model-out", str(tmp_path / "m.npz")])
+    r = run(TRAIN + ["--device", "auto", "--model-out", str(tmp_path / "m.npz")])
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
     assert first.startswith("device: cpu (numpy): --device auto found no GPU: "), first
