@@ -21,8 +21,9 @@ Assumptions (the model is only as good as these):
      total of m bytes takes (P-1)/P m/B + (P-1) alpha. Real MPIs switch to tree/recursive-doubling
      algorithms for small messages (log P latency), so for small n this is pessimistic.
   4. No overlap of communication with compute (mpinn's --overlap measured no gain here; see the
-     report): step = compute + exchange (+ W2's row update, which grows with P), and
-     efficiency = step(1) / step(P) per sample-per-rank.
+     report): step = compute + exchange (+ W2's update beyond one rank's own rows, which grows
+     with P, or the dense update of the whole table), and efficiency = compute / step, i.e. against
+     one rank with no exchange (W2's dense and fp16 curves pay the dense update even at P = 1).
   5. Exchanges: dense = float32 ring Allreduce of the whole gradient (W2: the 2^18 x 64 table too);
      fp16 = a ring Allreduce of 16-bit words (half the bytes, as NCCL/Horovod's fp16 compression);
      fp16-allgather = mpinn's own --compress, one Allgather of every rank's 16-bit words, summed in
@@ -163,7 +164,7 @@ def main():
         ax.set_xscale("log", base=2)
         ax.set_xlabel("ranks")
         ax.set_title("%s predicted (per-rank batch %d)" % (wl, PER_RANK[wl]))
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="lower left")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("scaling efficiency, %")
     fig.suptitle("Cluster model: ring collectives at this machine's measured alpha/B (solid) and assumed 10 GbE (dashed)")
