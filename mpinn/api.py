@@ -241,6 +241,7 @@ def train_from_args(args, comm=None):
                       lr_at=lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None,
                       on_epoch=curve.add if curve else None, towers=towers, tower_mix=args.tower_mix,
                       prefetch=not args.no_prefetch, read_local=args.input == "local",
+                      shuffle_block=args.shuffle_block,
                       average_every=args.average_every, timeline=bool(args.timeline), overlap=args.overlap)
     config = resume_config(args)
     if args.resume:

@@ -132,6 +132,10 @@ def build_parser():
     c.add_argument("--input", default="scatter", choices=["scatter", "local"],
                    help="scatter: rank 0 reads (and hashes) the rows and scatters each batch; local: "
                         "every rank reads its own rows of a packed file (python -m mpinn.prepare)")
+    c.add_argument("--shuffle-block", type=positive_int, default=1, metavar="B",
+                   help="shuffle blocks of B consecutive rows instead of single rows (default 1): a "
+                        "packed file is then read in runs of B rows, so its mapped pages stay few "
+                        "whatever its size")
     c.add_argument("--no-prefetch", action="store_true",
                    help="do not read and send the next batch while this one computes")
     c.add_argument("--parallel", default="data", choices=["data", "tower"],

@@ -189,7 +189,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
-                 on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False,
+                 on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False, shuffle_block=1,
                  average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
@@ -205,6 +205,7 @@ class Trainer:
         self.tower_mix, self.tower_weights = tower_mix, None
         self.prefetch = prefetch      # prepare and send the next batch while this one computes
         self.read_local = read_local  # every rank reads its own rows (a packed file), no scatter
+        self.shuffle_block = int(shuffle_block)
         # local SGD: steps on local gradients, parameters averaged every K steps (0: off)
         self.average_every, self._local_steps = int(average_every), 0
         self.timeline = Timeline(keep=timeline)
@@ -249,7 +250,17 @@ class Trainer:
         self.timeline.origin = time.perf_counter()
 
     def epoch_order(self, n, epoch):
-        return np.random.default_rng([self.seed, epoch]).permutation(n)
+        """The epoch's row order, drawn from (seed, epoch) alone. With shuffle_block b > 1, blocks of
+        b consecutive rows are shuffled instead of rows: a packed file is then read in runs of b rows,
+        which keeps the mapped pages (and the I/O) per batch small at the price of batches made of
+        neighbouring rows."""
+        rng = np.random.default_rng([self.seed, epoch])
+        b = self.shuffle_block
+        if b <= 1:
+            return rng.permutation(n)
+        blocks = rng.permutation(-(-n // b))
+        order = (blocks[:, None] * b + np.arange(b)).ravel()
+        return order[order < n]
 
     # ---------------------------------------------------------------- one step
     def step(self, global_batch, n_global):

@@ -46,3 +46,27 @@ def test_every_input_mode_gives_the_same_parameters(tmp_path, packed, n, launche
 def test_local_input_needs_a_packed_file(tmp_path, launcher):
     r = mpirun(2, ["-m", "mpinn.train", "--input", "local", "--no-progress"])
     assert r.returncode == 2 and "--input local needs a packed file" in r.stderr
+
+
+def test_block_shuffle_is_a_permutation_of_whole_blocks():
+    from types import SimpleNamespace
+    from mpinn.trainer import Trainer
+    order = Trainer.epoch_order(SimpleNamespace(seed=3, shuffle_block=8), 101, 2)
+    assert sorted(order) == list(range(101))
+    runs = np.split(order, np.flatnonzero(np.diff(order) != 1) + 1)
+    assert all(r[0] % 8 == 0 and (len(r) % 8 == 0 or r[-1] == 100) for r in runs)
+    assert not np.array_equal(order, np.arange(101))
+    rows = Trainer.epoch_order(SimpleNamespace(seed=3, shuffle_block=1), 101, 2)
+    assert np.array_equal(rows, np.random.default_rng([3, 2]).permutation(101))   # the default is unchanged
+
+
+@pytest.mark.mpi
+def test_block_shuffle_gives_the_same_parameters_in_every_mode(tmp_path, packed, launcher):
+    params = []
+    for args in (["--default-rows", "5000", "--hash-bits", "12"], [packed], [packed, "--input", "local"]):
+        out = str(tmp_path / "m.npz")
+        r = mpirun(2, ["-m", "mpinn.train"] + args + COMMON + ["--shuffle-block", "16", "--model-out", out])
+        assert r.returncode == 0, r.stderr
+        with np.load(out) as z:
+            params.append(z["params"])
+    assert all(np.array_equal(p, params[0]) for p in params)
