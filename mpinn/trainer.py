@@ -120,6 +120,41 @@ class Faults:
                     raise RuntimeError("injected failure at step %d" % step)
 
 
+class BlockOrder:
+    """The rows of shuffled blocks of b consecutive rows, made a slice at a time: memory n/b, not n
+    (so rank 0's memory does not grow with the data set)."""
+
+    def __init__(self, blocks, b, n):
+        self.blocks, self.b, self.n = blocks, b, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, sl):
+        start, stop, _ = sl.indices(self.n)
+        if stop <= start:
+            return np.zeros(0, dtype=np.int64)
+        b, nb = self.b, len(self.blocks)
+        short = self.n - (nb - 1) * b                 # rows in the last block (it may sit anywhere)
+        where_short = int(np.flatnonzero(self.blocks == nb - 1)[0])
+
+        def pos(i):                                   # row position where the i-th block of the order starts
+            return i * b - (b - short if i > where_short else 0)
+
+        lo = min(start // b, nb - 1)
+        while lo > 0 and pos(lo) > start:
+            lo -= 1
+        hi = lo
+        while hi < nb and pos(hi) < stop:
+            hi += 1
+        rows = (self.blocks[lo:hi, None] * b + np.arange(b)).ravel()
+        rows = rows[rows < self.n]
+        return rows[start - pos(lo):stop - pos(lo)]
+
+    def __array__(self, dtype=None, copy=None):
+        return self[0:self.n] if dtype is None else self[0:self.n].astype(dtype)
+
+
 class Feed:
     """One epoch's local batches, in order, from self.next_step on.
 
@@ -258,9 +293,7 @@ class Trainer:
         b = self.shuffle_block
         if b <= 1:
             return rng.permutation(n)
-        blocks = rng.permutation(-(-n // b))
-        order = (blocks[:, None] * b + np.arange(b)).ravel()
-        return order[order < n]
+        return BlockOrder(rng.permutation(-(-n // b)), b, n)
 
     # ---------------------------------------------------------------- one step
     def step(self, global_batch, n_global):

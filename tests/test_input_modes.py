@@ -51,8 +51,11 @@ def test_local_input_needs_a_packed_file(tmp_path, launcher):
 def test_block_shuffle_is_a_permutation_of_whole_blocks():
     from types import SimpleNamespace
     from mpinn.trainer import Trainer
-    order = Trainer.epoch_order(SimpleNamespace(seed=3, shuffle_block=8), 101, 2)
+    lazy = Trainer.epoch_order(SimpleNamespace(seed=3, shuffle_block=8), 101, 2)
+    order = np.asarray(lazy)
     assert sorted(order) == list(range(101))
+    for B in (1, 5, 8, 13, 100):     # made a slice at a time, it is the same order
+        assert all(np.array_equal(lazy[s:s + B], order[s:s + B]) for s in range(0, 101, B))
     runs = np.split(order, np.flatnonzero(np.diff(order) != 1) + 1)
     assert all(r[0] % 8 == 0 and (len(r) % 8 == 0 or r[-1] == 100) for r in runs)
     assert not np.array_equal(order, np.arange(101))
