@@ -19,10 +19,17 @@ def save_model(path, params, spec, meta):
     header = {"format": FORMAT, "version": __version__, "spec": spec.to_dict(), "meta": meta}
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=d)
+    _write_npz_atomically(path, ".tmp-", header, {"params": params})
+
+
+def _write_npz_atomically(path, prefix, header, arrays):
+    """header (JSON) + arrays (host copies) into path: temporary file in the same directory,
+    fsync, rename. A crash leaves the old file or the new one, and at most a stray temporary."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".npz", dir=os.path.dirname(os.path.abspath(path)))
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, params=np.ascontiguousarray(to_host(params)), header=np.array(json.dumps(header)))
+            np.savez(f, header=np.array(json.dumps(header)),
+                     **{k: np.ascontiguousarray(to_host(v)) for k, v in arrays.items()})
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -81,18 +88,7 @@ def save_checkpoint(directory, step, arrays, header, keep=3):
             os.unlink(os.path.join(directory, name))
     header = dict(header, format=CHECKPOINT_FORMAT, version=__version__, step=int(step))
     path = checkpoint_path(directory, step)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-ckpt-", suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, header=np.array(json.dumps(header)),
-                     **{k: np.ascontiguousarray(to_host(v)) for k, v in arrays.items()})
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _write_npz_atomically(path, ".tmp-ckpt-", header, arrays)
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)   # the rename itself reaches the disk

@@ -36,6 +36,17 @@ class Rows:
     def layout(self, dtype):
         return Layout(self.n_sparse, self.n_dense, dtype, "int64" if self.task == "multiclass" else dtype)
 
+    def batch(self, Xs, Xd, y, dtype=None):
+        """A Batch of rows already read, cast to the model dtype (labels stay ids for multiclass)."""
+        if dtype is not None:
+            if Xs is not None and Xs.dtype != dtype:
+                Xs = Xs.astype(dtype)
+            if Xd is not None:
+                Xd = np.ascontiguousarray(Xd, dtype=dtype)
+            if self.task != "multiclass":
+                y = y.astype(dtype, copy=False)
+        return Batch(Xs, Xd, y)
+
     def split(self, holdout, seed):
         """(train, valid): a seeded random share `holdout` of the rows is held out."""
         n = len(self)
@@ -76,15 +87,7 @@ class Dataset(Rows):
         """The batch of the given rows (in that order), cast to the model dtype."""
         Xs = self.Xs[rows] if self.Xs is not None else None
         Xd = self.Xd[rows] if self.Xd is not None else None
-        y = self.y[rows]
-        if dtype is not None:
-            if Xs is not None and Xs.dtype != dtype:
-                Xs = Xs.astype(dtype)
-            if Xd is not None:
-                Xd = np.ascontiguousarray(Xd, dtype=dtype)
-            if self.task != "multiclass":
-                y = y.astype(dtype, copy=False)
-        return Batch(Xs, Xd, y)
+        return self.batch(Xs, Xd, self.y[rows], dtype)
 
     def subset(self, rows):
         b = self.take(rows)

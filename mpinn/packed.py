@@ -11,7 +11,6 @@ import xxhash
 from mpinn import __version__
 from mpinn.config import MpinnError
 from mpinn.data import Rows
-from mpinn.model import Batch
 
 MAGIC = b"MPINNPK1"
 FORMAT = "mpinn-packed-1"
@@ -459,14 +458,7 @@ class PackedDataset(Rows):
         per_row = 0 if span is not None else PAGE * ((3 if Xs is not None else 0) + (Xd is not None) + 1)
         f.touched((Xs.nnz * 8 if Xs is not None else 0) + (Xd.nbytes if Xd is not None else 0) + y.nbytes
                   + per_row * rows.shape[0])
-        if dtype is not None:
-            if Xs is not None and Xs.dtype != dtype:
-                Xs = Xs.astype(dtype)
-            if Xd is not None:
-                Xd = np.ascontiguousarray(Xd, dtype=dtype)
-            if self.task != "multiclass":
-                y = y.astype(dtype, copy=False)
-        return Batch(Xs, Xd, y)
+        return self.batch(Xs, Xd, y, dtype)
 
     def release(self):
         """Drop the pages read so far from this process's memory (they stay in the page cache)."""
