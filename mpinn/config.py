@@ -6,6 +6,17 @@ LOSSES = ("softmax", "sigmoid", "squared")
 DTYPES = ("float32", "float64")
 
 
+def run_one_process(run, args):
+    """The entry point of a one-process command (predict, prepare): a MpinnError is one line on
+    stderr and its exit code (2 for bad input), never a traceback."""
+    import sys
+    try:
+        return run(args)
+    except MpinnError as e:
+        print("mpinn: error: %s" % e, file=sys.stderr)
+        return e.code
+
+
 class MpinnError(Exception):
     """A problem the user can fix (bad input, bad option): reported as one line, exit code 2
     (or `code`, e.g. 4 when training diverged). `collective` means every rank raised it together

@@ -191,12 +191,8 @@ def run(args):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except MpinnError as e:
-        print("mpinn: error: %s" % e, file=sys.stderr)
-        return 2
+    from mpinn.config import run_one_process
+    return run_one_process(run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
