@@ -150,7 +150,7 @@ def train_from_args(args, comm=None):
     from mpinn.trainer import Faults, Trainer
 
     if args.batch_size and args.batch_per_rank:
-        raise MpinnError("give --batch-size (global) or --batch-per-rank, not both")
+        raise MpinnError("give --batch-size (global) or --batch-per-rank, not both", collective=True)
     args.batch_size = args.batch_size or (None if args.batch_per_rank else 1024)
     if args.plot:
         from mpinn.report import check_plotting
@@ -159,17 +159,17 @@ def train_from_args(args, comm=None):
     towers = args.tower_data if args.parallel == "tower" else None
     if towers and (args.checkpoint_dir or args.resume):
         raise MpinnError("--parallel tower does not write or resume checkpoints yet; leave out "
-                         "--checkpoint-dir / --resume")
+                         "--checkpoint-dir / --resume", collective=True)
     if (args.compress or args.average_every) and (towers or args.reduce != "allreduce"):
-        raise MpinnError("--compress and --average-every need --reduce allreduce and --parallel data")
+        raise MpinnError("--compress and --average-every need --reduce allreduce and --parallel data", collective=True)
     if args.average_every and (args.checkpoint_dir or args.resume):
         # between averages the ranks' parameters and optimizer states differ; a checkpoint holds
         # rank 0's only, so a resume could not be exact
         raise MpinnError("--average-every does not write or resume checkpoints yet; leave out "
-                         "--checkpoint-dir / --resume")
+                         "--checkpoint-dir / --resume", collective=True)
     if args.compress and args.average_every:
         raise MpinnError("--compress shrinks the gradient Allreduce, which --average-every replaces: "
-                         "give one of them")
+                         "give one of them", collective=True)
     comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold,
                                compress=args.compress, device=args.device, transport=args.comm)
     if comm.backend.device is not None and args.grad_accum > 1:     # its row coalescing is host code
@@ -206,7 +206,8 @@ def train_from_args(args, comm=None):
         return train, valid
 
     if args.input == "local" and not str(args.data or "").endswith(".mpinn"):
-        raise MpinnError("--input local needs a packed file: python -m mpinn.prepare DATA ... --out DATA.mpinn")
+        raise MpinnError("--input local needs a packed file: python -m mpinn.prepare DATA ... --out DATA.mpinn",
+                         collective=True)
     loaded = comm.root_call(load)
     train, valid = loaded if rank0 else (None, None)
     if args.input == "local" and not rank0:     # the same file, the same seeded split, on every rank

@@ -321,7 +321,7 @@ class AllreduceCommunicator(Communicator):
     def overlap_(self, grad_buffer, layer_starts, bucket_elems=1 << 16):
         """--overlap: an OverlappedReduce for one step (see there)."""
         if self.compressed is not None:
-            raise MpinnError("--overlap and --compress cannot be combined (the 16-bit exchange is one Allgather)")
+            raise MpinnError("--overlap and --compress cannot be combined (the 16-bit exchange is one Allgather)", collective=True)
         if not isinstance(grad_buffer, np.ndarray):
             raise MpinnError("--overlap runs on --device cpu only (for now)", collective=True)
         return OverlappedReduce(self, grad_buffer, layer_starts, bucket_elems)
@@ -404,7 +404,7 @@ class Compressed16:
 
     def __init__(self, communicator, kind):
         if kind not in ("fp16", "bf16"):
-            raise MpinnError("--compress must be fp16 or bf16, not %r" % kind)
+            raise MpinnError("--compress must be fp16 or bf16, not %r" % kind, collective=True)
         self.c, self.kind = communicator, kind
         self.send = self.recv = None
         self.overflows = 0          # steps where some rank's cast overflowed
@@ -537,11 +537,11 @@ def create_communicator(name="allreduce", comm=None, compress=None, device="cpu"
     """The communicator for a strategy; with device "auto"/"gpu" (or a GPU --comm), see
     create_device_communicator. The result's .backend is the array backend its buffers live on."""
     if compress and name != "allreduce":
-        raise MpinnError("--compress applies to --reduce allreduce, not %s" % name)
+        raise MpinnError("--compress applies to --reduce allreduce, not %s" % name, collective=True)
     strategies = {"allreduce": AllreduceCommunicator, "gather": GatherCommunicator,
                   "null": NullCommunicator, "tower": TowerCommunicator}
     if name not in strategies:
-        raise MpinnError("--reduce must be one of %s, not %r" % ("|".join(strategies), name))
+        raise MpinnError("--reduce must be one of %s, not %r" % ("|".join(strategies), name), collective=True)
     if device != "cpu" or transport != "auto":
         return create_device_communicator(name, comm, device, transport, compress, **kw)
     if compress:
@@ -737,7 +737,7 @@ def choose_transport(requested, cuda_aware, how=""):
     """How GPU gradients reach the other ranks: nccl only when asked for; auto takes CUDA-aware
     MPI when every rank's library says it is, else stages through pinned host buffers."""
     if requested not in GPU_TRANSPORTS:
-        raise MpinnError("--comm must be one of %s, not %r" % ("|".join(GPU_TRANSPORTS), requested))
+        raise MpinnError("--comm must be one of %s, not %r" % ("|".join(GPU_TRANSPORTS), requested), collective=True)
     if requested == "auto":
         return "cuda-aware" if cuda_aware else "staged"
     if requested == "cuda-aware" and not cuda_aware:

@@ -98,9 +98,9 @@ class Faults:
                 onward = step.endswith("+")
                 rule = (kind, int(r), int(step.rstrip("+")), onward)
             except ValueError:
-                raise MpinnError("MPINN_FAULT: expected kind:rank:step[+], not %r" % item)
+                raise MpinnError("MPINN_FAULT: expected kind:rank:step[+], not %r" % item, collective=True)
             if kind not in self.KINDS:
-                raise MpinnError("MPINN_FAULT: kind must be one of %s, not %r" % ("|".join(self.KINDS), kind))
+                raise MpinnError("MPINN_FAULT: kind must be one of %s, not %r" % ("|".join(self.KINDS), kind), collective=True)
             if rule[1] == rank:
                 self.rules.append(rule)
 
