@@ -35,6 +35,15 @@ def test_default_data_trains_on_two_ranks_and_predict_reproduces(tmp_path, launc
     assert len(open(tmp_path / "p.csv").read().splitlines()) == 4000 + 1
 
 
+def accurate_and_reproduced(metrics, model, data, tmp_path, accuracy=0.9):
+    """The held-out accuracy training reported is high, and predict on the same file reproduces it."""
+    reported = json.load(open(metrics))["valid"]
+    assert reported["accuracy"] >= accuracy, reported
+    p = predict(["--model", model, "--data", data, "--metrics-out", str(tmp_path / "p.json")])
+    assert p.returncode == 0, p.stderr
+    assert json.load(open(tmp_path / "p.json"))["accuracy"] == pytest.approx(reported["accuracy"], abs=1e-12)
+
+
 def make_csv(path, n, seed):
     """Three classes decided by a categorical column and a numeric one, plus a noise column."""
     rng = np.random.default_rng(seed)
@@ -57,11 +66,7 @@ def test_csv_trains_and_predict_reproduces(tmp_path, reduce_, launcher):
                                   "--valid", va, "--epochs", "8", "--batch-size", "100",
                                   "--hash-bits", "12", "--hidden", "16", "--reduce", reduce_], tmp_path)
     assert r.returncode == 0, r.stderr
-    reported = json.load(open(metrics))["valid"]
-    assert reported["accuracy"] >= 0.9, reported
-    p = predict(["--model", model, "--data", va, "--metrics-out", str(tmp_path / "p.json")])
-    assert p.returncode == 0, p.stderr
-    assert json.load(open(tmp_path / "p.json"))["accuracy"] == pytest.approx(reported["accuracy"], abs=1e-12)
+    accurate_and_reproduced(metrics, model, va, tmp_path)
 
 
 def one_error_line(r, message):
@@ -147,11 +152,7 @@ def test_prepare_then_train_on_the_packed_file_and_predict(tmp_path, launcher):
     r, model, metrics = train(2, [str(tmp_path / "tr.mpinn"), "--valid", str(tmp_path / "va.mpinn"),
                                   "--epochs", "8", "--batch-size", "100", "--hidden", "16"], tmp_path)
     assert r.returncode == 0, r.stderr
-    reported = json.load(open(metrics))["valid"]
-    assert reported["accuracy"] >= 0.9, reported
-    q = predict(["--model", model, "--data", va, "--metrics-out", str(tmp_path / "p.json")])
-    assert q.returncode == 0, q.stderr
-    assert json.load(open(tmp_path / "p.json"))["accuracy"] == pytest.approx(reported["accuracy"], abs=1e-12)
+    accurate_and_reproduced(metrics, model, va, tmp_path)
 
 
 @pytest.mark.mpi
