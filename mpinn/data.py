@@ -94,20 +94,6 @@ class Dataset(Rows):
         return Dataset(b.Xs, b.Xd, b.y, self.meta)
 
 
-def steady_heap(threshold=1 << 20):
-    """Make glibc serve every allocation >= threshold bytes with its own mmap, returned to the OS when
-    freed. By default glibc raises that threshold after each large free, after which chunk-sized numpy
-    buffers come from a heap that fragments: a process streaming chunks then grows with the row count
-    (prepare at 10M rows: +25%). No-op where there is no glibc."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6")
-        M_MMAP_THRESHOLD = -3
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
-    except (OSError, AttributeError):
-        return False
-
-
 # ---------------------------------------------------------------- labels
 def encode_labels(raw, task="auto", classes=None):
     """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`."""

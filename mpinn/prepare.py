@@ -147,7 +147,8 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
 
 
 def run(args):
-    from mpinn.data import TableSource, steady_heap
+    from mpinn.config import steady_heap
+    from mpinn.data import TableSource
     steady_heap()       # memory flat in the number of rows, whatever the input's size
     from mpinn.hashing import describe, format_report, parse_buckets
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)

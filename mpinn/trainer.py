@@ -12,7 +12,7 @@ import numpy as np
 from mpinn import __version__
 from mpinn.checkpoint import save_checkpoint
 from mpinn.comm import NoWatchdog, coalesce_rows, split_counts
-from mpinn.config import MpinnError
+from mpinn.config import MpinnError, reusing_heap
 from mpinn.device import device_feed
 from mpinn.metrics import auc, format_metrics, metric_sums, metrics_from_sums
 
@@ -278,6 +278,7 @@ class Trainer:
 
     def start(self):
         """Agree on the signature, then broadcast rank 0's parameters (initial or restored)."""
+        reusing_heap()                # from here on, allocations are the steps' temporaries
         self.comm.check_signature(self.signature())
         if not self.towers:           # towers start different on purpose (a seed per rank)
             self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
