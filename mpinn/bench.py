@@ -208,7 +208,7 @@ def write_result(rec, path):
 # ---------------------------------------------------------------- the benchmark
 def run(args):
     from mpi4py import MPI
-    from mpinn.comm import create_communicator
+    from mpinn.comm import create_communicator, split_counts
     from mpinn.model import MLP
     from mpinn.optim import create_optimizer
     from mpinn.trainer import Trainer
@@ -219,7 +219,8 @@ def run(args):
     warmup = args.warmup if args.warmup is not None else wl.warmup
     comm = create_communicator(args.reduce, compress=args.compress)
     rank0, P, B = comm.rank == 0, comm.size, wl.batch
-    data = wl.make() if rank0 else None
+    local_input = args.input == "local"
+    data = wl.make() if rank0 or local_input else None   # local: every rank has the data (as DDP's do)
     model = MLP(wl.spec)
     if rank0:
         model.set_params(wl.init())
@@ -233,6 +234,13 @@ def run(args):
         lo = (s % n_batches) * B
         return wl.rows(data, lo, lo + B) if rank0 else None
 
+    counts = split_counts(B, P)
+    my_lo = int(np.sum(counts[:comm.rank]))
+
+    def my_rows(s):     # --input local: this rank's contiguous slice of step s's batch, from its own copy
+        lo = (s % n_batches) * B + my_lo
+        return wl.rows(data, lo, lo + int(counts[comm.rank]))
+
     def eval_loss():
         return model.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
 
@@ -245,6 +253,11 @@ def run(args):
     def step(s, stop):
         """Step s; with prefetch, the next batch's Iscatterv is posted before this one computes
         (what the trainer's Feed does), so the transfer overlaps the compute."""
+        if local_input:
+            t = time.perf_counter()
+            local = my_rows(s)
+            rec_phase.add("data", t, time.perf_counter(), trainer.global_step + 1)
+            return trainer.step_local(local, B)
         if not args.prefetch:
             return trainer.step(batch(s), B)
         t = time.perf_counter()
@@ -283,7 +296,10 @@ def run(args):
         comm.barrier()
         tc = time.perf_counter()
         for s in range(steps, steps + args.timing_steps):
-            nt.step(batch(s), B)
+            if local_input:
+                nt.step_local(my_rows(s), B)
+            else:
+                nt.step(batch(s), B)
         null_ms = (time.perf_counter() - tc) / args.timing_steps * 1e3
         comm.barrier()
 
@@ -291,19 +307,21 @@ def run(args):
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
-    variant = (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
+    variant = (" local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
         "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
+        "input": args.input,
         "launcher": "mpiexec", "global_batch": B, "lr": wl.lr,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
         "compute_ms": per["compute"] + per["update"], "comm_ms": per["data"] + per["comm"],
         "comm_split_method": "rank-0 Trainer phase timers: compute = forward/backward + update, "
-                             "comm = batch Scatterv + gradient exchange (incl. coalescing sparse rows) "
+                             "comm = batch Scatterv (--input local: slicing this rank's rows) + gradient "
+                             "exchange (incl. coalescing sparse rows) "
                              "+ param sync (include waiting for peers); phase_ms_rank0.other = rank-0 "
                              "batch slicing + loop overhead",
         "phase_ms_rank0": per, "phase_ms_per_rank": [i["per"] for i in infos],
@@ -388,6 +406,11 @@ def build_parser():
                    help="local SGD: average the parameters every K steps instead of reducing gradients")
     p.add_argument("--overlap", action="store_true",
                    help="Iallreduce the later layers' gradients while earlier layers back-propagate")
+    p.add_argument("--input", default="scatter", choices=["scatter", "local"],
+                   help="scatter (default): rank 0 holds the data and scatters each batch (Iscatterv, "
+                        "posted a step ahead); local: every rank holds the data and takes its own slice "
+                        "of each batch, as training's --input local reads its rows of a packed file (and "
+                        "as every DDP rank holds the data)")
     p.add_argument("--no-prefetch", dest="prefetch", action="store_false",
                    help="scatter each batch when its step starts (default: post the next batch's "
                         "Iscatterv before this step computes, as training does)")

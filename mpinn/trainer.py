@@ -19,6 +19,16 @@ from mpinn.metrics import auc, format_metrics, metric_sums, metrics_from_sums
 PHASES = ("data", "compute", "comm", "update")   # data wait, forward+backward, communication, optimizer
 
 
+def all_finite(a):
+    """Is every element of a finite? A NaN or Inf anywhere makes the sum of |a| non-finite (so does
+    a sum of |a| past the float range: a gradient no step should take either). On the host the sum
+    is BLAS's asum, 5x faster than numpy's sum: 10 against 54 us for W1's gradient."""
+    if isinstance(a, np.ndarray) and a.dtype in (np.float32, np.float64) and a.flags.c_contiguous and a.size:
+        from scipy.linalg import blas
+        return bool(np.isfinite((blas.sasum if a.dtype == np.float32 else blas.dasum)(a.reshape(-1))))
+    return bool(np.isfinite(float(a.sum())))
+
+
 class Timeline:
     """Every phase of every step as a record (phase, start, end, step); the summary's time split is
     the sum of the same records. The records themselves are kept only when a trace file is wanted."""
@@ -433,14 +443,13 @@ class Trainer:
         return device_feed(Feed(self, train, order, steps), self.model.backend)   # as is on the CPU
 
     def finite(self, reduced):
-        """Is the reduced gradient (and the loss in its last slot) finite? One sum per buffer:
-        a NaN or Inf anywhere makes the sum non-finite."""
+        """Is the reduced gradient (and the loss in its last slot) finite? One pass per buffer."""
         buf = self.model.grad_buffer
         if reduced is not None:   # the sparse block travelled as rows; its slice of the buffer is stale
             buf = buf[reduced.n_rows * reduced.width:]
-            if not np.isfinite(reduced.rows.sum()):
+            if not all_finite(reduced.rows):
                 return False
-        return bool(np.isfinite(buf.sum()))
+        return all_finite(buf)
 
     # ---------------------------------------------------------------- the loop
     def fit(self, train, valid, epochs, progress=True):

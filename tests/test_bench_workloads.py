@@ -93,3 +93,19 @@ def test_bench_runs_under_mpiexec(tmp_path, launcher):
     assert "RESULT {" in r.stdout
     table = run([sys.executable, "-m", "mpinn.bench", "--table", str(out)]).stdout
     assert "mpinn" in table and "W3" in table
+
+
+@pytest.mark.mpi
+def test_bench_local_input_does_the_same_work(tmp_path, launcher):
+    """--input local (every rank holds the data, takes its own slice) trains exactly what the
+    scatter does: the same rows reach the same rank, so the final loss is bitwise the same."""
+    losses = {}
+    for mode in ("scatter", "local"):
+        out = tmp_path / (mode + ".jsonl")
+        r = mpirun(3, ["-m", "mpinn.bench", "--workload", "w3", "--steps", "6", "--warmup", "1",
+                       "--timing-steps", "0", "--input", mode, "--out", str(out)], timeout=120)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        rec = json.loads(out.read_text())
+        assert rec["input"] == mode
+        losses[mode] = rec["loss_final"]
+    assert losses["local"] == losses["scatter"] < 7.4

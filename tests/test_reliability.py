@@ -206,3 +206,22 @@ def test_a_damaged_checkpoint_is_refused_clearly(precious, damage, launcher):
     r = train(2, ["--epochs", "2", "--resume", str(ck), "--model-out", str(tmp / "model.npz")], timeout=60)
     one_error_line(r, message)
     assert digest(tmp) == before
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_all_finite_sees_every_nan_and_inf(dtype):
+    """The step verdict's check (BLAS asum on the host) finds a NaN, +Inf or -Inf at any position,
+    in every SIMD lane and tail, and in strided or 2-D arrays (numpy's sum there)."""
+    from mpinn.trainer import all_finite
+    for n in (1, 5, 63, 64, 1000, 4099):
+        a = np.ones(n, dtype)
+        assert all_finite(a) and all_finite(a.reshape(1, n)) and all_finite(a[::2])
+        for pos in sorted(set(range(min(n, 70))) | {n // 2, n - 1}):
+            for bad in (np.nan, np.inf, -np.inf):
+                b = a.copy()
+                b[pos] = bad
+                assert not all_finite(b), (n, pos, bad)
+                assert not all_finite(b.reshape(1, n))
+                if pos % 2 == 0:
+                    assert not all_finite(b[::2])
+    assert all_finite(np.zeros(0, dtype))
