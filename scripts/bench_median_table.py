@@ -1,13 +1,19 @@
 """Medians of repeated peer-format records: python scripts/bench_median_table.py FILE.jsonl [...]
 
-Groups the training records (mpinn and its peers) by peer, workload, np and variant, and prints
-a Markdown table of median samples/s (with the runs' range and their worst foreign load), the
-mpinn / best-peer ratio, and the final losses (which must agree: the same work)."""
+Groups the training records (mpinn and its peers) by peer, workload, np and mpinn's input mode, and
+prints a Markdown table of median samples/s (with the runs' range and their worst foreign load), the
+ratios of mpinn's faster mode to each peer, and the final losses (which must agree: the same work)."""
 import json
 import statistics
 import sys
 
 PEERS = ("ddp_gloo", "mpi4py_naive", "mpinn")
+COLUMNS = ("ddp_gloo", "mpi4py_naive", "mpinn", "mpinn local")
+
+
+def column(r):
+    """mpinn's records split by input mode: rank 0 scatters (default) or every rank reads its own."""
+    return "mpinn local" if r["peer"] == "mpinn" and r.get("input") == "local" else r["peer"]
 
 
 def load(paths):
@@ -21,34 +27,35 @@ def load(paths):
 def main(paths):
     groups = {}
     for r in load(paths):
-        groups.setdefault((r["workload"], r["np"], r["peer"]), []).append(r)
-    print("| workload | np | PyTorch DDP (gloo) | DT42-style mpi4py | **mpinn** | mpinn / best peer | "
-          "mpinn step ms (compute + comm) | loss_final (all) | runs, worst foreign cores |")
-    print("|---|---|---|---|---|---|---|---|---|")
+        groups.setdefault((r["workload"], r["np"], column(r)), []).append(r)
+    print("| workload | np | PyTorch DDP (gloo) | DT42-style mpi4py | **mpinn** (rank 0 scatters) | "
+          "**mpinn --input local** | best mpinn / DDP | best mpinn / DT42 | best mpinn step ms "
+          "(compute + comm) | loss_final (all) | runs, worst foreign cores |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for wl, np_ in sorted({(w, n) for w, n, _ in groups}):
         med, cells, losses, worst, runs = {}, [], set(), 0.0, 0
-        for peer in PEERS:
-            rs = groups.get((wl, np_, peer), [])
+        for col in COLUMNS:
+            rs = groups.get((wl, np_, col), [])
             if not rs:
                 cells.append("-")
                 continue
             v = [r["samples_per_s"] for r in rs]
-            med[peer] = statistics.median(v)
-            cells.append("%s%s%s (%s-%s)" % ("**" if peer == "mpinn" else "", format(round(med[peer]), ","),
-                                             "**" if peer == "mpinn" else "", format(round(min(v)), ","),
-                                             format(round(max(v)), ",")))
+            med[col] = statistics.median(v)
+            bold = "**" if col.startswith("mpinn") else ""
+            cells.append("%s%s%s (%s-%s)" % (bold, format(round(med[col]), ","), bold,
+                                             format(round(min(v)), ","), format(round(max(v)), ",")))
             losses |= {"%.6g" % r["loss_final"] for r in rs}
             worst = max([worst] + [(r.get("load") or {}).get("foreign_cpu_cores") or 0 for r in rs])
             runs = max(runs, len(rs))
-        best = max((v for p, v in med.items() if p != "mpinn"), default=None)
-        ratio = "%.2fx" % (med["mpinn"] / best) if best and "mpinn" in med else "-"
-        mr = groups.get((wl, np_, "mpinn"), [])
+        mine = [c for c in ("mpinn", "mpinn local") if c in med]
+        best = max(mine, key=lambda c: med[c]) if mine else None
+        ratios = ["%.2fx" % (med[best] / med[p]) if best and p in med else "-" for p in PEERS[:2]]
         split = "-"
-        if mr:
-            split = "%.2f (%.2f + %.2f)" % tuple(statistics.median(r[k] for r in mr)
+        if best:
+            split = "%.2f (%.2f + %.2f)" % tuple(statistics.median(r[k] for r in groups[(wl, np_, best)])
                                                  for k in ("step_ms", "compute_ms", "comm_ms"))
-        print("| %s | %d | %s | %s | %s | %s | %s | %s | %d, %.2f |" % (
-            wl, np_, cells[0], cells[1], cells[2], ratio, split, " ".join(sorted(losses)), runs, worst))
+        print("| %s | %d | %s | %s | %s | %s | %s | %d, %.2f |" % (
+            wl, np_, " | ".join(cells), ratios[0], ratios[1], split, " ".join(sorted(losses)), runs, worst))
 
 
 if __name__ == "__main__":
