@@ -261,6 +261,8 @@ def train_from_args(args, comm=None):
                                    {"config": config, "spec": spec.to_dict(), "meta": meta,
                                     "n_train": info["n_train"]})
     trainer.start()
+    if comm.size > 1 and comm.transport_note:
+        say("gradients: %s" % comm.transport_note)
     watchdog.disarm()
     say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, %s, %s lr %g%s, global batch %d%s" % (
         "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),

@@ -217,7 +217,7 @@ def run(args):
     wl = WORKLOADS[args.workload]
     steps = args.steps if args.steps is not None else wl.steps
     warmup = args.warmup if args.warmup is not None else wl.warmup
-    comm = create_communicator(args.reduce, compress=args.compress)
+    comm = create_communicator(args.reduce, compress=args.compress, transport=args.comm)
     rank0, P, B = comm.rank == 0, comm.size, wl.batch
     local_input = args.input == "local"
     data = wl.make() if rank0 or local_input else None   # local: every rank has the data (as DDP's do)
@@ -307,14 +307,15 @@ def run(args):
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
-    variant = (" local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
+    variant = (" " + getattr(comm, "transport", "") if args.reduce == "allreduce" else "") + (
+        " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
         "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
-        "input": args.input,
+        "input": args.input, "comm": getattr(comm, "transport", None),
         "launcher": "mpiexec", "global_batch": B, "lr": wl.lr,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
@@ -402,6 +403,9 @@ def build_parser():
                    help="gradient strategy: allreduce (default) or gather (DT42 pattern: Gather to rank 0, "
                         "rank 0 steps and Bcasts)")
     p.add_argument("--compress", choices=["fp16", "bf16"], help="16-bit dense gradient exchange (allreduce)")
+    p.add_argument("--comm", default="auto", choices=["auto", "shm", "mpi"],
+                   help="how --reduce allreduce sums gradients: shm (a shared-memory window), mpi "
+                        "(MPI_Allreduce); auto (default): shm when every rank is on one node")
     p.add_argument("--average-every", type=int, default=0, metavar="K",
                    help="local SGD: average the parameters every K steps instead of reducing gradients")
     p.add_argument("--overlap", action="store_true",

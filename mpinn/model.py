@@ -117,6 +117,17 @@ class MLP:
         self.dense_start = spec.n_sparse * sizes[1]
         self.weight_slices = [(o, o + math.prod(s)) for o, s in zip(offsets, self.shapes) if len(s) == 2]
 
+    def use_grad_buffer(self, buf):
+        """Keep the gradients (and the loss slot) in buf, e.g. a slot of a shared-memory window,
+        instead of the model's own array; the current contents move along."""
+        if buf.shape != self.grad_buffer.shape or buf.dtype != self.grad_buffer.dtype:
+            raise ValueError("gradient buffer of %s %s given for %s %s" % (
+                buf.shape, buf.dtype, self.grad_buffer.shape, self.grad_buffer.dtype))
+        buf[...] = self.grad_buffer
+        self.grad_buffer = buf
+        self.grads = buf[:self.size]
+        self.gW, self.gb = self._views(self.grads)
+
     def _views(self, flat):
         vs = [flat[o:o + math.prod(s)].reshape(s) for o, s in zip(self.offsets, self.shapes)]
         return vs[0::2], vs[1::2]

@@ -126,9 +126,11 @@ def build_parser():
                    help="where every rank computes: cpu (numpy; the default while the GPU path is "
                         "untested on a GPU), gpu (cupy; rank r uses GPU local rank mod device count), "
                         "auto (gpu when cupy imports and finds a device, else cpu)")
-    c.add_argument("--comm", default="auto", choices=["auto", "nccl", "cuda-aware", "staged"],
-                   help="how GPU gradients travel: nccl, cuda-aware (cupy arrays straight to MPI), staged "
-                        "(through pinned host buffers); auto: cuda-aware when MPI says so, else staged")
+    c.add_argument("--comm", default="auto", choices=["auto", "shm", "mpi", "nccl", "cuda-aware", "staged"],
+                   help="how gradients travel. CPU: shm (summed in a shared-memory window; every rank "
+                        "on one node), mpi (MPI_Allreduce); auto: shm when every rank is on one node, "
+                        "else mpi. GPU: nccl, cuda-aware (cupy arrays straight to MPI), staged (through "
+                        "pinned host buffers); auto: cuda-aware when MPI says so, else staged")
     c.add_argument("--input", default="scatter", choices=["scatter", "local"],
                    help="scatter: rank 0 reads (and hashes) the rows and scatters each batch; local: "
                         "every rank reads its own rows of a packed file (python -m mpinn.prepare)")

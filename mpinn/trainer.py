@@ -237,6 +237,7 @@ class Trainer:
                  on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False, shuffle_block=1,
                  average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16):
         self.model, self.optimizer, self.comm = model, optimizer, comm
+        comm.adopt_(model)            # e.g. gradients in a shared-memory window (--comm shm)
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
         self.verbose = verbose and self.rank0

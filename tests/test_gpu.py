@@ -51,6 +51,14 @@ def test_device_auto_falls_back_to_numpy_and_says_so(tmp_path):
     assert r.stdout.splitlines()[0] == "device: cpu (numpy)"
 
 
+@pytest.mark.parametrize("transport", ["shm", "mpi"])
+def test_a_cpu_transport_on_the_gpu_is_refused(tmp_path, transport):
+    r = run(TRAIN + ["--device", "gpu", "--comm", transport, "--model-out", str(tmp_path / "m.npz")])
+    assert r.returncode == 2
+    assert r.stderr == "mpinn: error: --comm %s is for --device cpu\n" % transport, r.stderr
+    assert not (tmp_path / "m.npz").exists()
+
+
 @pytest.mark.skipif(GPUS, reason="this machine has a GPU")
 @pytest.mark.parametrize("transport", ["nccl", "cuda-aware", "staged"])
 def test_a_gpu_transport_on_the_cpu_is_refused(tmp_path, transport):

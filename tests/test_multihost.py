@@ -334,12 +334,24 @@ def test_training_across_hosts_matches_one_process(hosts, reference, per_host):
     rc, out, err = finished(job, 90)
     assert rc == 0, out + err
     assert "%d ranks" % n in out
+    assert "gradients: MPI_Allreduce" in out       # auto: the job spans hosts, so no shared memory
     after = hosts.counters()
     assert_same_params(model, reference)
     # rank 0's initial parameters (float64) reach the other host over eth0, and gradients flow both ways
     assert_crossed(before, after, 1 << 20)
     rx_h2 = after[hosts.hosts[1]][0] - before[hosts.hosts[1]][0]
     assert rx_h2 >= reference.nbytes, (rx_h2, reference.nbytes)
+
+
+@pytest.mark.mpi
+def test_shared_memory_gradients_across_hosts_is_one_clear_error(hosts):
+    model = os.path.join(hosts.out_dir, "model-shm.npz")
+    job = hosts.mpich(4, TRAIN + ["--comm", "shm", "--model-out", model], hosts.hostfile("two-nodes.mpich", 2),
+                      name="train-shm")
+    rc, out, err = finished(job, 60)
+    assert rc == 2, out + err
+    assert "mpinn: error: --comm shm needs every rank on one node" in err, err
+    assert not os.path.exists(model)
 
 
 @pytest.mark.mpi

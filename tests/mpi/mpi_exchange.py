@@ -1,4 +1,4 @@
-"""Reduced-precision exchange, local SGD and the timeline against the plain dense path."""
+"""Shared-memory and reduced-precision exchange, local SGD and the timeline against the plain dense path."""
 import json
 import os
 import tempfile
@@ -17,11 +17,11 @@ from mpinn.trainer import PHASES, Faults, Trainer
 
 
 def make(dtype="float64", optimizer="sgd", threshold=0.25, compress=None, average_every=0,
-         timeline=False, faults=None):
+         timeline=False, faults=None, transport="auto"):
     spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", dtype, sparse_fan_in=2.5)
     model = MLP(spec).init_(0)
     opt = create_optimizer(optimizer, model.size, np, 0.05, 0.0, model.weight_slices)
-    c = create_communicator("allreduce", sparse_threshold=threshold, compress=compress)
+    c = create_communicator("allreduce", sparse_threshold=threshold, compress=compress, transport=transport)
     t = Trainer(model, opt, c, Layout(64, 3, dtype, "int64"), 12, verbose=False,
                 average_every=average_every, timeline=timeline, faults=faults)
     t.start()
@@ -118,3 +118,49 @@ def test_timeline_has_a_track_per_rank_and_the_summary_totals():
                 assert total == pytest.approx(summary["phase_s_per_rank"][r][phase], rel=1e-9, abs=1e-9)
         os.remove(path)
     COMM.Barrier()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("threshold", [0.0, 10.0])     # dense block / sparse block as rows (a tail)
+@pytest.mark.parametrize("batch", [7, 12])
+def test_shared_memory_allreduce_equals_mpi_allreduce(optimizer, dtype, threshold, batch):
+    """--comm shm sums the gradients in a shared-memory window: the same parameters as
+    MPI_Allreduce (bitwise at np 1-2, where a + b is the only order; at np 3 the sums may be
+    associated differently: a few ulps), and the same bits on every rank."""
+    shm = make(dtype, optimizer, threshold, transport="shm")
+    assert shm.comm.transport == "shm" and shm.comm.shared.holds(shm.model.grad_buffer)
+    got, oks = run(shm, batch, 6)
+    want, _ = run(make(dtype, optimizer, threshold, transport="mpi"), batch, 6)
+    agree(all(oks), "a step was skipped")
+    if COMM.size <= 2:
+        agree(np.array_equal(got, want), "max diff %g" % np.abs(got - want).max())
+    else:
+        eps = np.finfo(got.dtype).eps
+        agree(np.allclose(got, want, rtol=64 * eps, atol=64 * eps), "max diff %g" % np.abs(got - want).max())
+    everyone = COMM.allgather(got)
+    agree(all(np.array_equal(everyone[0], p) for p in everyone), "ranks differ")
+
+
+def test_auto_uses_shared_memory_on_one_node():
+    t = make()
+    agree(t.comm.transport == ("shm" if COMM.size > 1 else "mpi"), t.comm.transport)
+    agree(t.comm.transport_note.startswith("summed in shared memory" if COMM.size > 1 else "MPI_Allreduce"),
+          t.comm.transport_note)
+
+
+def test_too_little_shared_memory_falls_back_or_is_refused(monkeypatch):
+    """A small /dev/shm (a container's 64 MiB) would end in a SIGBUS: auto falls back to
+    MPI_Allreduce and says why; an explicit --comm shm is one clear error on every rank."""
+    import mpinn.comm
+    from mpinn.config import MpinnError
+    monkeypatch.setattr(mpinn.comm, "shm_room", lambda: 1 << 20)
+    t = make(transport="auto")
+    agree(t.comm.transport == "mpi" and t.comm.shared is None, t.comm.transport)
+    if COMM.size > 1:
+        agree("/dev/shm has 1 MiB free" in t.comm.transport_note, t.comm.transport_note)
+        with pytest.raises(MpinnError, match="--comm shm: the gradient slots need"):
+            make(transport="shm")
+    got, _ = run(t, 12, 3)
+    want, _ = run(make(transport="mpi"), 12, 3)
+    agree(np.array_equal(got, want), "fallback differs from MPI_Allreduce")
