@@ -3,8 +3,10 @@
     mpirun -np 2 python scripts/bench_sync.py [--mib 64] [--reps 15] [--out FILE.json]
 
 'raw' is mpi4py's Allreduce(IN_PLACE) on a float32 buffer; 'mpinn' is the allreduce strategy's
-reduce_gradients_ on a gradient buffer of the same size (boundary check included). Medians over
---reps interleaved repetitions, after a barrier each."""
+reduce_gradients_ on a gradient buffer of the same size with --comm mpi (boundary check included);
+'mpinn shm' the same with --comm shm (the buffer is the rank's slot of the shared-memory window, as
+training's is; every rank on one node). Medians over --reps interleaved repetitions, after a
+barrier each."""
 import argparse
 import json
 import time
@@ -25,26 +27,34 @@ def main():
     n = int(a.mib * 2**20) // 4
     raw_buf = np.ones(n, dtype=np.float32)
     grad = np.ones(n, dtype=np.float32)
-    comm = create_communicator("allreduce")
-    times = {"raw": [], "mpinn": []}
+    comm = create_communicator("allreduce", transport="mpi")
+    shm = create_communicator("allreduce", transport="shm")
+    slot = shm.shared.slot(n, np.float32)
+    slot[...] = 1
+    times = {"raw": [], "mpinn": [], "mpinn shm": []}
     for _ in range(a.reps + 2):
-        for name in ("raw", "mpinn"):
+        for name in times:
             world.Barrier()
             t = time.perf_counter()
             if name == "raw":
                 world.Allreduce(MPI.IN_PLACE, raw_buf, op=MPI.SUM)
-            else:
+            elif name == "mpinn":
                 comm.reduce_gradients_(grad)
+            else:
+                shm.reduce_gradients_(slot)
             times[name].append(time.perf_counter() - t)
     med = {k: float(np.median(v[2:])) * 1e3 for k, v in times.items()}     # the first two warm up
     slowest = {k: world.allreduce(v, op=MPI.MAX) for k, v in med.items()}
     if world.rank == 0:
         ratio = slowest["mpinn"] / slowest["raw"]
-        print("| bytes | ranks | raw Allreduce ms | mpinn gradient sync ms | ratio |\n|---|---|---|---|---|")
-        print("| %.0f MiB | %d | %.2f | %.2f | %.3f |" % (a.mib, world.size, slowest["raw"], slowest["mpinn"], ratio))
+        ratio_shm = slowest["mpinn shm"] / slowest["raw"]
+        print("| bytes | ranks | raw Allreduce ms | mpinn --comm mpi ms | ratio | mpinn --comm shm ms | ratio |\n"
+              "|---|---|---|---|---|---|---|")
+        print("| %g MiB | %d | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
+            a.mib, world.size, slowest["raw"], slowest["mpinn"], ratio, slowest["mpinn shm"], ratio_shm))
         if a.out:
             json.dump({"mib": a.mib, "ranks": world.size, "reps": a.reps, "median_ms_slowest_rank": slowest,
-                       "ratio": ratio}, open(a.out, "w"), indent=1)
+                       "ratio": ratio, "ratio_shm": ratio_shm}, open(a.out, "w"), indent=1)
 
 
 if __name__ == "__main__":
