@@ -1,4 +1,5 @@
 """Communication: the only module that imports mpi4py. Strategies: allreduce, gather, null."""
+import atexit
 import os
 import sys
 import threading
@@ -310,21 +311,19 @@ class AllreduceCommunicator(Communicator):
         self.shared, self.transport = None, "mpi"
 
     def choose_transport(self, transport="auto"):
-        """--comm for CPU gradients: mpi (MPI_Allreduce), shm (a shared-memory window, see
-        SharedGradients: every rank must be on one node), auto (shm when every rank is on one
-        node and there is more than one, else mpi). Every rank reaches the same choice."""
+        """--comm for CPU gradients: mpi (MPI_Allreduce), shm (summed in shared memory on each
+        node, see SharedGradients; across nodes, one MPI_Allreduce among the nodes' first ranks),
+        auto (shm when every rank is on one node, else mpi: across nodes MPICH's Allreduce is
+        already node-aware and sends the same bytes, measured). Every rank reaches the same choice."""
         if transport not in ("auto", "shm", "mpi"):
             raise MpinnError("--comm %s is for GPUs; on the CPU it is auto, shm or mpi" % transport, collective=True)
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        one_node = node.Get_size() == self.size
-        if transport == "shm" and not one_node:
-            node.Free()
-            raise MpinnError("--comm shm needs every rank on one node (this job spans several); use "
-                             "--comm mpi or auto", collective=True)
-        use = transport == "shm" or (transport == "auto" and one_node and self.size > 1
-                                     and self.compressed is None)
+        one_node = self.comm.allreduce(int(node.Get_size() == self.size), op=MPI.MIN)
+        use = transport == "shm" or (transport == "auto" and one_node and self.size > 1 and self.compressed is None)
         if use:
-            self.shared = SharedGradients(node)
+            leaders = self.comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, self.rank)
+            self.shared = SharedGradients(node, None if leaders == MPI.COMM_NULL else leaders,
+                                          self.comm.allreduce(int(node.Get_rank() == 0)))
         else:
             node.Free()
         self.transport, self.transport_asked = ("shm" if use else "mpi"), transport
@@ -332,24 +331,29 @@ class AllreduceCommunicator(Communicator):
 
     def adopt_(self, model):
         """With shared memory, the model's gradient buffer becomes this rank's slot of the window,
-        if the node's shared-memory file system has room for every rank's slot (a container's
+        if every node's shared-memory file system has room for its ranks' slots (a container's
         /dev/shm is often 64 MiB; running out there is a SIGBUS, not an error): otherwise auto
         falls back to MPI_Allreduce and an explicit --comm shm is one clear error."""
-        if self.shared is None:
+        sh = self.shared
+        if sh is None:
             return
-        need = self.shared.size * model.grad_buffer.nbytes
-        room = self.shared.node.bcast(shm_room() if self.shared.rank == 0 else None, root=0)
-        if room is not None and room < need + (64 << 20):
+        need = sh.size * model.grad_buffer.nbytes + (64 << 20)
+        room = sh.node.bcast(shm_room() if sh.rank == 0 else None, root=0)
+        short = self.comm.allreduce(0 if room is None or room >= need else 1)     # nodes short of room
+        if short:
             if self.transport_asked == "shm":
-                raise MpinnError("--comm shm: the gradient slots need %.0f MiB of /dev/shm and %.0f MiB are "
-                                 "free; give the job more shared memory (docker: --shm-size) or use --comm mpi"
-                                 % (need / 2**20, room / 2**20), collective=True)
-            self.shared.node.Free()
+                raise MpinnError("--comm shm: the gradient slots need %.0f MiB of /dev/shm on each node and "
+                                 "%d node(s) have less (here %.0f MiB free); give the job more shared memory "
+                                 "(docker: --shm-size) or use --comm mpi" % (need / 2**20, short, (room or 0) / 2**20),
+                                 collective=True)
+            sh.free()
             self.shared, self.transport = None, "mpi"
-            self.transport_note = "MPI_Allreduce (/dev/shm has %.0f MiB free, too little for the " \
-                                  "shared-memory sum's %.0f MiB)" % (room / 2**20, need / 2**20)
+            self.transport_note = "MPI_Allreduce (/dev/shm has %.0f MiB free on %s, too little for the " \
+                                  "shared-memory sum's %.0f MiB)" % (
+                                      (room or 0) / 2**20, "this node" if sh.nodes == 1 else "some node",
+                                      need / 2**20)
             return
-        model.use_grad_buffer(self.shared.slot(model.grad_buffer.size, model.grad_buffer.dtype))
+        model.use_grad_buffer(sh.slot(model.grad_buffer.size, model.grad_buffer.dtype))
 
     def reduce_gradients_(self, grad_buffer, sparse=None):
         start, reduced = 0, None
@@ -386,17 +390,24 @@ def shm_room(path="/dev/shm"):
 
 
 class SharedGradients:
-    """Every rank's gradient buffer is its slot of one MPI shared-memory window (MPI-3
+    """Every rank's gradient buffer is its slot of one MPI shared-memory window per node (MPI-3
     Win_allocate_shared on the node's ranks), and the Allreduce is done in that memory: after a
-    Barrier, rank r sums its 1/P of every slot (in rank order) and writes the sum into that part of
-    every slot; after a second Barrier each rank's slot holds the whole sum. Each element is summed
+    Barrier, node rank r sums its 1/P of every slot (in rank order) and writes the sum into that part
+    of every slot; after a second Barrier each rank's slot holds the whole sum. Each element is summed
     once, by one rank, so every rank gets the same bits. No copy into or out of MPI's buffers:
-    W1's 1 MiB gradient at np 2 takes ~60 us against MPI_Allreduce's ~220 us here. Win_sync around
-    each Barrier orders the stores and loads (the MPI-3 shared-memory pattern)."""
+    W1's 1 MiB gradient at np 2 takes ~0.15 ms against MPI_Allreduce's ~0.27 ms here. Win_sync
+    around each Barrier orders the stores and loads (the MPI-3 shared-memory pattern).
 
-    def __init__(self, node):
+    On several nodes the node's sum is written into its first rank's slot only, those first ranks
+    (`leaders`) add up the nodes' sums with one MPI_Allreduce, and then every rank copies its part
+    of the result into every slot of its node: only one rank per node sends gradients over the
+    network, a P-per-node-th of what a flat Allreduce sends."""
+
+    def __init__(self, node, leaders, nodes):
         self.node, self.rank, self.size = node, node.Get_rank(), node.Get_size()
+        self.leaders, self.nodes = leaders, int(nodes)
         self.win = self.buf = self._acc = None
+        self._at_exit = False
 
     def slot(self, n, dtype):
         """This rank's slot for an n-element gradient buffer (a new window, collectively)."""
@@ -406,6 +417,9 @@ class SharedGradients:
             self.win.Free()
         self.win = MPI.Win.Allocate_shared(n * dtype.itemsize, dtype.itemsize, comm=self.node)
         self.win.Lock_all(MPI.MODE_NOCHECK)
+        if not self._at_exit:       # freed before MPI_Finalize, which otherwise fails on a network
+            atexit.register(self.free)      # netmod that still holds the window ("fabricclose: busy")
+            self._at_exit = True
         slots = []
         for r in range(self.size):
             mem, _ = self.win.Shared_query(r)
@@ -414,6 +428,18 @@ class SharedGradients:
         self.buf = check_buffer(slots[self.rank], dtype, n, "shared gradient slot")
         self._acc = np.empty(int(split_counts(n, self.size).max()), dtype=dtype)
         return self.buf
+
+    def free(self):
+        """Free the window and the communicators (collective; idempotent)."""
+        if MPI.Is_finalized():
+            return
+        if self.win is not None:
+            self.win.Unlock_all()
+            self.win.Free()
+        for c in (self.node, self.leaders):
+            if c is not None:
+                c.Free()
+        self.win = self.node = self.leaders = None
 
     def holds(self, buf):
         return buf is self.buf
@@ -424,20 +450,33 @@ class SharedGradients:
         self.win.Sync()
 
     def allreduce_sum_(self, start=0):
-        """Sum elements start: of every rank's slot into every slot."""
-        if self.size == 1:
-            return
+        """Sum elements start: of every rank's slot (on every node) into every slot."""
         counts = split_counts(self.n - start, self.size)
         lo = start + int(counts[:self.rank].sum())
         hi = lo + int(counts[self.rank])
+        one_node = self.nodes == 1
+        if one_node and self.size == 1:
+            return
         self._fence()                       # every rank's gradient is written
-        acc = self._acc[:hi - lo]
-        np.add(self.slots[0][lo:hi], self.slots[1][lo:hi], out=acc)
-        for p in range(2, self.size):
-            acc += self.slots[p][lo:hi]
-        for p in range(self.size):
-            self.slots[p][lo:hi] = acc
-        self._fence()                       # every part of the sum is written everywhere
+        if self.size > 1:
+            acc = self._acc[:hi - lo]
+            np.add(self.slots[0][lo:hi], self.slots[1][lo:hi], out=acc)
+            for p in range(2, self.size):
+                acc += self.slots[p][lo:hi]
+            for p in range(self.size) if one_node else (0,):
+                self.slots[p][lo:hi] = acc
+        if one_node:
+            self._fence()                   # every part of the sum is written everywhere
+            return
+        self._fence()                       # the node's sum is in the first rank's slot
+        if self.leaders is not None:
+            body = self.slots[0][start:]
+            check_buffer(body, body.dtype, self.n - start, "node gradient sum")
+            self.leaders.Allreduce(MPI.IN_PLACE, body, op=MPI.SUM)
+        self._fence()                       # the job's sum is in the first rank's slot
+        for p in range(1, self.size):
+            self.slots[p][lo:hi] = self.slots[0][lo:hi]
+        self._fence()
 
 
 class OverlappedReduce:
@@ -667,8 +706,13 @@ def create_communicator(name="allreduce", comm=None, compress=None, device="cpu"
     c.backend, c.device_note = get_backend("numpy"), "cpu (numpy)"
     if name == "allreduce":
         how = c.choose_transport(transport)
-        c.transport_note = ("summed in shared memory (every rank on one node; --comm mpi for "
-                            "MPI_Allreduce)" if how == "shm" else "MPI_Allreduce")
+        if how == "mpi":
+            c.transport_note = "MPI_Allreduce"
+        elif c.shared.nodes == 1:
+            c.transport_note = "summed in shared memory (every rank on one node; --comm mpi for MPI_Allreduce)"
+        else:
+            c.transport_note = ("summed in shared memory on each node, then MPI_Allreduce among the %d nodes' "
+                                "first ranks (--comm mpi for one flat MPI_Allreduce)" % c.shared.nodes)
     return c
 
 
