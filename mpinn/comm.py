@@ -355,6 +355,15 @@ class AllreduceCommunicator(Communicator):
             return
         model.use_grad_buffer(sh.slot(model.grad_buffer.size, model.grad_buffer.dtype))
 
+    def share_params_(self, model):
+        """Collective: on one node with shared-memory gradients, the model's parameters become one
+        copy for the node (see SharedGradients.share). False (nothing changed) otherwise."""
+        sh = self.shared
+        if sh is None or sh.nodes != 1 or self.size == 1 or not sh.holds(model.grad_buffer):
+            return False
+        model.use_param_buffer(sh.share(model.params))
+        return True
+
     def reduce_gradients_(self, grad_buffer, sparse=None):
         start, reduced = 0, None
         if sparse is not None:
@@ -407,6 +416,7 @@ class SharedGradients:
         self.node, self.rank, self.size = node, node.Get_rank(), node.Get_size()
         self.leaders, self.nodes = leaders, int(nodes)
         self.win = self.buf = self._acc = None
+        self.param_wins = []
         self._at_exit = False
 
     def slot(self, n, dtype):
@@ -433,9 +443,10 @@ class SharedGradients:
         """Free the window and the communicators (collective; idempotent)."""
         if MPI.Is_finalized():
             return
-        if self.win is not None:
-            self.win.Unlock_all()
-            self.win.Free()
+        for w in self.param_wins + ([self.win] if self.win is not None else []):
+            w.Unlock_all()
+            w.Free()
+        self.param_wins = []
         for c in (self.node, self.leaders):
             if c is not None:
                 c.Free()
@@ -444,10 +455,44 @@ class SharedGradients:
     def holds(self, buf):
         return buf is self.buf
 
-    def _fence(self):
-        self.win.Sync()
+    def share(self, params):
+        """One copy of the parameters for the whole node (a window held by node rank 0, filled
+        from its params): every rank of the node then reads, and steps its part of, the same memory."""
+        win = MPI.Win.Allocate_shared(params.nbytes if self.rank == 0 else 0, params.dtype.itemsize, comm=self.node)
+        win.Lock_all(MPI.MODE_NOCHECK)
+        mem, _ = win.Shared_query(0)
+        shared = check_buffer(np.frombuffer(mem, dtype=params.dtype, count=params.size), params.dtype,
+                              params.size, "shared parameters")
+        if self.rank == 0:
+            shared[...] = params
+        self.param_wins.append(win)
+        self.fence_on(win)
+        return shared
+
+    def fence_on(self, win=None):
+        (win or self.win).Sync()
         self.node.Barrier()
-        self.win.Sync()
+        (win or self.win).Sync()
+
+    def part(self, start, n):
+        """(lo, hi): this rank's part of elements start:n."""
+        counts = split_counts(n - start, self.size)
+        lo = start + int(counts[:self.rank].sum())
+        return lo, lo + int(counts[self.rank])
+
+    def sum_own_(self, start=0):
+        """Shared parameters: sum this rank's part of elements start: over every slot, into this
+        rank's slot only (no rank reads it but this one). Returns the part (lo, hi)."""
+        lo, hi = self.part(start, self.n)
+        self._fence()                       # every rank's gradient is written
+        mine = self.buf[lo:hi]
+        for p in range(self.size):
+            if p != self.rank:
+                mine += self.slots[p][lo:hi]
+        return lo, hi
+
+    def _fence(self):
+        self.fence_on(self.win)
 
     def allreduce_sum_(self, start=0):
         """Sum elements start: of every rank's slot (on every node) into every slot."""

@@ -128,6 +128,15 @@ class MLP:
         self.grads = buf[:self.size]
         self.gW, self.gb = self._views(self.grads)
 
+    def use_param_buffer(self, buf):
+        """Read and write the parameters in buf (e.g. one copy shared by a node's ranks), which
+        already holds their values."""
+        if buf.shape != self.params.shape or buf.dtype != self.params.dtype:
+            raise ValueError("parameter buffer of %s %s given for %s %s" % (
+                buf.shape, buf.dtype, self.params.shape, self.params.dtype))
+        self.params = buf
+        self.W, self.b = self._views(buf)
+
     def _views(self, flat):
         vs = [flat[o:o + math.prod(s)].reshape(s) for o, s in zip(self.offsets, self.shapes)]
         return vs[0::2], vs[1::2]

@@ -23,10 +23,14 @@ class Optimizer:
         """Can the update take the sparse block as rows (exactly equal to the dense update)?"""
         return False
 
-    def _decay_(self, params, grads):
+    def _decay_(self, params, grads, offset=0):
+        """grads += lam * params on the weights; params and grads may be the window of the flat
+        buffers that starts at element `offset`."""
         if self.weight_decay:
             for s, e in self.weight_slices:
-                grads[s:e] += self.weight_decay * params[s:e]
+                s, e = max(s - offset, 0), min(e - offset, params.size)
+                if s < e:
+                    grads[s:e] += self.weight_decay * params[s:e]
 
     def state(self):
         return {"t": np.array([self.t], dtype=np.int64)}
@@ -62,6 +66,24 @@ class SGD(Optimizer):
         for ids, rows in sparse.parts():
             rows *= lr
             block[ids] -= rows
+
+
+    def step_part_(self, params, grads, lo, hi, rows=(), block_shape=(0, 0)):
+        """Shared parameters: this rank's part of one step, which the node's other ranks complete:
+        elements lo:hi of the flat buffers, and the sparse block's rows given as (ids, rows) parts
+        in rank order. The same roundings, element by element, as step_."""
+        self.t += 1
+        lr = params.dtype.type(self.lr)
+        if hi > lo:
+            p, g = params[lo:hi], grads[lo:hi]
+            self._decay_(p, g, offset=lo)
+            g *= lr
+            p -= g
+        if rows:
+            block = params[:block_shape[0] * block_shape[1]].reshape(block_shape)
+            for ids, part in rows:
+                part *= lr
+                block[ids] -= part
 
 
 class Momentum(Optimizer):

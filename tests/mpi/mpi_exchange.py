@@ -125,11 +125,14 @@ def test_timeline_has_a_track_per_rank_and_the_summary_totals():
 @pytest.mark.parametrize("threshold", [0.0, 10.0])     # dense block / sparse block as rows (a tail)
 @pytest.mark.parametrize("batch", [7, 12])
 def test_shared_memory_allreduce_equals_mpi_allreduce(optimizer, dtype, threshold, batch):
-    """--comm shm sums the gradients in a shared-memory window: the same parameters as
-    MPI_Allreduce (bitwise at np 1-2, where a + b is the only order; at np 3 the sums may be
-    associated differently: a few ulps), and the same bits on every rank."""
+    """--comm shm sums the gradients in a shared-memory window (and, with SGD, keeps one copy of
+    the parameters that each rank steps a part of): the same parameters as MPI_Allreduce (bitwise
+    at np 1-2, where a + b is the only order; at np 3 the sums may be associated differently: a few
+    ulps), and the same bits on every rank."""
     shm = make(dtype, optimizer, threshold, transport="shm")
     assert shm.comm.transport == "shm" and shm.comm.shared.holds(shm.model.grad_buffer)
+    # SGD on a model with hashed inputs: one copy of the parameters for the node, stepped in parts
+    assert shm.shared_params == (optimizer == "sgd" and COMM.size > 1)
     got, oks = run(shm, batch, 6)
     want, _ = run(make(dtype, optimizer, threshold, transport="mpi"), batch, 6)
     agree(all(oks), "a step was skipped")

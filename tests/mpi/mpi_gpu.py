@@ -40,7 +40,7 @@ def fit(comm, backend, optimizer="sgd", threshold=0.25, epochs=2, batch=12):
 
 
 def cpu_comm(threshold):
-    return create_communicator("allreduce", sparse_threshold=threshold)
+    return create_communicator("allreduce", sparse_threshold=threshold, transport="mpi")   # as the staged one sums
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
