@@ -119,11 +119,13 @@ class MLP:
 
     def use_grad_buffer(self, buf):
         """Keep the gradients (and the loss slot) in buf, e.g. a slot of a shared-memory window,
-        instead of the model's own array; the current contents move along."""
+        which starts zeroed, instead of the model's own array. The current contents move along,
+        only the nonzero ones: a zero page written is a page made resident, and most of a hashed
+        layer's gradient block is never written when its rows travel apart."""
         if buf.shape != self.grad_buffer.shape or buf.dtype != self.grad_buffer.dtype:
             raise ValueError("gradient buffer of %s %s given for %s %s" % (
                 buf.shape, buf.dtype, self.grad_buffer.shape, self.grad_buffer.dtype))
-        buf[...] = self.grad_buffer
+        np.copyto(buf, self.grad_buffer, where=self.grad_buffer != 0)
         self.grad_buffer = buf
         self.grads = buf[:self.size]
         self.gW, self.gb = self._views(self.grads)
