@@ -262,7 +262,8 @@ def train_from_args(args, comm=None):
                                     "n_train": info["n_train"]})
     trainer.start()
     if comm.size > 1 and comm.transport_note:
-        say("gradients: %s" % comm.transport_note)
+        say("gradients: %s" % comm.transport_note + (
+            "; parameters: one copy for the node, each rank steps its part" if trainer.shared_params else ""))
     watchdog.disarm()
     say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, %s, %s lr %g%s, global batch %d%s" % (
         "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
