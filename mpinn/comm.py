@@ -496,9 +496,7 @@ class SharedGradients:
 
     def allreduce_sum_(self, start=0):
         """Sum elements start: of every rank's slot (on every node) into every slot."""
-        counts = split_counts(self.n - start, self.size)
-        lo = start + int(counts[:self.rank].sum())
-        hi = lo + int(counts[self.rank])
+        lo, hi = self.part(start, self.n)
         one_node = self.nodes == 1
         if one_node and self.size == 1:
             return

@@ -328,7 +328,7 @@ class Trainer:
 
     def step_local(self, local, n_global):
         """The step once this rank has its rows: gradient, reduction, verdict, update."""
-        model, comm, opt, rec = self.model, self.comm, self.optimizer, self.timeline.add
+        model, comm, opt = self.model, self.comm, self.optimizer
         step = self.global_step + 1
         t1 = time.perf_counter()
         want_rows = bool(model.spec.n_sparse) and not comm.wants_dense
@@ -356,12 +356,7 @@ class Trainer:
             opt.step_(model.params, model.grads, reduced)
         t4 = time.perf_counter()
         comm.sync_params_(model.params)
-        t5 = time.perf_counter()
-        rec("compute", t1, t2, step)
-        rec("comm", t2, t3, step)
-        rec("update", t3, t4, step)
-        rec("comm", t4, t5, step)
-        self.samples += n_global
+        self.account(step, n_global, t1, t2, t3, t4, time.perf_counter())
         return float(model.grad_buffer[-1]) / n_mean, ok  # the mean loss is right on rank 0 for every strategy
 
     def overlapped_gradient(self, local, scale, want_rows):
@@ -382,6 +377,16 @@ class Trainer:
         t2 = time.perf_counter()
         return sparse, t2, overlap.finish(sparse)
 
+    def account(self, step, n_global, t1, t2, t3, t4, t5):
+        """A step's phases on the timeline (compute t1-t2, communication t2-t3 and t4-t5, update
+        t3-t4) and its samples."""
+        rec = self.timeline.add
+        rec("compute", t1, t2, step)
+        rec("comm", t2, t3, step)
+        rec("update", t3, t4, step)
+        rec("comm", t4, t5, step)
+        self.samples += n_global
+
     def step_shared(self, local, n_global, want_rows, t1):
         """One node, one copy of the parameters (SGD): the gradients are summed in shared memory,
         each rank summing and stepping only its part of the dense buffer and of the sparse block's
@@ -389,7 +394,7 @@ class Trainer:
         travel in one 16-byte Allreduce before anything is stepped, so a skipped step changes
         nothing anywhere; a Barrier after the update keeps every rank from reading parameters
         that are still being stepped. Element by element, the same arithmetic as the other paths."""
-        model, comm, opt, rec = self.model, self.comm, self.optimizer, self.timeline.add
+        model, comm, opt = self.model, self.comm, self.optimizer
         step = self.global_step + 1
         n_mean = n_global or 1
         sparse = self.local_gradient(local, 1.0 / n_mean, want_rows)
@@ -418,12 +423,7 @@ class Trainer:
             opt.step_part_(model.params, model.grads, lo, min(hi, model.size), mine, block)
         t4 = time.perf_counter()
         comm.shared.fence_on(comm.shared.param_wins[-1])
-        t5 = time.perf_counter()
-        rec("compute", t1, t2, step)
-        rec("comm", t2, t3, step)
-        rec("update", t3, t4, step)
-        rec("comm", t4, t5, step)
-        self.samples += n_global
+        self.account(step, n_global, t1, t2, t3, t4, time.perf_counter())
         return float(verdict[1]) / n_mean, ok
 
     def step_local_sgd(self, local, n_global, want_rows, t1):
