@@ -737,6 +737,9 @@ def create_communicator(name="allreduce", comm=None, compress=None, device="cpu"
                   "null": NullCommunicator, "tower": TowerCommunicator}
     if name not in strategies:
         raise MpinnError("--reduce must be one of %s, not %r" % ("|".join(strategies), name), collective=True)
+    if transport == "shm" and name != "allreduce":
+        raise MpinnError("--comm shm sums gradients for --reduce allreduce (data parallelism); not with %s"
+                         % ("--parallel tower" if name == "tower" else "--reduce " + name), collective=True)
     cpu_transport = transport in ("auto", "shm", "mpi")
     if device != "cpu" or not cpu_transport:
         if transport in ("shm", "mpi"):

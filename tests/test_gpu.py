@@ -59,6 +59,14 @@ def test_a_cpu_transport_on_the_gpu_is_refused(tmp_path, transport):
     assert not (tmp_path / "m.npz").exists()
 
 
+@pytest.mark.parametrize("mode", [["--reduce", "gather"], ["--parallel", "tower"]])
+def test_shared_memory_sum_outside_allreduce_is_refused(tmp_path, mode):
+    r = run(TRAIN + mode + ["--comm", "shm", "--model-out", str(tmp_path / "m.npz")])
+    assert r.returncode == 2
+    assert r.stderr.startswith("mpinn: error: --comm shm sums gradients for --reduce allreduce"), r.stderr
+    assert len(r.stderr.splitlines()) == 1 and not (tmp_path / "m.npz").exists()
+
+
 @pytest.mark.skipif(GPUS, reason="this machine has a GPU")
 @pytest.mark.parametrize("transport", ["nccl", "cuda-aware", "staged"])
 def test_a_gpu_transport_on_the_cpu_is_refused(tmp_path, transport):
