@@ -278,6 +278,7 @@ def train_from_args(args, comm=None):
     if args.timeline:
         trainer.write_timeline(args.timeline)
     summary = trainer.summary()
+    comm.release_(model)      # the returned model owns its arrays; shared-memory windows are freed
     params = trainer.gather_towers() if towers else model.params
     summary = comm.bcast_obj(summary)
     result = TrainResult(history, history[-1].get("valid", {}) if history else {}, summary, model,

@@ -191,6 +191,9 @@ class Communicator:
     def adopt_(self, model):
         """Where the model's gradient buffer should live (shared memory for some strategies)."""
 
+    def release_(self, model):
+        """Collective, after training: the model's buffers become its own again (see adopt_)."""
+
     def agree_(self, ok):
         """Every rank's verdict on the reduced gradient. After an Allreduce every rank holds the same
         numbers, so each reaches the same verdict with no message (NaN survives the sum)."""
@@ -355,6 +358,19 @@ class AllreduceCommunicator(Communicator):
             return
         model.use_grad_buffer(sh.slot(model.grad_buffer.size, model.grad_buffer.dtype))
 
+    def release_(self, model):
+        """After training: copy the model's parameters and gradients out of shared memory into its
+        own arrays and free the windows (collectively), so that the returned model is this rank's
+        alone and repeated training in one process does not pile up shared memory."""
+        if self.shared is None:
+            return
+        if self.shared.holds(model.grad_buffer):
+            model.use_grad_buffer(np.zeros_like(model.grad_buffer))
+        if any(np.shares_memory(model.params, w_params) for w_params in self.shared.params_views):
+            model.use_param_buffer(np.array(model.params))
+        self.shared.free()
+        self.shared, self.transport = None, "mpi"
+
     def share_params_(self, model):
         """Collective: on one node with shared-memory gradients, the model's parameters become one
         copy for the node (see SharedGradients.share). False (nothing changed) otherwise."""
@@ -416,7 +432,7 @@ class SharedGradients:
         self.node, self.rank, self.size = node, node.Get_rank(), node.Get_size()
         self.leaders, self.nodes = leaders, int(nodes)
         self.win = self.buf = self._acc = None
-        self.param_wins = []
+        self.param_wins, self.params_views = [], []
         self._at_exit = False
 
     def slot(self, n, dtype):
@@ -446,7 +462,7 @@ class SharedGradients:
         for w in self.param_wins + ([self.win] if self.win is not None else []):
             w.Unlock_all()
             w.Free()
-        self.param_wins = []
+        self.param_wins, self.params_views, self.slots, self.buf = [], [], [], None
         for c in (self.node, self.leaders):
             if c is not None:
                 c.Free()
@@ -466,6 +482,7 @@ class SharedGradients:
         if self.rank == 0:
             shared[...] = params
         self.param_wins.append(win)
+        self.params_views.append(shared)
         self.fence_on(win)
         return shared
 

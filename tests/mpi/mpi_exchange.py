@@ -167,3 +167,21 @@ def test_too_little_shared_memory_falls_back_or_is_refused(monkeypatch):
     got, _ = run(t, 12, 3)
     want, _ = run(make(transport="mpi"), 12, 3)
     agree(np.array_equal(got, want), "fallback differs from MPI_Allreduce")
+
+
+def test_trained_model_is_each_ranks_own_after_training():
+    """mpinn.api.train hands back a model whose arrays are this rank's alone: the shared-memory
+    windows (gradient slots, the node's one copy of the parameters) are copied out and freed."""
+    from mpinn.api import train
+    for _ in range(2):                      # twice in one process: nothing piles up or aliases
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "m.npz") if COMM.rank == 0 else os.path.join(d, "other.npz")
+            r = train(default_rows=3000, epochs=1, hidden=(8,), hash_bits=10, quiet=True,
+                      model_out=COMM.bcast(out))
+        agree(r.model.params is not None and r.model.params.flags.writeable, "params not writable")
+        agree(r.model.params.flags.owndata and r.model.grad_buffer.flags.owndata, "a view of shared memory")
+        before = r.model.params.copy()
+        r.model.params[0] = 1000 + COMM.rank
+        COMM.Barrier()
+        agree(r.model.params[0] == 1000 + COMM.rank and np.array_equal(r.model.params[1:], before[1:]),
+              "another rank's write reached this rank's model")
