@@ -366,7 +366,7 @@ class AllreduceCommunicator(Communicator):
             return
         if self.shared.holds(model.grad_buffer):
             model.use_grad_buffer(np.zeros_like(model.grad_buffer))
-        if any(np.shares_memory(model.params, w_params) for w_params in self.shared.params_views):
+        if model.params is self.shared.params:
             model.use_param_buffer(np.array(model.params))
         self.shared.free()
         self.shared, self.transport = None, "mpi"
@@ -423,16 +423,17 @@ class SharedGradients:
     W1's 1 MiB gradient at np 2 takes ~0.15 ms against MPI_Allreduce's ~0.27 ms here. Win_sync
     around each Barrier orders the stores and loads (the MPI-3 shared-memory pattern).
 
-    On several nodes the node's sum is written into its first rank's slot only, those first ranks
-    (`leaders`) add up the nodes' sums with one MPI_Allreduce, and then every rank copies its part
-    of the result into every slot of its node: only one rank per node sends gradients over the
-    network, a P-per-node-th of what a flat Allreduce sends."""
+    On several nodes (--comm shm) the node's sum is written into its first rank's slot only, those
+    first ranks (`leaders`) add up the nodes' sums with one MPI_Allreduce, and then every rank copies
+    its part of the result into every slot of its node. Only one rank per node sends gradients over
+    the network, but MPICH's own Allreduce is already node-aware: the bytes came out the same
+    (tests/test_multihost.py), which is why auto leaves multi-node jobs to MPI_Allreduce."""
 
     def __init__(self, node, leaders, nodes):
         self.node, self.rank, self.size = node, node.Get_rank(), node.Get_size()
         self.leaders, self.nodes = leaders, int(nodes)
         self.win = self.buf = self._acc = None
-        self.param_wins, self.params_views = [], []
+        self.params_win = self.params = None      # the node's one copy of the parameters (share)
         self._at_exit = False
 
     def slot(self, n, dtype):
@@ -459,21 +460,26 @@ class SharedGradients:
         """Free the window and the communicators (collective; idempotent)."""
         if MPI.Is_finalized():
             return
-        for w in self.param_wins + ([self.win] if self.win is not None else []):
-            w.Unlock_all()
-            w.Free()
-        self.param_wins, self.params_views, self.slots, self.buf = [], [], [], None
+        for w in (self.params_win, self.win):
+            if w is not None:
+                w.Unlock_all()
+                w.Free()
         for c in (self.node, self.leaders):
             if c is not None:
                 c.Free()
-        self.win = self.node = self.leaders = None
+        self.win = self.params_win = self.params = self.buf = self.node = self.leaders = None
+        self.slots = []
 
     def holds(self, buf):
         return buf is self.buf
 
     def share(self, params):
         """One copy of the parameters for the whole node (a window held by node rank 0, filled
-        from its params): every rank of the node then reads, and steps its part of, the same memory."""
+        from its params): every rank of the node then reads, and steps its part of, the same memory.
+        One model at a time: a second call replaces the first copy."""
+        if self.params_win is not None:
+            self.params_win.Unlock_all()
+            self.params_win.Free()
         win = MPI.Win.Allocate_shared(params.nbytes if self.rank == 0 else 0, params.dtype.itemsize, comm=self.node)
         win.Lock_all(MPI.MODE_NOCHECK)
         mem, _ = win.Shared_query(0)
@@ -481,15 +487,13 @@ class SharedGradients:
                               params.size, "shared parameters")
         if self.rank == 0:
             shared[...] = params
-        self.param_wins.append(win)
-        self.params_views.append(shared)
-        self.fence_on(win)
+        self.params_win, self.params = win, shared
+        self.fence_params()
         return shared
 
-    def fence_on(self, win=None):
-        (win or self.win).Sync()
-        self.node.Barrier()
-        (win or self.win).Sync()
+    def fence_params(self):
+        """Every rank's writes to the shared parameters so far are seen by every rank."""
+        self._fence(self.params_win)
 
     def part(self, start, n):
         """(lo, hi): this rank's part of elements start:n."""
@@ -508,8 +512,11 @@ class SharedGradients:
                 mine += self.slots[p][lo:hi]
         return lo, hi
 
-    def _fence(self):
-        self.fence_on(self.win)
+    def _fence(self, win=None):
+        win = win if win is not None else self.win
+        win.Sync()
+        self.node.Barrier()
+        win.Sync()
 
     def allreduce_sum_(self, start=0):
         """Sum elements start: of every rank's slot (on every node) into every slot."""

@@ -49,41 +49,37 @@ class SGD(Optimizer):
 
     def step_(self, params, grads, sparse=None):
         self.t += 1
-        lr = params.dtype.type(self.lr)
-        # the gradient is scratch once applied: scaled in place (no temporary; the same roundings)
         if sparse is None:
-            self._decay_(params, grads)
-            grads *= lr
-            params -= grads
+            self._dense_(params, grads)
             return
         start = sparse.n_rows * sparse.width
-        tail = grads[start:]
-        tail *= lr
-        params[start:] -= tail
-        block = params[:start].reshape(sparse.n_rows, sparse.width)
-        # each rank's rows in rank order, no coalescing: the ids are unique within a part, so the
-        # fancy-indexed update is exact; rounding differs from p - lr (a + b) only in summation order
-        for ids, rows in sparse.parts():
-            rows *= lr
-            block[ids] -= rows
-
+        self._dense_(params[start:], grads[start:], start)      # no decay here: sparse_ok
+        self._rows_(params[:start].reshape(sparse.n_rows, sparse.width), sparse.parts())
 
     def step_part_(self, params, grads, lo, hi, rows=(), block_shape=(0, 0)):
         """Shared parameters: this rank's part of one step, which the node's other ranks complete:
         elements lo:hi of the flat buffers, and the sparse block's rows given as (ids, rows) parts
-        in rank order. The same roundings, element by element, as step_."""
+        in rank order. The same arithmetic, element by element, as step_."""
         self.t += 1
-        lr = params.dtype.type(self.lr)
         if hi > lo:
-            p, g = params[lo:hi], grads[lo:hi]
-            self._decay_(p, g, offset=lo)
-            g *= lr
-            p -= g
+            self._dense_(params[lo:hi], grads[lo:hi], lo)
         if rows:
-            block = params[:block_shape[0] * block_shape[1]].reshape(block_shape)
-            for ids, part in rows:
-                part *= lr
-                block[ids] -= part
+            self._rows_(params[:block_shape[0] * block_shape[1]].reshape(block_shape), rows)
+
+    def _dense_(self, params, grads, offset=0):
+        """params -= lr * grads on a window of the flat buffers starting at element offset. The
+        gradient is scratch once applied: scaled in place (no temporary; the same roundings)."""
+        self._decay_(params, grads, offset)
+        grads *= params.dtype.type(self.lr)
+        params -= grads
+
+    def _rows_(self, block, parts):
+        """Each rank's rows in rank order, no coalescing: the ids are unique within a part, so the
+        fancy-indexed update is exact; rounding differs from p - lr (a + b) only in summation order."""
+        lr = block.dtype.type(self.lr)
+        for ids, rows in parts:
+            rows *= lr
+            block[ids] -= rows
 
 
 class Momentum(Optimizer):

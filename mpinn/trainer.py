@@ -299,7 +299,7 @@ class Trainer:
         reusing_heap()                # from here on, allocations are the steps' temporaries
         self.comm.check_signature(self.signature())
         if self.shared_params:        # one copy: rank 0's writes (a restore) need only be made visible
-            self.comm.shared.fence_on(self.comm.shared.param_wins[-1])
+            self.comm.shared.fence_params()
         elif not self.towers:         # towers start different on purpose (a seed per rank)
             self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
         self.comm.barrier()           # one time origin for every rank's timeline (same host: same clock)
@@ -422,7 +422,7 @@ class Trainer:
         if ok:
             opt.step_part_(model.params, model.grads, lo, min(hi, model.size), mine, block)
         t4 = time.perf_counter()
-        comm.shared.fence_on(comm.shared.param_wins[-1])
+        comm.shared.fence_params()
         self.account(step, n_global, t1, t2, t3, t4, time.perf_counter())
         return float(verdict[1]) / n_mean, ok
 
