@@ -8,21 +8,12 @@ Run a script that calls it under `mpirun -np N python -m mpi4py script.py`: ever
 same call; `-m mpi4py` turns an unhandled exception on one rank into an abort of the whole job."""
 import json
 import os
+import time
 from dataclasses import dataclass
 
+from mpinn.process import pin_threads
 
-def _pin_threads():
-    """Several ranks per machine: one BLAS thread each unless the user said otherwise
-    (must run before numpy loads its BLAS)."""
-    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
-    if local and int(local) > 1:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // int(local))))
-
-
-_pin_threads()
-
-import numpy as np  # noqa: E402
+pin_threads()       # before numpy loads its BLAS
 
 from mpinn.config import ModelSpec, MpinnError  # noqa: E402
 
@@ -58,8 +49,8 @@ def options_to_argv(data, options):
 
 def parse_options(data=None, **options):
     """The CLI's parser checks the options: the same names, defaults and messages (as MpinnError)."""
-    from mpinn.train import build_parser
-    parser = build_parser()
+    from mpinn.options import build_train_parser
+    parser = build_train_parser()
     known = {a.dest for a in parser._actions}
     for key in options:
         if key not in known or key == "data":
@@ -90,8 +81,8 @@ def predict(model_path, data=None):
 def arrays(X, y, task="auto"):
     """An in-memory data set from numpy arrays: features X (n, d), labels y (class labels of any
     type, or numbers for regression), checked as a .npz file's would be."""
-    from mpinn.data import _dense_xy
-    return _dense_xy(X, y, "arrays", task, None, True)
+    from mpinn.data.dense import dense_xy
+    return dense_xy(X, y, "arrays", task, None, True)
 
 
 def default_loss(task):
@@ -140,22 +131,54 @@ def check_resume(header, config, spec, meta, n_train, batch):
 def train_from_args(args, comm=None):
     """Train as `python -m mpinn.train` does, from its parsed options (an argparse Namespace).
     Collective: every rank calls it. Returns a TrainResult on every rank."""
-    from mpinn.comm import NoWatchdog, Watchdog, create_communicator
-    from mpinn.checkpoint import save_model
-    from mpinn.data import load_data
-    from mpinn.model import MLP
-    from mpinn.optim import create_optimizer, lr_schedule
-    from mpinn.metrics import format_metrics
-    from mpinn.report import Curve
-    from mpinn.trainer import Faults, Trainer
+    from mpinn.comm import create_communicator
+    from mpinn.comm.guard import NoWatchdog, Watchdog
 
+    towers = check_options(args)
+    comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold,
+                               compress=args.compress, device=args.device, transport=args.comm)
+    if comm.backend.device is not None and args.grad_accum > 1:     # its row coalescing is host code
+        raise MpinnError("--grad-accum runs on --device cpu only (for now)", collective=True)
+    rank0 = comm.rank == 0
+    watchdog = Watchdog(args.step_timeout) if args.step_timeout > 0 else NoWatchdog()
+    if args.start_timeout > 0:
+        watchdog.arm("start-up (reading the data, building the model)", args.start_timeout)
+    say = (lambda msg: print(msg, flush=True)) if rank0 and not args.quiet else (lambda msg: None)
+    say("device: %s" % comm.device_note)
+    train, valid, info = load_everywhere(args, comm, say)
+    run = build(args, comm, info, towers)
+    trainer, curve = make_trainer(args, comm, run, towers, watchdog)
+    trainer.start()
+    if comm.size > 1 and comm.transport_note:
+        say("gradients: %s" % comm.transport_note + (
+            "; parameters: one copy for the node, each rank steps its part" if trainer.shared_params else ""))
+    watchdog.disarm()
+    say(describe_run(args, comm, run, towers))
+    history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
+    watchdog.stop()
+    if args.timeline:
+        trainer.write_timeline(args.timeline)
+    summary = trainer.summary()
+    comm.release_(run.model)      # the returned model owns its arrays; shared-memory windows are freed
+    params = trainer.gather_towers() if towers else run.model.params
+    summary = comm.bcast_obj(summary)
+    result = TrainResult(history, history[-1].get("valid", {}) if history else {}, summary, run.model,
+                         args.model_out, run.spec, run.meta, comm.rank)
+    if not rank0:
+        return result
+        curve.finish(say)
+    write_results(args, comm, run, trainer, params, history, summary, towers, say)
+    return result
+
+
+def check_options(args):
+    """The option combinations no single option's parser can refuse. Returns the tower mode (or None)."""
     if args.batch_size and args.batch_per_rank:
         raise MpinnError("give --batch-size (global) or --batch-per-rank, not both", collective=True)
     args.batch_size = args.batch_size or (None if args.batch_per_rank else 1024)
     if args.plot:
         from mpinn.report import check_plotting
         check_plotting()
-
     towers = args.tower_data if args.parallel == "tower" else None
     if towers and (args.checkpoint_dir or args.resume):
         raise MpinnError("--parallel tower does not write or resume checkpoints yet; leave out "
@@ -170,25 +193,24 @@ def train_from_args(args, comm=None):
     if args.compress and args.average_every:
         raise MpinnError("--compress shrinks the gradient Allreduce, which --average-every replaces: "
                          "give one of them", collective=True)
-    comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold,
-                               compress=args.compress, device=args.device, transport=args.comm)
-    if comm.backend.device is not None and args.grad_accum > 1:     # its row coalescing is host code
-        raise MpinnError("--grad-accum runs on --device cpu only (for now)", collective=True)
+    if args.input == "local" and not str(args.data or "").endswith(".mpinn"):
+        raise MpinnError("--input local needs a packed file: python -m mpinn.prepare DATA ... --out DATA.mpinn",
+                         collective=True)
+    return towers
+
+
+def load_everywhere(args, comm, say):
+    """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
+    the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere."""
+    from mpinn.data import Rows, load_data
     rank0 = comm.rank == 0
-    watchdog = Watchdog(args.step_timeout) if args.step_timeout > 0 else NoWatchdog()
-    if args.start_timeout > 0:
-        watchdog.arm("start-up (reading the data, building the model)", args.start_timeout)
-    say = (lambda msg: print(msg, flush=True)) if rank0 and not args.quiet else (lambda msg: None)
-    say("device: %s" % comm.device_note)
 
     def load():
-        import time
         t = time.perf_counter()
         kw = dict(label=args.label, categorical=args.categorical, numeric=args.numeric,
                   hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
                   default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
                   hash_k=args.hash_k, buckets=args.buckets)
-        from mpinn.data import Rows
         data = args.data if isinstance(args.data, Rows) else load_data(args.data, **kw)
         if args.valid:
             valid = load_data(args.valid, **dict(kw, task=data.task, classes=data.meta.get("classes"),
@@ -205,9 +227,6 @@ def train_from_args(args, comm=None):
             train.n_sparse, train.n_dense, train.task, time.perf_counter() - t))
         return train, valid
 
-    if args.input == "local" and not str(args.data or "").endswith(".mpinn"):
-        raise MpinnError("--input local needs a packed file: python -m mpinn.prepare DATA ... --out DATA.mpinn",
-                         collective=True)
     loaded = comm.root_call(load)
     train, valid = loaded if rank0 else (None, None)
     if args.input == "local" and not rank0:     # the same file, the same seeded split, on every rank
@@ -218,7 +237,30 @@ def train_from_args(args, comm=None):
                            "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1),
                            "n_train": len(train)}
                           if rank0 else None)
-    from mpinn.data import Layout
+    return train, valid, info
+
+
+@dataclass
+class Run:
+    """What a training run is made of, once the data's shapes are known (the same on every rank)."""
+    layout: object
+    meta: dict
+    loss: str
+    spec: ModelSpec
+    model: object
+    optimizer: object
+    base_lr: float
+    lr: float
+    lr_at: object           # global step -> learning rate, or None (constant)
+    batch: int              # the global batch
+    n_train: int
+
+
+def build(args, comm, info, towers):
+    """The model, its optimizer and the learning-rate schedule for the data's shapes (info)."""
+    from mpinn.batch import Layout
+    from mpinn.model import MLP
+    from mpinn.optim import create_optimizer, lr_schedule
     layout = Layout(**info["layout"])
     meta = info["meta"]
     loss = default_loss(meta["task"]) if args.loss == "auto" else args.loss
@@ -235,13 +277,22 @@ def train_from_args(args, comm=None):
                             args.warmup_steps)
     opt = create_optimizer(args.optimizer, model.size, comm.backend.xp, lr, args.weight_decay, model.weight_slices,
                            args.momentum)
+    return Run(layout, meta, loss, spec, model, opt, base_lr, lr,
+               lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None, batch, info["n_train"])
+
+
+def make_trainer(args, comm, run, towers, watchdog):
+    """The Trainer for a run, restored from --resume and writing checkpoints where asked. Returns
+    (trainer, the learning-curve writer on rank 0 or None)."""
+    from mpinn.report import Curve
+    from mpinn.training import Faults, Trainer
+    rank0 = comm.rank == 0
     curve = Curve(args.curve, args.plot) if rank0 and (args.curve or args.plot) else None
-    trainer = Trainer(model, opt, comm, layout, batch, args.seed, verbose=not args.quiet,
+    trainer = Trainer(run.model, run.optimizer, comm, run.layout, run.batch, args.seed, verbose=not args.quiet,
                       watchdog=watchdog, max_bad_steps=args.max_bad_steps,
                       faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), grad_accum=args.grad_accum,
-                      lr_at=lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None,
-                      on_epoch=curve.add if curve else None, towers=towers, tower_mix=args.tower_mix,
-                      prefetch=not args.no_prefetch, read_local=args.input == "local",
+                      lr_at=run.lr_at, on_epoch=curve.add if curve else None, towers=towers,
+                      tower_mix=args.tower_mix, prefetch=not args.no_prefetch, read_local=args.input == "local",
                       shuffle_block=args.shuffle_block,
                       average_every=args.average_every, timeline=bool(args.timeline), overlap=args.overlap)
     config = resume_config(args)
@@ -249,46 +300,41 @@ def train_from_args(args, comm=None):
         def load_checkpoint_checked():
             from mpinn.checkpoint import load_checkpoint
             arrays, header = load_checkpoint(args.resume)
-            check_resume(header, config, spec, meta, info["n_train"], batch)
+            check_resume(header, config, run.spec, run.meta, run.n_train, run.batch)
             return arrays, header
         arrays, header = comm.root_call(load_checkpoint_checked) or (None, None)
         trainer.restore(arrays, header)
-        say("resumed from %s: epoch %d, step %d of the epoch (%d steps done)" % (
-            trainer.last_checkpoint, trainer.epoch, trainer.next_step, trainer.global_step))
+        if rank0 and not args.quiet:
+            print("resumed from %s: epoch %d, step %d of the epoch (%d steps done)" % (
+                trainer.last_checkpoint, trainer.epoch, trainer.next_step, trainer.global_step), flush=True)
     ckpt_dir = args.checkpoint_dir or args.resume
     if ckpt_dir:
         trainer.enable_checkpoints(ckpt_dir, args.checkpoint_every, args.keep_checkpoints,
-                                   {"config": config, "spec": spec.to_dict(), "meta": meta,
-                                    "n_train": info["n_train"]})
-    trainer.start()
-    if comm.size > 1 and comm.transport_note:
-        say("gradients: %s" % comm.transport_note + (
-            "; parameters: one copy for the node, each rank steps its part" if trainer.shared_params else ""))
-    watchdog.disarm()
-    say("model: %s -> %s (%s, %s head), %d parameters; %d ranks, %s, %s lr %g%s, global batch %d%s" % (
+                                   {"config": config, "spec": run.spec.to_dict(), "meta": run.meta,
+                                    "n_train": run.n_train})
+    return trainer, curve
+
+
+def describe_run(args, comm, run, towers):
+    """The start-up line that says what is being trained, and how."""
+    spec, lr, base_lr = run.spec, run.lr, run.base_lr
+    return "model: %s -> %s (%s, %s head), %d parameters; %d ranks, %s, %s lr %g%s, global batch %d%s" % (
         "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
-        spec.activation, loss, model.size, comm.size,
+        spec.activation, run.loss, run.model.size, comm.size,
         "--parallel tower (%s data, a replica per rank)" % towers if towers else "--reduce " + comm.name,
         args.optimizer, lr,
         " (%s-scaled from %g%s)" % (args.lr_scaling, base_lr, ", %d warm-up steps" % args.warmup_steps
                                     if args.warmup_steps else "") if lr != base_lr or args.warmup_steps else "",
-        batch, " in %d micro-batches per rank" % args.grad_accum if args.grad_accum > 1 else ""))
-    history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
-    watchdog.stop()
-    if args.timeline:
-        trainer.write_timeline(args.timeline)
-    summary = trainer.summary()
-    comm.release_(model)      # the returned model owns its arrays; shared-memory windows are freed
-    params = trainer.gather_towers() if towers else model.params
-    summary = comm.bcast_obj(summary)
-    result = TrainResult(history, history[-1].get("valid", {}) if history else {}, summary, model,
-                         args.model_out, spec, meta, comm.rank)
-    if not rank0:
-        return result
-        curve.finish(say)
+        run.batch, " in %d micro-batches per rank" % args.grad_accum if args.grad_accum > 1 else "")
+
+
+def write_results(args, comm, run, trainer, params, history, summary, towers, say):
+    """Rank 0, at the end: the model file, the closing lines, the metrics file."""
+    from mpinn.checkpoint import save_model
+    from mpinn.metrics import format_metrics
     final = history[-1].get("valid", {})
-    meta = dict(meta, train={"epochs": args.epochs, "batch_size": batch, "optimizer": args.optimizer,
-                             "lr": lr, "ranks": comm.size, "reduce": comm.name, "seed": args.seed},
+    meta = dict(run.meta, train={"epochs": args.epochs, "batch_size": run.batch, "optimizer": args.optimizer,
+                                 "lr": run.lr, "ranks": comm.size, "reduce": comm.name, "seed": args.seed},
                 valid_metrics=final, holdout=0.0 if args.valid else args.holdout)
     if towers:
         weights = trainer.tower_weights or [1.0 / comm.size] * comm.size
@@ -298,7 +344,7 @@ def train_from_args(args, comm=None):
             say("towers: %s; mixture (%s, weights %s): %s" % (
                 "; ".join(format_metrics(m) for m in final["towers"]), args.tower_mix,
                 " ".join("%.3f" % w for w in weights), format_metrics(final)))
-    save_model(args.model_out, params, spec, meta)
+    save_model(args.model_out, params, run.spec, meta)
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
     say("done: %d samples in %.1f s, %.0f samples/s over %d ranks; time split (mean over ranks): "
@@ -312,6 +358,3 @@ def train_from_args(args, comm=None):
     if args.metrics_out:
         with open(args.metrics_out, "w") as f:
             json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)
-    return result
-
-

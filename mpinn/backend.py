@@ -40,7 +40,7 @@ class Backend:
 
 class CupyBackend(Backend):
     """cupy and cupyx.scipy.sparse on the GPU this process was bound to (see select_backend).
-    Besides the array modules, the staging primitives mpinn.device and the communicator use:
+    Besides the array modules, the staging primitives mpinn.training.staging and the communicator use:
     pinned host memory, streams, events, asynchronous copies."""
 
     def __init__(self, cupy, cupyx_sparse, device):
@@ -99,6 +99,11 @@ class CupyBackend(Backend):
     def copy_to_device_(self, src, out):
         out.set(src)
         return out
+
+    def nccl(self):
+        """cupy's NCCL binding (cupy.cuda.nccl), for the nccl transport of mpinn.comm.gpu."""
+        from cupy.cuda import nccl
+        return nccl
 
 
 def to_host(a):

@@ -1,8 +1,9 @@
 """Benchmark: the peers' workloads W1/W2/W3 (exact data, init, batch order, timed window) as peer-format records."""
 import os
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"      # one BLAS thread per rank, as every peer runs (before numpy loads)
+from mpinn.process import pin_threads
+
+pin_threads(1)      # one BLAS thread per rank, as every peer runs (before numpy loads)
 
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -16,9 +17,9 @@ import numpy as np  # noqa: E402
 
 from mpinn import __version__  # noqa: E402
 from mpinn.config import ModelSpec  # noqa: E402
-from mpinn.data import Layout  # noqa: E402
+from mpinn.batch import Layout  # noqa: E402
 from mpinn.hashing import token_columns  # noqa: E402
-from mpinn.model import Batch  # noqa: E402
+from mpinn.batch import Batch  # noqa: E402
 
 # ---------------------------------------------------------------- workload generators (peers README)
 W1_LAYERS = (784, 256, 256, 10)
@@ -207,11 +208,11 @@ def write_result(rec, path):
 
 # ---------------------------------------------------------------- the benchmark
 def run(args):
-    from mpi4py import MPI
     from mpinn.comm import create_communicator, split_counts
+    from mpinn.comm.node import mpi_library_version
     from mpinn.model import MLP
     from mpinn.optim import create_optimizer
-    from mpinn.trainer import Trainer
+    from mpinn.training import Trainer
 
     t_start = time.perf_counter()
     wl = WORKLOADS[args.workload]
@@ -257,7 +258,7 @@ def run(args):
             t = time.perf_counter()
             local = my_rows(s)
             rec_phase.add("data", t, time.perf_counter(), trainer.global_step + 1)
-            return trainer.step_local(local, B)
+            return trainer.step_slice(local, B)
         if not args.prefetch:
             return trainer.step(batch(s), B)
         t = time.perf_counter()
@@ -265,7 +266,7 @@ def run(args):
         pending[0] = comm.post_batch(batch(s + 1), layout) if s + 1 < stop else None
         local = cur.wait()
         rec_phase.add("data", t, time.perf_counter(), trainer.global_step + 1)
-        return trainer.step_local(local, B)
+        return trainer.step_slice(local, B)
 
     for s in range(warmup):
         step(s, warmup)
@@ -279,8 +280,7 @@ def run(args):
         loss, _ = step(s, steps)
         if s >= steps - 10:
             last.append(loss)
-    if trainer._local_steps:     # local SGD: the final loss is the averaged model's (timed: part of the work)
-        trainer.average_params_()
+    trainer.settle_()           # local SGD: the final loss is the averaged model's (timed: part of the work)
     comm.barrier()
     t1 = time.perf_counter()
     own_cpu = lw.stop()
@@ -297,7 +297,7 @@ def run(args):
         tc = time.perf_counter()
         for s in range(steps, steps + args.timing_steps):
             if local_input:
-                nt.step_local(my_rows(s), B)
+                nt.step_slice(my_rows(s), B)
             else:
                 nt.step(batch(s), B)
         null_ms = (time.perf_counter() - tc) / args.timing_steps * 1e3
@@ -334,7 +334,7 @@ def run(args):
         "loss_initial": loss0, "loss_final": loss_final, "loss_eval_rows": wl.eval_rows,
         "train_loss_last10_mean_rank0": float(np.mean(last)) if last else None,
         "load": lw.summary(sum(i["own_cpu"] for i in infos)), "setup_s": setup_s,
-        "mpinn_version": __version__, "mpi_library": MPI.Get_library_version().splitlines()[0],
+        "mpinn_version": __version__, "mpi_library": mpi_library_version(),
         "threadpools": thread_info(),
     }
     write_result(rec, args.out or os.environ.get("PEERS_RESULTS") or "bench-results.jsonl")
@@ -387,7 +387,7 @@ def print_table(paths, out=sys.stdout):
 
 
 def build_parser():
-    from mpinn.train import Parser, positive_int
+    from mpinn.options import Parser, positive_int
     p = Parser(prog="python -m mpinn.bench",
                description="mpinn's benchmark: train the peers' workloads (see the peers README) with "
                            "exactly their data, initial weights, batch order and step counts; time the "
@@ -442,7 +442,7 @@ def main(argv=None):
     wl = WORKLOADS[args.workload]
     if not 0 <= (wl.warmup if args.warmup is None else args.warmup) < (args.steps or wl.steps):
         p.error("need 0 <= --warmup < --steps")
-    from mpinn.comm import run_guarded
+    from mpinn.comm.guard import run_guarded
     return run_guarded(run, args)
 
 

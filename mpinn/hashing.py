@@ -19,7 +19,7 @@ _HAS_ARROW = None
 
 
 # ---------------------------------------------------------------- values to tokens, once per distinct value
-def _arrow_available():
+def arrow_available():
     global _HAS_ARROW
     if _HAS_ARROW is None:
         _HAS_ARROW = importlib.util.find_spec("pyarrow") is not None
@@ -82,7 +82,7 @@ def _factorize_arrow(column):
 
 def _factorize_objects(column):
     n = len(column)
-    if n >= _ARROW_MIN_ROWS and _arrow_available():
+    if n >= _ARROW_MIN_ROWS and arrow_available():
         import pyarrow as pa
         try:    # all-str columns (what CSV readers give): arrow dictionary-encodes them faster than a dict
             return _factorize_arrow(pa.array(column, type=pa.dictionary(pa.int32(), pa.string())))
@@ -415,21 +415,6 @@ def describe(contract):
         return "split k=%d: %d features, %s buckets per block -> %d columns" % (
             contract["k"], nf, ("%d..%d" % (min(b), max(b))) if b else "0", contract["n_columns"])
     return "onehot: %d features -> %d columns (with one unseen column each)" % (nf, contract["n_columns"])
-
-
-def add_hashing_arguments(group):
-    """The hashing options of the CLIs that read tables (train, prepare): --hash-mode, --hash-k,
-    --hash-bits, --hash-seed, --buckets."""
-    group.add_argument("--hash-mode", default="trick", choices=["trick", "split", "onehot"],
-                       help="trick: one column per feature, hash mod 2**bits (default); split: the value's xxh64 "
-                            "cut in k slices, one column in each of k blocks per feature; onehot: one column per "
-                            "training value, plus one for unseen values")
-    group.add_argument("--hash-k", type=int, default=4, help="split: columns per value (default 4)")
-    group.add_argument("--hash-bits", type=int, default=18, help="trick: 2**bits columns (default 18)")
-    group.add_argument("--hash-seed", type=int, default=0, help="xxh64 seed (default 0)")
-    group.add_argument("--buckets", default=None,
-                       help="split: buckets per block, N for every feature or feat=N,feat=N "
-                            "(default ceil(sqrt(distinct values)))")
 
 
 # ---------------------------------------------------------------- encoding

@@ -1,70 +1,10 @@
 """The MLP: parameters and gradients in one flat buffer each, layers hold views; no ranks here."""
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from mpinn.backend import get_backend
-
-
-@dataclass
-class Batch:
-    """One (local or global) batch: sparse CSR input, dense input, labels; any input may be None."""
-    Xs: object        # CSR (n, n_sparse) or None
-    Xd: object        # (n, n_dense) C-contiguous or None
-    y: object         # (n,) int64 class ids, or (n,) / (n, k) float targets
-
-    @property
-    def n(self):
-        return int(self.y.shape[0])
-
-    def slice(self, start, stop):
-        """Rows start:stop (views where the storage allows)."""
-        return Batch(self.Xs[start:stop] if self.Xs is not None else None,
-                     self.Xd[start:stop] if self.Xd is not None else None, self.y[start:stop])
-
-
-@dataclass
-class SparseRows:
-    """Gradient of the sparse block of the first layer: only the rows the batch touched.
-    Row ids[i] of the (n_rows, width) block has gradient rows[i]. Without segments, ids are unique
-    and sorted. With segments (k + 1 offsets: every rank's rows, as gathered, in rank order), ids
-    are unique within a segment but may repeat across segments, and the gradient of a row is the
-    sum of its entries in all segments (coalesced() adds them up)."""
-    ids: object
-    rows: object
-    n_rows: int
-    segments: object = None
-
-    @property
-    def width(self):
-        return int(self.rows.shape[1])
-
-    def parts(self):
-        """(ids, rows) of each segment, each with unique ids; one part when not segmented."""
-        if self.segments is None:
-            return [(self.ids, self.rows)]
-        s = self.segments
-        return [(self.ids[a:b], self.rows[a:b]) for a, b in zip(s[:-1], s[1:]) if b > a]
-
-    def coalesced(self):
-        """The same gradient with unique, sorted ids (duplicates summed in segment order)."""
-        if self.segments is None:
-            return self
-        return coalesce(self.ids, self.rows, self.n_rows)
-
-
-def coalesce(ids, rows, n_rows):
-    """Sum rows that share an id, in their order; SparseRows with sorted unique ids.
-    The sum is one sparse (unique x total) @ (total x width) product: 10x faster than reduceat."""
-    import scipy.sparse as sp
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    inverse = inverse.ravel()
-    indptr = np.zeros(uniq.size + 1, dtype=np.int64)
-    np.cumsum(np.bincount(inverse, minlength=uniq.size), out=indptr[1:])
-    pick = sp.csr_matrix((np.ones(ids.size, rows.dtype), np.argsort(inverse, kind="stable"), indptr),
-                         shape=(uniq.size, ids.size))
-    return SparseRows(uniq, np.ascontiguousarray(pick @ rows), n_rows)
+from mpinn.batch import SparseRows, densify_
 
 
 def _act(name, xp, z):
@@ -260,10 +200,7 @@ class MLP:
 
     def densify_(self, rows):
         """Write SparseRows into the dense gradient of the sparse block (zeros elsewhere)."""
-        rows = rows.coalesced()
-        block = self.gW[0][:self.spec.n_sparse]
-        block.fill(0)
-        block[rows.ids] = rows.rows
+        densify_(self.grad_buffer, rows)
 
 
 def sparse_rows_grad(backend, Xs, d, n_rows):
@@ -316,3 +253,10 @@ def head_loss_delta(loss, xp, z, y, want_delta):
         return total, (_act("sigmoid", xp, z.copy()) - t) if want_delta else None
     r = z - t
     return 0.5 * xp.sum(r * r), r if want_delta else None
+
+
+def predict_rows(model, data, chunk=65536):
+    """The model's predictions for every row of a data set, a chunk at a time (this process alone)."""
+    out = [model.predict(data.take(np.arange(s, min(s + chunk, len(data))), model.dtype))
+           for s in range(0, len(data), chunk)]
+    return np.concatenate(out) if out else np.zeros(0)

@@ -60,9 +60,8 @@ def predict_file(model_path, data=None):
     from mpinn.checkpoint import load_model
     from mpinn.data import Rows
     from mpinn.metrics import compute_metrics
-    from mpinn.model import MLP
+    from mpinn.model import MLP, predict_rows
     from mpinn.towers import mix
-    from mpinn.trainer import predict_rows
     params, spec, meta = load_model(model_path)
     model = MLP(spec)
     towers = params.reshape(-1, params.shape[-1]) if params.ndim == 2 else params[None]
@@ -131,7 +130,7 @@ def write_predictions(path, meta, pred):
 
 
 def main(argv=None):
-    from mpinn.config import run_one_process
+    from mpinn.process import run_one_process
     return run_one_process(run, build_parser().parse_args(argv))
 
 

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from mpinn.config import MpinnError
-from mpinn.hashing import add_hashing_arguments
+from mpinn.options import add_hashing_arguments
 
 
 def build_parser():
@@ -67,7 +67,7 @@ class Progress:
 def _like(path):
     """(meta) of a packed file or a model file."""
     if path.lower().endswith(".mpinn"):
-        from mpinn.packed import PackedDataset
+        from mpinn.data.packed import PackedDataset
         return PackedDataset(path).meta
     from mpinn.checkpoint import load_model
     return load_model(path)[2]
@@ -78,9 +78,10 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
     """Two passes over `source` (a data.TableSource): the first counts rows, learns the task and classes
     and fits the hashing contract (each skipped when already known); the second hashes each chunk and
     appends it to the packed file. Returns a summary dict (rows, columns, seconds, collision report)."""
-    from mpinn.data import LabelScan, encode_labels, hashing_fitter
+    from mpinn.data.labels import LabelScan, encode_labels
+    from mpinn.data.tables import hashing_fitter
     from mpinn.hashing import encode_indices, make_contract, per_feature_nnz
-    from mpinn.packed import PackedWriter
+    from mpinn.data.packing import PackedWriter
     progress = progress or Progress(False)
     t0 = time.perf_counter()
     contract, classes = None, None
@@ -147,8 +148,8 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
 
 
 def run(args):
-    from mpinn.config import steady_heap
-    from mpinn.data import TableSource
+    from mpinn.process import steady_heap
+    from mpinn.data.tables import TableSource
     steady_heap()       # memory flat in the number of rows, whatever the input's size
     from mpinn.hashing import describe, format_report, parse_buckets
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
@@ -176,7 +177,7 @@ def run(args):
     s = prepare(source, args.out, args.task, args.hash_mode, args.hash_bits, args.hash_seed, args.hash_k,
                 parse_buckets(args.buckets), like, args.threads, Progress(not args.quiet), args.report)
     if args.verify:
-        from mpinn.packed import PackedDataset
+        from mpinn.data.packed import PackedDataset
         PackedDataset(args.out, verify=True)
     say("wrote %s: %d rows, %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s (%.0f rows/s)%s" % (
         args.out, s["rows"], s["n_columns"], describe(s["hashing"]), s["n_dense"], s["task"], s["bytes"] / 1e6,
@@ -192,7 +193,7 @@ def run(args):
 
 
 def main(argv=None):
-    from mpinn.config import run_one_process
+    from mpinn.process import run_one_process
     return run_one_process(run, build_parser().parse_args(argv))
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import ROOT, mpirun
 from mpinn.config import MpinnError
-from mpinn.doctor import (EITHER, MPICH, OPENMPI, check_hostfile_against_job, differences, format_report,
-                          parse_hostfile, short_library)
+from mpinn.doctor import differences, format_report, short_library
+from mpinn.hostfile import EITHER, MPICH, OPENMPI, check_hostfile_against_job, parse_hostfile
 
 
 def hostfile(tmp_path, text, name="hosts"):

@@ -48,14 +48,14 @@ def test_csv_reader_bytes(tmp_path, data):
 @pytest.fixture(scope="module")
 def packed_bytes(tmp_path_factory):
     from mpinn.data import load_default
-    from mpinn.packed import write_dataset
+    from mpinn.data.packing import write_dataset
     path = tmp_path_factory.mktemp("fuzz") / "good.mpinn"
     write_dataset(str(path), load_default(300, hash_bits=10))
     return path          # (a path, not the bytes: hypothesis prints its arguments on failure)
 
 
 def read_all(path, verify):
-    from mpinn.packed import PackedDataset
+    from mpinn.data.packed import PackedDataset
     data = PackedDataset(str(path), verify=verify)
     return data, data.take(np.arange(len(data)))
 

@@ -9,10 +9,11 @@ import scipy.sparse as sp
 from conftest import run
 from fake_device import FakeBackend
 from mpinn.backend import gpu_probe, select_backend
-from mpinn.comm import check_buffer, check_device_buffer, choose_transport
+from mpinn.comm.buffers import check_buffer, check_device_buffer
+from mpinn.comm.gpu import choose_transport
 from mpinn.config import ModelSpec, MpinnError
-from mpinn.device import DeviceFeed, device_feed, _Slot
-from mpinn.model import Batch
+from mpinn.training.staging import DeviceFeed, _Slot, device_feed
+from mpinn.batch import Batch
 
 GPUS, NO_GPU = gpu_probe()
 needs_gpu = pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU: %s" % NO_GPU)
@@ -107,7 +108,7 @@ def test_cuda_aware_requested_but_not_there_is_a_user_error():
 
 
 def test_cuda_aware_mpi_detection_answers_here():
-    from mpinn.comm import cuda_aware_mpi
+    from mpinn.comm.gpu import cuda_aware_mpi
     aware, how = cuda_aware_mpi()
     assert isinstance(aware, bool) and how
     if not GPUS:

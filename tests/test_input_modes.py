@@ -49,9 +49,8 @@ def test_local_input_needs_a_packed_file(tmp_path, launcher):
 
 
 def test_block_shuffle_is_a_permutation_of_whole_blocks():
-    from types import SimpleNamespace
-    from mpinn.trainer import Trainer
-    lazy = Trainer.epoch_order(SimpleNamespace(seed=3, shuffle_block=8), 101, 2)
+    from mpinn.training.feed import epoch_order
+    lazy = epoch_order(101, 3, 2, 8)
     order = np.asarray(lazy)
     assert sorted(order) == list(range(101))
     for B in (1, 5, 8, 13, 100):     # made a slice at a time, it is the same order
@@ -59,7 +58,7 @@ def test_block_shuffle_is_a_permutation_of_whole_blocks():
     runs = np.split(order, np.flatnonzero(np.diff(order) != 1) + 1)
     assert all(r[0] % 8 == 0 and (len(r) % 8 == 0 or r[-1] == 100) for r in runs)
     assert not np.array_equal(order, np.arange(101))
-    rows = Trainer.epoch_order(SimpleNamespace(seed=3, shuffle_block=1), 101, 2)
+    rows = epoch_order(101, 3, 2, 1)
     assert np.array_equal(rows, np.random.default_rng([3, 2]).permutation(101))   # the default is unchanged
 
 

@@ -5,7 +5,8 @@ import pytest
 import scipy.sparse as sp
 
 from mpinn.config import ModelSpec, MpinnError
-from mpinn.model import MLP, Batch
+from mpinn.batch import Batch
+from mpinn.model import MLP
 from mpinn.optim import create_optimizer
 
 

@@ -5,10 +5,13 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import mpinn.packed as packed
+import mpinn.data.packed as packed
+import mpinn.data.packing as packing
 from mpinn.config import MpinnError
-from mpinn.data import Dataset, TableSource, load_csv, load_data, load_default
-from mpinn.packed import PackedDataset, write_dataset
+from mpinn.data import Dataset, load_csv, load_data, load_default
+from mpinn.data.tables import TableSource
+from mpinn.data.packed import PackedDataset
+from mpinn.data.packing import write_dataset
 from mpinn.prepare import prepare
 
 
@@ -156,11 +159,11 @@ def test_a_packed_file_with_another_contract_is_refused(tmp_path, good_file):
 def test_an_interrupted_write_leaves_no_file(tmp_path):
     out = tmp_path / "x.mpinn"
     with pytest.raises(RuntimeError):
-        with packed.PackedWriter(str(out), 10, 5, 10, 0, "float64", {"task": "regression"}, 1) as w:
+        with packing.PackedWriter(str(out), 10, 5, 10, 0, "float64", {"task": "regression"}, 1) as w:
             w.append(np.zeros(5, np.int32), 1, np.zeros(5))
             raise RuntimeError("killed")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(MpinnError, match="5 rows written, 10 announced"):
-        with packed.PackedWriter(str(out), 10, 5, 10, 0, "float64", {"task": "regression"}, 1) as w:
+        with packing.PackedWriter(str(out), 10, 5, 10, 0, "float64", {"task": "regression"}, 1) as w:
             w.append(np.zeros(5, np.int32), 1, np.zeros(5))
             w.close()

@@ -1,5 +1,5 @@
 """Failure paths under a real mpiexec: kill -9 and exact resume, a hung rank, NaN steps, bad input.
-Faults are injected with MPINN_FAULT=kind:rank:step (see mpinn.trainer.Faults)."""
+Faults are injected with MPINN_FAULT=kind:rank:step (see mpinn.training.faults.Faults)."""
 import hashlib
 import json
 import os
@@ -212,7 +212,7 @@ def test_a_damaged_checkpoint_is_refused_clearly(precious, damage, launcher):
 def test_all_finite_sees_every_nan_and_inf(dtype):
     """The step verdict's check (BLAS asum on the host) finds a NaN, +Inf or -Inf at any position,
     in every SIMD lane and tail, and in strided or 2-D arrays (numpy's sum there)."""
-    from mpinn.trainer import all_finite
+    from mpinn.training.steps import all_finite
     for n in (1, 5, 63, 64, 1000, 4099):
         a = np.ones(n, dtype)
         assert all_finite(a) and all_finite(a.reshape(1, n)) and all_finite(a[::2])

@@ -10,10 +10,13 @@ from conftest import COMM, agree
 from mpi_training import toy_data
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
-from mpinn.data import Dataset, Layout
-from mpinn.model import MLP, Batch
+from mpinn.batch import Layout
+from mpinn.data import Dataset
+from mpinn.batch import Batch
+from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.trainer import PHASES, Faults, Trainer
+from mpinn.training import Faults, Trainer
+from mpinn.training.timeline import PHASES
 
 
 def make(dtype="float64", optimizer="sgd", threshold=0.25, compress=None, average_every=0,
@@ -155,9 +158,9 @@ def test_auto_uses_shared_memory_on_one_node():
 def test_too_little_shared_memory_falls_back_or_is_refused(monkeypatch):
     """A small /dev/shm (a container's 64 MiB) would end in a SIGBUS: auto falls back to
     MPI_Allreduce and says why; an explicit --comm shm is one clear error on every rank."""
-    import mpinn.comm
+    import mpinn.comm.allreduce
     from mpinn.config import MpinnError
-    monkeypatch.setattr(mpinn.comm, "shm_room", lambda: 1 << 20)
+    monkeypatch.setattr(mpinn.comm.allreduce, "shm_room", lambda: 1 << 20)
     t = make(transport="auto")
     agree(t.comm.transport == "mpi" and t.comm.shared is None, t.comm.transport)
     if COMM.size > 1:

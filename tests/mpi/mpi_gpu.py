@@ -13,12 +13,14 @@ from conftest import COMM, agree
 from fake_device import FakeBackend
 from mpi_training import toy_data
 from mpinn.backend import gpu_probe, to_host
-from mpinn.comm import DeviceAllreduceCommunicator, create_communicator, cuda_aware_mpi
+from mpinn.comm import create_communicator
+from mpinn.comm.gpu import DeviceAllreduceCommunicator, cuda_aware_mpi
 from mpinn.config import ModelSpec
-from mpinn.data import Dataset, Layout
+from mpinn.batch import Layout
+from mpinn.data import Dataset
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.trainer import Trainer
+from mpinn.training import Trainer
 
 GPUS, NO_GPU = gpu_probe()
 # every rank must skip alike, or the collectives of the next test misalign

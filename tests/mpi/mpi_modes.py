@@ -6,11 +6,13 @@ from conftest import COMM, agree
 from mpi_training import toy_data
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
-from mpinn.data import Dataset, Layout
+from mpinn.batch import Layout
+from mpinn.data import Dataset
 from mpinn.metrics import compute_metrics
-from mpinn.model import MLP, Batch
+from mpinn.batch import Batch
+from mpinn.model import MLP
 from mpinn.optim import create_optimizer, lr_schedule
-from mpinn.trainer import Trainer
+from mpinn.training import Trainer
 
 SPEC = dict(n_sparse=64, n_dense=3, hidden=(8,), activation="tanh", dtype="float64", sparse_fan_in=2.5)
 

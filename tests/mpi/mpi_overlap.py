@@ -4,12 +4,14 @@ import pytest
 
 from conftest import COMM, agree
 from mpi_training import toy_data
-from mpinn.comm import OverlappedReduce, create_communicator
+from mpinn.comm import create_communicator
+from mpinn.comm.overlap import OverlappedReduce
 from mpinn.config import MpinnError, ModelSpec
-from mpinn.data import Layout
-from mpinn.model import MLP, Batch
+from mpinn.batch import Layout
+from mpinn.batch import Batch
+from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.trainer import Faults, Trainer
+from mpinn.training import Faults, Trainer
 
 
 def make(overlap, optimizer="sgd", threshold=0.25, hidden=(8, 6), n_sparse=64, bucket=1 << 16, faults=None):

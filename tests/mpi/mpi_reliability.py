@@ -7,10 +7,11 @@ from conftest import COMM, agree
 from mpi_training import toy_data
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
-from mpinn.data import Layout
-from mpinn.model import MLP, Batch
+from mpinn.batch import Layout
+from mpinn.batch import Batch
+from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.trainer import Faults, Trainer
+from mpinn.training import Faults, Trainer
 
 
 def run(reduce_, optimizer, faults, skip=(), steps=6, batch=7, threshold=0.25):

@@ -6,10 +6,11 @@ import scipy.sparse as sp
 from conftest import COMM, agree
 from mpinn.comm import create_communicator, split_counts
 from mpinn.config import ModelSpec
-from mpinn.data import Layout
-from mpinn.model import MLP, Batch
+from mpinn.batch import Layout
+from mpinn.batch import Batch
+from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.trainer import Trainer
+from mpinn.training import Trainer
 
 
 def toy_data(n=40, n_sparse=64, n_dense=3, k=3, seed=5):

@@ -1,9 +1,9 @@
-"""Host-to-device staging of received batches: pinned buffers, a copy stream, one batch ahead."""
+"""GPU staging of received batches: pinned buffers, a copy stream, one batch ahead (the Feed's stand-in on a GPU)."""
 import numpy as np
 
 
 def device_feed(feed, backend):
-    """The trainer's Feed as it is on the host; wrapped in a DeviceFeed on a GPU backend."""
+    """A Feed as it is on the host; wrapped in a DeviceFeed on a GPU backend."""
     if backend.device is None:
         return feed
     return DeviceFeed(feed, backend)

@@ -1,0 +1,44 @@
+"""Data sources, read on rank 0 (or on every rank, for a packed file): load_data picks the reader by extension.
+
+    base       Rows (what the trainer uses of a data set) and Dataset (rows in memory)
+    labels     the task and the classes from raw labels
+    tables     CSV and Parquet in chunks, hashed (and the embedded click log through the same path)
+    clicklog   the embedded synthetic click log
+    dense      .npz and .mat files, in-memory arrays
+    packed     packed files (python -m mpinn.prepare), read by row through a memory map; packing writes them
+"""
+import os
+
+from mpinn.config import MpinnError
+from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
+from mpinn.data.dense import load_mat, load_npz
+from mpinn.data.packed import load_packed
+from mpinn.data.tables import _split_names, load_csv, load_default, load_parquet  # noqa: F401
+
+TABLE_EXTS = (".csv", ".txt", ".parquet", ".pq")
+
+
+def load_data(path=None, label=None, categorical="", numeric="", hash_bits=18, hash_seed=0,
+              task="auto", classes=None, default_rows=200_000, default_seed=0, require_label=True,
+              hash_mode="trick", hash_k=4, buckets=None, contract=None):
+    """Dispatch on the file extension; no path means the embedded click log. `contract` (a model's
+    hashing contract) is used as it is instead of fitting one to the data."""
+    if path is None:
+        return load_default(default_rows, default_seed, hash_bits, hash_seed, hash_mode, hash_k, buckets,
+                            contract)
+    if not os.path.exists(path):
+        raise MpinnError("data file %s does not exist" % path)
+    ext = os.path.splitext(path)[1].lower()
+    if ext in TABLE_EXTS:
+        if not label:
+            raise MpinnError("a %s file needs --label COLUMN" % ext.lstrip(".").upper())
+        load = load_parquet if ext in (".parquet", ".pq") else load_csv
+        return load(path, label, _split_names(categorical), _split_names(numeric), hash_bits, hash_seed, task,
+                    classes, require_label, hash_mode=hash_mode, hash_k=hash_k, buckets=buckets, contract=contract)
+    if ext == ".npz":
+        return load_npz(path, task, classes, require_label)
+    if ext == ".mat":
+        return load_mat(path, task, classes, require_label)
+    if ext == ".mpinn":
+        return load_packed(path, task, classes, contract)
+    raise MpinnError("%s: unknown data format %r (use .csv, .parquet, .npz, .mat or .mpinn)" % (path, ext))

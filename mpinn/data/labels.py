@@ -1,0 +1,106 @@
+"""Labels: the task (binary, multiclass, regression) and the classes, from raw label values."""
+import numpy as np
+
+from mpinn.config import MpinnError
+from mpinn.hashing import factorize
+
+
+def encode_labels(raw, task="auto", classes=None):
+    """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`."""
+    raw = np.asarray(raw).ravel()
+    numeric = raw.dtype.kind in "iufb"
+    if not numeric:
+        try:
+            raw_num = raw.astype(np.float64)
+            numeric, raw = True, raw_num
+        except (ValueError, TypeError):
+            pass
+    if classes is None:
+        if task == "auto":
+            if not numeric:
+                task = "multiclass"
+            else:
+                distinct = np.unique(raw)
+                integral = np.all(np.mod(distinct, 1) == 0)
+                if len(distinct) == 2 and set(distinct.tolist()) <= {0.0, 1.0}:
+                    task = "binary"
+                elif integral and len(distinct) <= 1000:
+                    task = "multiclass"
+                else:
+                    task = "regression"
+        if task == "regression":
+            if not numeric:
+                raise MpinnError("regression needs numeric labels")
+            return raw.astype(np.float64), task, None
+        classes = [_label_str(c) for c in np.unique(raw)]
+        if task == "binary" and len(classes) != 2:
+            raise MpinnError("binary task needs exactly 2 label values, found %d" % len(classes))
+    if task == "regression":
+        if not numeric:
+            raise MpinnError("regression needs numeric labels")
+        return raw.astype(np.float64), task, None
+    # each distinct label is looked up once, then rows are mapped through the codes
+    if numeric:
+        uniques, codes = np.unique(raw, return_inverse=True)
+        keys = [_label_str(u) for u in uniques.tolist()]
+        codes = codes.ravel()
+    else:
+        codes, keys = factorize(raw)
+        keys = [str(k) for k in keys]
+    lookup = {c: i for i, c in enumerate(classes)}
+    bad = [k for k in keys if k not in lookup]
+    if bad:
+        raise MpinnError("label %r is not one of the model's classes %s" % (bad[0], classes[:10]))
+    ids = np.array([lookup[k] for k in keys], dtype=np.int64)[codes] if len(keys) else np.zeros(0, np.int64)
+    if task == "binary":
+        return ids.astype(np.float64), task, classes
+    return ids, task, classes
+
+
+def _label_str(v):
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
+class LabelScan:
+    """The task and classes of labels seen chunk by chunk (what encode_labels decides on all of them
+    at once), keeping only their distinct values."""
+    MAX_NUMBERS = 1001      # more distinct numbers than this: regression, whatever else comes
+    MAX_TEXTS = 100_000
+
+    def __init__(self, task="auto"):
+        self.task, self.numeric = task, True
+        self.numbers, self.texts = set(), set()
+        self.many_numbers = self.many_texts = False
+
+    def update(self, raw):
+        raw = np.asarray(raw).ravel()
+        if not self.many_texts:
+            _, keys = factorize(raw) if raw.dtype.kind not in "iufb" else (None, [])
+            self.texts.update(str(k) for k in keys)
+            self.many_texts = len(self.texts) > self.MAX_TEXTS
+        if self.numeric:
+            try:
+                nums = raw.astype(np.float64)
+            except (ValueError, TypeError):
+                self.numeric = False
+                return
+            if not self.many_numbers:
+                self.numbers.update(np.unique(nums).tolist())
+                self.many_numbers = len(self.numbers) > self.MAX_NUMBERS
+
+    def result(self):
+        """(task, classes)."""
+        if self.numeric:
+            if self.many_numbers:
+                if self.task not in ("auto", "regression"):
+                    raise MpinnError("--task %s: the labels hold more than %d distinct numbers"
+                                     % (self.task, self.MAX_NUMBERS - 1))
+                return "regression", None
+            _, task, classes = encode_labels(np.array(sorted(self.numbers), dtype=np.float64), self.task)
+            return task, classes
+        if self.many_texts:
+            raise MpinnError("the labels hold more than %d distinct values" % self.MAX_TEXTS)
+        _, task, classes = encode_labels(np.array(sorted(self.texts), dtype=object), self.task)
+        return task, classes

@@ -1,0 +1,70 @@
+"""Held-out metrics computed by every rank together: data parallel (each rank scores a share) or towers
+(every tower scores every row, and the mixture is scored)."""
+import numpy as np
+
+from mpinn.comm import split_counts
+from mpinn.metrics import auc, compute_metrics, metric_sums, metrics_from_sums
+from mpinn.towers import fit_weights, mix
+
+
+def task_of(spec):
+    """The task a model's head answers: regression, binary or multiclass."""
+    if spec.loss == "squared":
+        return "regression"
+    return "binary" if spec.loss == "sigmoid" and spec.n_out == 1 else "multiclass"
+
+
+def evaluate(model, comm, layout, data, chunk=65536):
+    """Held-out metrics over ALL rows: rank 0 scatters the rows chunk by chunk, each rank scores its
+    share, the per-rank sums are added (Allreduce), so each rank's share counts by its number of rows;
+    binary AUC, which is not a sum, is computed on rank 0 from the gathered predictions. Collective:
+    call on every rank (data on rank 0 only). Returns the same metrics dict on every rank."""
+    rank0 = comm.rank == 0
+    task = task_of(model.spec)
+    k = model.spec.n_out if task == "multiclass" else 2
+    n = comm.bcast_obj(len(data) if rank0 else None)
+    sums = np.zeros(4 if task == "regression" else 4 + k * k)   # the layout of metric_sums
+    preds = []
+    for s in range(0, n, chunk):
+        rows = np.arange(s, min(s + chunk, n))
+        local = comm.scatter_batch(data.take(rows, model.dtype) if rank0 else None, layout)
+        pred = np.ascontiguousarray(model.predict(local), dtype=np.float64)
+        sums += metric_sums(task, local.y, pred, k)
+        if task == "binary":
+            counts = split_counts(len(rows), comm.size)
+            got = np.empty(len(rows)) if rank0 else None
+            preds.append(comm.Gatherv_(pred.ravel(), counts, got, what="held-out predictions"))
+    comm.Allreduce_sum_(sums, "metric sums")
+    auc_value = None
+    if task == "binary" and rank0:
+        p = np.concatenate(preds) if preds else np.zeros(0)
+        keep = np.isfinite(p)
+        auc_value = auc(np.asarray(data.y)[keep], p[keep])
+    auc_value = comm.bcast_obj(auc_value)
+    return metrics_from_sums(task, sums, k, auc_value)
+
+
+def evaluate_towers(model, comm, layout, data, tower_mix="mean", chunk=65536):
+    """Tower mode: every tower predicts every held-out row (rank 0 broadcasts the chunks), rank 0
+    gathers the predictions, scores each tower and the mixture (the plain mean, or weights fitted
+    to the held-out loss with --tower-mix fit). The mixture's metrics are the record's metrics;
+    "towers" and "weights" hold each tower's and the mixture's weights."""
+    rank0 = comm.rank == 0
+    n = comm.bcast_obj(len(data) if rank0 else None)
+    preds = []
+    for s in range(0, n, chunk):
+        rows = np.arange(s, min(s + chunk, n))
+        local = comm.scatter_batch(data.take(rows, model.dtype) if rank0 else None, layout, replicate=True)
+        pred = np.ascontiguousarray(model.predict(local), dtype=np.float64)
+        got = comm.Gather_(pred.ravel(), what="tower predictions")
+        if rank0:
+            preds.append(got.reshape((comm.size,) + pred.shape))
+    out = None
+    if rank0:
+        P = np.concatenate(preds, axis=1)
+        task = task_of(model.spec)
+        w = fit_weights(task, data.y, P) if tower_mix == "fit" else np.full(len(P), 1.0 / len(P))
+        out = compute_metrics(task, data.y, mix(P, w))
+        out["towers"] = [compute_metrics(task, data.y, p) for p in P]
+        out["weights"] = [float(x) for x in w]
+    return comm.bcast_obj(out)

@@ -1,0 +1,117 @@
+"""Where each step's rows come from: the epoch's seeded order, and the feed that reads, scatters and prefetches batches."""
+import queue
+import threading
+
+import numpy as np
+
+from mpinn.comm import split_counts
+
+
+def epoch_order(n, seed, epoch, block=1):
+    """The epoch's row order, drawn from (seed, epoch) alone. With block b > 1, blocks of b consecutive
+    rows are shuffled instead of rows: a packed file is then read in runs of b rows, which keeps the
+    mapped pages (and the I/O) per batch small at the price of batches made of neighbouring rows."""
+    rng = np.random.default_rng([seed, epoch])
+    if block <= 1:
+        return rng.permutation(n)
+    return BlockOrder(rng.permutation(-(-n // block)), block, n)
+
+
+class BlockOrder:
+    """The rows of shuffled blocks of b consecutive rows, made a slice at a time: memory n/b, not n
+    (so rank 0's memory does not grow with the data set)."""
+
+    def __init__(self, blocks, b, n):
+        self.blocks, self.b, self.n = blocks, b, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, sl):
+        start, stop, _ = sl.indices(self.n)
+        if stop <= start:
+            return np.zeros(0, dtype=np.int64)
+        b, nb = self.b, len(self.blocks)
+        short = self.n - (nb - 1) * b                 # rows in the last block (it may sit anywhere)
+        where_short = int(np.flatnonzero(self.blocks == nb - 1)[0])
+
+        def pos(i):                                   # row position where the i-th block of the order starts
+            return i * b - (b - short if i > where_short else 0)
+
+        lo = min(start // b, nb - 1)
+        while lo > 0 and pos(lo) > start:
+            lo -= 1
+        hi = lo
+        while hi < nb and pos(hi) < stop:
+            hi += 1
+        rows = (self.blocks[lo:hi, None] * b + np.arange(b)).ravel()
+        rows = rows[rows < self.n]
+        return rows[start - pos(lo):stop - pos(lo)]
+
+    def __array__(self, dtype=None, copy=None):
+        return self[0:self.n] if dtype is None else self[0:self.n].astype(dtype)
+
+
+class Feed:
+    """One epoch's local batches, in order, from step `start` on.
+
+    scatter (default): rank 0 reads the global batch (Dataset.take or a packed file's memory map)
+    and scatters row slices. With prefetch, a thread on rank 0 reads batches ahead (a queue of two),
+    and the next batch's Iscatterv is posted before this batch computes, so the transfer overlaps
+    the compute (MPICH progresses it inside this step's Allreduce). read_local: every rank reads its
+    own slice of the global batch from the packed file (the same rows a scatter would give it), no
+    rank-0 bottleneck, no messages. replicate (tower mode's "same data"): every rank gets the whole batch."""
+
+    def __init__(self, data, order, steps, start, comm, layout, batch_size, dtype, read_local=False,
+                 prefetch=True, replicate=False):
+        self.data, self.order, self.steps, self.s = data, order, steps, start
+        self.comm, self.layout, self.batch_size, self.dtype = comm, layout, int(batch_size), dtype
+        self.read_local, self.prefetch, self.replicate = read_local, prefetch, replicate
+        self.reads = comm.rank == 0 or read_local
+        self.pending = None
+        self.queue = None
+        # the reading thread only where one rank reads for all: with read_local every rank reads a
+        # P-th as much, and on a machine with no spare core the thread only competed (measured)
+        if prefetch and self.s < steps and comm.rank == 0 and not read_local:
+            self.queue = queue.Queue(maxsize=2)
+            threading.Thread(target=self._produce, daemon=True, name="mpinn-prefetch").start()
+
+    def _rows(self, s):
+        B = self.batch_size
+        rows = self.order[s * B:(s + 1) * B]
+        if self.read_local:   # this rank's contiguous slice, exactly as split_counts scatters it
+            c = split_counts(len(rows), self.comm.size)
+            start = int(c[:self.comm.rank].sum())
+            rows = rows[start:start + int(c[self.comm.rank])]
+        return rows
+
+    def _read(self, s):
+        return self.data.take(self._rows(s), self.dtype)
+
+    def _produce(self):
+        try:
+            for s in range(self.s, self.steps):
+                self.queue.put(self._read(s))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
+            self.queue.put(e)
+
+    def _get(self, s):
+        if not self.reads:
+            return None
+        if self.queue is None:
+            return self._read(s)
+        item = self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _post(self, s):
+        return self.comm.post_batch(self._get(s), self.layout, replicate=self.replicate)
+
+    def next(self):
+        s, self.s = self.s, self.s + 1
+        if self.read_local:
+            return self._get(s)
+        pending = self.pending if self.pending is not None else self._post(s)
+        self.pending = self._post(s + 1) if self.prefetch and s + 1 < self.steps else None
+        return pending.wait()

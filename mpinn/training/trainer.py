@@ -1,0 +1,273 @@
+"""The training loop: a batch, a step, the bookkeeping; epochs, evaluation and checkpoints. Straight from top to bottom."""
+import math
+import time
+
+import numpy as np
+
+from mpinn import __version__
+from mpinn.checkpoint import save_checkpoint
+from mpinn.comm.guard import NoWatchdog
+from mpinn.config import MpinnError
+from mpinn.metrics import format_metrics
+from mpinn.process import reusing_heap
+from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
+from mpinn.training.faults import Faults
+from mpinn.training.feed import Feed, epoch_order
+from mpinn.training.staging import device_feed
+from mpinn.training.steps import choose_step
+from mpinn.training.timeline import PHASES, ProgressBar, Timeline, write_trace
+
+
+class Trainer:
+    """Data-parallel training: rank 0 holds the data; every rank holds the model.
+
+    Position: `epoch` (1-based) and `next_step` (0-based, within the epoch) say which batch comes
+    next; with the seeded per-epoch order that is all a resume needs to replay the same batches."""
+
+    def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
+                 watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
+                 on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False, shuffle_block=1,
+                 average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16):
+        self.model, self.optimizer, self.comm = model, optimizer, comm
+        comm.adopt_(model)            # e.g. gradients in a shared-memory window (--comm shm)
+        self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
+        self.rank0 = comm.rank == 0
+        self.verbose = verbose and self.rank0
+        self.watchdog = watchdog or NoWatchdog()
+        self.max_bad_steps = int(max_bad_steps)
+        self.lr_at = lr_at            # global step -> learning rate (scaling and warm-up), or None
+        self.on_epoch = on_epoch      # called on every rank with each epoch's record
+        self.towers = towers          # tower mode: None (data parallel), "shard" or "same" data
+        self.tower_mix, self.tower_weights = tower_mix, None
+        self.prefetch = prefetch      # prepare and send the next batch while this one computes
+        self.read_local = read_local  # every rank reads its own rows (a packed file), no scatter
+        self.shuffle_block = int(shuffle_block)
+        self.average_every, self.overlap = int(average_every), bool(overlap)
+        self.timeline = Timeline(keep=timeline)
+        self.stepper = choose_step(model, optimizer, comm, faults or Faults(), self.timeline, grad_accum, towers,
+                                   average_every, overlap, overlap_bucket)
+        self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
+        self.history = []
+        # where training stands (saved in checkpoints)
+        self.epoch, self.next_step, self.global_step = 1, 0, 0
+        self.loss_sum, self.loss_n = 0.0, 0
+        self.skipped, self.bad_streak = 0, 0
+        # checkpointing: set by enable_checkpoints
+        self.ckpt_dir, self.ckpt_every, self.ckpt_keep, self.ckpt_meta = None, 0, 3, {}
+        self.last_checkpoint = None
+
+    @property
+    def shared_params(self):
+        """Does the node hold one copy of the parameters, each rank stepping its part?"""
+        return self.stepper.shares_params
+
+    @property
+    def times(self):
+        """Seconds per phase on this rank (the timeline's totals)."""
+        return self.timeline.totals
+
+    def log(self, msg):
+        if self.verbose:
+            print(msg, flush=True)
+
+    def signature(self):
+        return {"mpinn": __version__, "layout": self.model.layout(), "spec": self.model.spec.to_dict(),
+                "reduce": self.comm.name, "optimizer": type(self.optimizer).__name__,
+                "compress": getattr(self.comm, "compress", None), "average_every": self.average_every,
+                "overlap": self.overlap,
+                "batch_size": self.batch_size, "input": vars(self.layout)}
+
+    def start(self):
+        """Agree on the signature, then give every rank rank 0's parameters (initial or restored)."""
+        reusing_heap()                # from here on, allocations are the steps' temporaries
+        self.comm.check_signature(self.signature())
+        self.stepper.broadcast_params_()
+        self.comm.barrier()           # one time origin for every rank's timeline (same host: same clock)
+        self.timeline.origin = time.perf_counter()
+
+    # ---------------------------------------------------------------- one step
+    def step(self, global_batch, n_global):
+        """One synchronous step on this rank's slice of global_batch (given on rank 0 only).
+        Returns (mean loss, ok); see step_slice."""
+        t0 = time.perf_counter()
+        local = self.comm.scatter_batch(global_batch, self.layout, replicate=self.towers == "same")
+        self.timeline.add("data", t0, time.perf_counter(), self.global_step + 1)
+        return self.step_slice(local, n_global)
+
+    def step_slice(self, local, n_global):
+        """The step once this rank has its rows (the strategy's). Returns (mean loss, ok); ok is False
+        when the step was skipped for a non-finite loss or gradient on some rank (every rank reaches
+        the same verdict)."""
+        if self.lr_at is not None:
+            self.optimizer.lr = self.lr_at(self.global_step)
+        loss, ok = self.stepper(local, n_global, self.global_step + 1)
+        self.samples += n_global
+        return loss, ok
+
+    def settle_(self):
+        """The parameters to evaluate or save (local SGD: averaged now if steps were taken since)."""
+        self.stepper.settle_(self.global_step + 1)
+
+    def feed(self, train, n_train, epoch, steps):
+        """Where this epoch's local batches come from (see Feed); staged onto the GPU where there is one."""
+        order = epoch_order(n_train, self.seed, epoch, self.shuffle_block) if (self.rank0 or self.read_local) else None
+        feed = Feed(train, order, steps, self.next_step, self.comm, self.layout, self.batch_size, self.model.dtype,
+                    read_local=self.read_local, prefetch=self.prefetch, replicate=self.towers == "same")
+        return device_feed(feed, self.model.backend)
+
+    # ---------------------------------------------------------------- the loop
+    def fit(self, train, valid, epochs, progress=True):
+        """train / valid: Datasets on rank 0, None elsewhere. Returns the per-epoch history.
+        Starts from the current position (epoch 1, step 0, or where a checkpoint left off)."""
+        n_train, has_valid = self.comm.bcast_obj((len(train), valid is not None) if self.rank0 else None)
+        B = self.batch_size
+        steps = math.ceil(n_train / B)
+        bar = ProgressBar(progress and self.rank0)
+        t_fit, self.samples_at_start, self.steps_at_start = time.perf_counter(), self.samples, self.global_step
+        while self.epoch <= epochs:
+            epoch = self.epoch
+            feed = self.feed(train, n_train, epoch, steps)
+            t_epoch, samples0 = time.perf_counter(), self.samples
+            while self.next_step < steps:
+                s = self.next_step
+                self.watchdog.arm("step %d (epoch %d, batch %d of %d)" % (self.global_step + 1, epoch, s + 1, steps))
+                n_global = min(B, n_train - s * B)
+                t0 = time.perf_counter()
+                local = feed.next()
+                self.timeline.add("data", t0, time.perf_counter(), self.global_step + 1)
+                loss, ok = self.step_slice(local, n_global)
+                self.watchdog.disarm()
+                self.global_step += 1
+                self.next_step += 1
+                self.tally(loss, ok, n_global, epoch)
+                bar.update(epoch, epochs, s + 1, steps, loss,
+                           (self.samples - samples0) / max(time.perf_counter() - t_epoch, 1e-9))
+                if (self.ckpt_every and self.global_step % self.ckpt_every == 0 and self.next_step < steps
+                        and not self.bad_streak):    # only good states are checkpointed
+                    self.settle_()
+                    self.checkpoint("step")
+            self.settle_()
+            record = {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1),
+                      "seconds": time.perf_counter() - t_epoch, "skipped_steps": self.skipped}
+            self.watchdog.arm("evaluation after epoch %d" % epoch)
+            if has_valid:
+                record["valid"] = self.evaluate(valid)
+            self.watchdog.disarm()
+            self.history.append(record)
+            self.epoch, self.next_step = epoch + 1, 0
+            self.loss_sum, self.loss_n = 0.0, 0
+            if self.rank0:
+                self.log("epoch %d/%d  train loss %.4f  valid: %s  (%.1f s)" % (
+                    epoch, epochs, record["train_loss"],
+                    format_metrics(record.get("valid", {})) or "-", record["seconds"]))
+            if self.on_epoch is not None:
+                self.on_epoch(record)
+            if self.ckpt_dir:
+                self.checkpoint("epoch")
+        self.elapsed = time.perf_counter() - t_fit
+        return self.history
+
+    def tally(self, loss, ok, n_global, epoch):
+        """A step's loss into the epoch's mean, or a skipped step counted; too many in a row end training."""
+        if ok:
+            self.loss_sum += loss * n_global
+            self.loss_n += n_global
+            self.bad_streak = 0
+            return
+        self.skipped += 1
+        self.bad_streak += 1
+        self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"
+                 % (self.global_step, self.bad_streak, self.skipped))
+        if self.bad_streak >= self.max_bad_steps:
+            raise MpinnError(
+                "training stopped: %d consecutive steps had a non-finite loss or gradient "
+                "(last at step %d, epoch %d); %s; try a lower --lr or check the data for "
+                "huge or missing values" % (
+                    self.bad_streak, self.global_step, epoch,
+                    "the last good checkpoint is %s" % self.last_checkpoint
+                    if self.last_checkpoint else "no checkpoint was written"),
+                collective=True, code=4)
+
+    def evaluate(self, data, chunk=65536):
+        """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only."""
+        if not self.towers:
+            return evaluate(self.model, self.comm, self.layout, data, chunk)
+        out = evaluate_towers(self.model, self.comm, self.layout, data, self.tower_mix, chunk)
+        self.tower_weights = out["weights"]
+        return out
+
+    def gather_towers(self):
+        """Every tower's parameters, stacked (towers, size) on rank 0; None elsewhere."""
+        return self.comm.Gather_(self.model.params, what="tower parameters")
+
+    @property
+    def task(self):
+        return task_of(self.model.spec)
+
+    # ---------------------------------------------------------------- checkpoints
+    def enable_checkpoints(self, directory, every=0, keep=3, meta=None):
+        """Write a checkpoint every `every` steps and at each epoch end into directory (rank 0)."""
+        self.ckpt_dir, self.ckpt_every, self.ckpt_keep = directory, int(every), int(keep)
+        self.ckpt_meta = dict(meta or {})
+
+    def position(self):
+        return {"epoch": self.epoch, "next_step": self.next_step, "global_step": self.global_step,
+                "samples": self.samples, "loss_sum": self.loss_sum, "loss_n": self.loss_n,
+                "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history,
+                "seed": self.seed, "batch_size": self.batch_size}
+
+    def checkpoint(self, why):
+        """Rank 0 writes parameters, optimizer state and position; every rank waits for it under
+        the deadline, so a slow disk is not mistaken for a stuck step."""
+        self.watchdog.arm("checkpoint at step %d" % self.global_step)
+        if self.rank0:
+            arrays = {"params": self.model.params}
+            arrays.update({"opt_" + k: v for k, v in self.optimizer.state().items()})
+            header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
+            self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.global_step, arrays, header,
+                                                   self.ckpt_keep)
+        self.last_checkpoint = self.comm.bcast_obj(self.last_checkpoint)
+        self.watchdog.disarm()
+
+    def restore(self, arrays, header):
+        """Continue from a checkpoint that rank 0 has loaded (arrays/header None elsewhere): the
+        parameters reach the other ranks in start(); the optimizer state and position here."""
+        header = self.comm.bcast_obj(header)
+        if self.rank0:
+            params = arrays["params"]
+            if params.shape != self.model.params.shape or params.dtype != self.model.params.dtype:
+                raise MpinnError("%s: parameters %s %s do not fit this model (%s %s)" % (
+                    header.get("path"), params.dtype, params.shape, self.model.params.dtype,
+                    self.model.params.shape))
+            self.model.params[...] = self.model.xp.asarray(params)
+        shapes = self.comm.bcast_obj({k[4:]: (v.shape, str(v.dtype)) for k, v in arrays.items()
+                                      if k.startswith("opt_")} if self.rank0 else None)
+        state = {}
+        for k, (shape, dt) in shapes.items():
+            buf = np.ascontiguousarray(arrays["opt_" + k]) if self.rank0 else np.empty(shape, dtype=dt)
+            state[k] = self.comm.Bcast_(buf, root=0, what="optimizer state %s" % k)
+        self.optimizer.load_state(state)
+        pos = header["position"]
+        self.epoch, self.next_step, self.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
+        self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
+        self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
+        self.last_checkpoint = header.get("path")
+
+    # ---------------------------------------------------------------- reporting
+    def write_timeline(self, path):
+        """Collective: every rank's phases as one Chrome-trace JSON file (see write_trace)."""
+        write_trace(self.timeline, self.comm, path)
+
+    def summary(self):
+        """Gather every rank's phase times; rank 0 returns the summary dict."""
+        per_rank = self.comm.gather_obj(dict(self.times))
+        if not self.rank0:
+            return None
+        total = self.elapsed
+        done = self.samples - self.samples_at_start      # by this run (a resumed one counts its own)
+        mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in PHASES}
+        return {"ranks": self.comm.size, "reduce": self.comm.name, "samples": done,
+                "seconds": total, "samples_per_s": done / total if total else 0.0,
+                "phase_s_mean": mean, "phase_s_per_rank": per_rank, "skipped_steps": self.skipped,
+                "data_wait_s_per_step": mean["data"] / max(self.global_step - self.steps_at_start, 1),
+                "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None)}
