@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-# tests/mpi runs only under mpiexec (launched by test_mpi.py), never in the plain pytest process
+# the multi-rank tests (mpi_*.py beside the others) run only under mpiexec, launched by test_mpi.py
+# with python_files=mpi_*.py; the plain pytest process collects test_*.py only
 UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
-collect_ignore = [] if UNDER_MPI else ["mpi"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,3 +40,12 @@ def launcher():
     if not path:
         pytest.fail("no mpiexec found: pip install -e '.[test]' installs the mpich wheel that ships it")
     return path
+
+
+if UNDER_MPI:
+    def pytest_configure(config):
+        """Only rank 0 speaks."""
+        from ranks import COMM
+        if COMM.rank > 0:
+            sys.stdout = open(os.devnull, "w")
+            config.option.verbose = -2

@@ -1,4 +1,4 @@
-"""Runs the multi-rank tests in tests/mpi under a real mpiexec at np = 1, 2 and 3."""
+"""Runs the multi-rank tests (tests/*/mpi_*.py) under a real mpiexec at np = 1, 2 and 3."""
 import sys
 
 import pytest
@@ -10,7 +10,7 @@ from conftest import mpirun
 @pytest.mark.parametrize("np_", [1, 2, 3])
 def test_mpi_suite(np_, launcher):
     # -m mpi4py: an unhandled failure on one rank aborts them all instead of hanging the rest
-    r = mpirun(np_, ["-m", "mpi4py", "-m", "pytest", "tests/mpi", "-o", "python_files=mpi_*.py",
+    r = mpirun(np_, ["-m", "mpi4py", "-m", "pytest", "tests", "-o", "python_files=mpi_*.py",
                      "-x", "-q", "-p", "no:cacheprovider", "--timeout", "120"], timeout=400)
     sys.stdout.write(r.stdout[-4000:])
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]

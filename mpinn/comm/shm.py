@@ -30,7 +30,7 @@ class SharedGradients:
     first ranks (`leaders`) add up the nodes' sums with one MPI_Allreduce, and then every rank copies
     its part of the result into every slot of its node. Only one rank per node sends gradients over
     the network, but MPICH's own Allreduce is already node-aware: the bytes came out the same
-    (tests/test_multihost.py), which is why auto leaves multi-node jobs to MPI_Allreduce."""
+    (tests/cluster/test_multihost.py), which is why auto leaves multi-node jobs to MPI_Allreduce."""
 
     def __init__(self, node, leaders, nodes):
         self.node, self.rank, self.size = node, node.Get_rank(), node.Get_size()

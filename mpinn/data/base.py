@@ -12,7 +12,7 @@ CHUNK_ROWS = 262_144        # rows per chunk when reading tables: bounds memory 
 
 class Rows:
     """What the trainer uses of a data set, whether its rows are in memory (Dataset) or in a packed
-    file (mpinn.packed.PackedDataset): len(), meta, task, layout(dtype), take(rows, dtype) -> Batch,
+    file (mpinn.data.packed.PackedDataset): len(), meta, task, layout(dtype), take(rows, dtype) -> Batch,
     subset(rows), split(holdout, seed), y, n_sparse, n_dense, sparse_fan_in."""
 
     @property

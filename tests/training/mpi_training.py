@@ -1,9 +1,8 @@
 """N ranks equal 1 rank; both strategies agree; uneven slices; the Ng/DT42 network on digits."""
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
-from conftest import COMM, agree
+from ranks import COMM, agree, toy_data
 from mpinn.comm import create_communicator, split_counts
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
@@ -11,17 +10,6 @@ from mpinn.batch import Batch
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
 from mpinn.training import Trainer
-
-
-def toy_data(n=40, n_sparse=64, n_dense=3, k=3, seed=5):
-    rng = np.random.default_rng(seed)
-    nnz_per_row = rng.integers(1, 5, n)
-    indptr = np.r_[0, np.cumsum(nnz_per_row)]
-    Xs = sp.csr_matrix((rng.random(indptr[-1]), rng.integers(0, n_sparse, indptr[-1]), indptr),
-                       shape=(n, n_sparse))
-    Xd = rng.standard_normal((n, n_dense))
-    y = rng.integers(0, k, n)
-    return Xs, Xd, y
 
 
 def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weight_decay=0.0, seed=0):

@@ -9,9 +9,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # tests/, for fake_device
 
-from conftest import COMM, agree
+from ranks import COMM, agree, toy_data
 from fake_device import FakeBackend
-from mpi_training import toy_data
 from mpinn.backend import gpu_probe, to_host
 from mpinn.comm import create_communicator
 from mpinn.comm.gpu import DeviceAllreduceCommunicator, cuda_aware_mpi

@@ -3,8 +3,7 @@ had never been seen; momentum and Adam state are left untouched too."""
 import numpy as np
 import pytest
 
-from conftest import COMM, agree
-from mpi_training import toy_data
+from ranks import COMM, agree, toy_data
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import scipy.io
 
-from conftest import COMM, agree
+from ranks import COMM, agree
 from mpinn.comm import check_buffer, create_communicator
 from mpinn.config import MpinnError
 from mpinn.data import load_mat

@@ -5,62 +5,62 @@ import sys
 import numpy as np
 import pytest
 
-from mpinn import bench
+from mpinn import workloads
 from conftest import mpirun, run
 
 
 @pytest.fixture(scope="module")
 def w2():
-    codes, y = bench.make_w2_codes()
-    return codes, y, bench.w2_hashed_indices(codes)
+    codes, y = workloads.make_w2_codes()
+    return codes, y, workloads.w2_hashed_indices(codes)
 
 
 def fps(arrays):
-    return [bench.fingerprint(a) for a in arrays]
+    return [workloads.fingerprint(a) for a in arrays]
 
 
 def test_w1_init():
-    assert fps(bench.init_w1()) == ["1872fbfd73706c6d", "d017ed8ffa8e82c7", "f708e952be90289d",
+    assert fps(workloads.init_w1()) == ["1872fbfd73706c6d", "d017ed8ffa8e82c7", "f708e952be90289d",
                                     "606a36ae6b2aabee", "74b361487de842ed", "f61a7c6bd4df6ee2"]
 
 
 @pytest.mark.slow
 def test_w1_data():
-    X, y = bench.make_w1()
-    assert (bench.fingerprint(X), bench.fingerprint(y)) == ("530abdd12dafebb7", "8bb7b7cac37091b1")
+    X, y = workloads.make_w1()
+    assert (workloads.fingerprint(X), workloads.fingerprint(y)) == ("530abdd12dafebb7", "8bb7b7cac37091b1")
     assert np.bincount(y, minlength=10).tolist() == [5179, 6364, 5010, 6732, 4676,
                                                      6509, 8140, 5526, 5781, 6083]
 
 
 def test_w2_init():
-    assert fps(bench.init_w2()) == ["38d63c399f9fa206", "5341e6b2646979a7",
+    assert fps(workloads.init_w2()) == ["38d63c399f9fa206", "5341e6b2646979a7",
                                     "6d76c436878d3978", "df3f619804a92fdb"]
 
 
 @pytest.mark.slow
 def test_w2_data_and_hashed_indices(w2):
     codes, y, idx = w2
-    assert (bench.fingerprint(codes), bench.fingerprint(y)) == ("3f634cbcd052c5d9", "547d01f0f5c8645b")
+    assert (workloads.fingerprint(codes), workloads.fingerprint(y)) == ("3f634cbcd052c5d9", "547d01f0f5c8645b")
     assert abs(float(y.mean()) - 0.61025238) < 1e-8
-    assert idx.dtype == np.int64 and bench.fingerprint(idx) == "cd976cf9e5adb68a"
+    assert idx.dtype == np.int64 and workloads.fingerprint(idx) == "cd976cf9e5adb68a"
 
 
 @pytest.mark.slow
 def test_w2_batches_are_the_hashed_csr(w2):
     _, y, idx = w2
     data = (idx.astype(np.int32), y)
-    b = bench._w2_rows(data, 1024, 2048)
+    b = workloads._w2_rows(data, 1024, 2048)
     assert b.Xs.shape == (1024, 1 << 18) and b.Xs.nnz == 1024 * 20
     assert np.array_equal(b.Xs.indices, idx[1024:2048].ravel())
     assert np.array_equal(b.Xs.indptr, 20 * np.arange(1025)) and np.all(b.Xs.data == 1)
 
 
 def test_w3_data_and_init():
-    X, y = bench.make_w3()
-    assert (bench.fingerprint(X), bench.fingerprint(y)) == ("5bcb2636b8f898c0", "c3556f4a243d7dc7")
-    t1, t2 = bench.init_w3()
+    X, y = workloads.make_w3()
+    assert (workloads.fingerprint(X), workloads.fingerprint(y)) == ("5bcb2636b8f898c0", "c3556f4a243d7dc7")
+    t1, t2 = workloads.init_w3()
     assert fps([t1, t2]) == ["de4b7b88c28e836e", "12967b455ec62d79"]
-    W0, b0, W1, b1 = bench.thetas_to_params([t1, t2])
+    W0, b0, W1, b1 = workloads.thetas_to_params([t1, t2])
     assert W0.shape == (400, 25) and W1.shape == (25, 10)
     assert np.array_equal(b0, t1[:, 0]) and np.array_equal(W1.T, t2[:, 1:])
 
@@ -68,10 +68,10 @@ def test_w3_data_and_init():
 def test_w3_initial_loss_is_ngs_cost():
     """mpinn's sigmoid head over 10 classes is Ng's one-vs-all cost (peers: 7.4351 at init)."""
     from mpinn.model import MLP
-    wl = bench.WORKLOADS["w3"]
+    wl = workloads.WORKLOADS["w3"]
     model = MLP(wl.spec).set_params(wl.init())
-    X, y = bench.make_w3()
-    t1, t2 = bench.init_w3()
+    X, y = workloads.make_w3()
+    t1, t2 = workloads.init_w3()
     a2 = 1 / (1 + np.exp(-(np.c_[np.ones(5000), X] @ t1.T)))
     a3 = 1 / (1 + np.exp(-(np.c_[np.ones(5000), a2] @ t2.T)))
     Y = np.eye(10)[y]

@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import COMM, agree
-from mpi_training import toy_data
+from ranks import COMM, agree, toy_data
 from mpinn.comm import create_communicator
 from mpinn.comm.overlap import OverlappedReduce
 from mpinn.config import MpinnError, ModelSpec

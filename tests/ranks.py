@@ -1,0 +1,27 @@
+"""For the multi-rank tests (mpi_*.py, run only under mpiexec by tests/test_mpi.py): the world
+communicator and `agree`, which makes every rank fail a test together so the next test's collectives
+stay aligned; toy_data, the small mixed data set they train on. conftest.py silences pytest's output on ranks > 0 in that run."""
+import numpy as np
+import scipy.sparse as sp
+from mpi4py import MPI
+
+COMM = MPI.COMM_WORLD
+
+
+def agree(ok, message=""):
+    """Assert on every rank that `ok` holds on every rank."""
+    verdicts = COMM.allgather((bool(ok), message))
+    bad = [(r, m) for r, (v, m) in enumerate(verdicts) if not v]
+    assert not bad, "failed on ranks %s" % bad
+
+
+def toy_data(n=40, n_sparse=64, n_dense=3, k=3, seed=5):
+    """(CSR rows, dense columns, integer labels) of n rows."""
+    rng = np.random.default_rng(seed)
+    nnz_per_row = rng.integers(1, 5, n)
+    indptr = np.r_[0, np.cumsum(nnz_per_row)]
+    Xs = sp.csr_matrix((rng.random(indptr[-1]), rng.integers(0, n_sparse, indptr[-1]), indptr),
+                       shape=(n, n_sparse))
+    Xd = rng.standard_normal((n, n_dense))
+    y = rng.integers(0, k, n)
+    return Xs, Xd, y
