@@ -166,8 +166,9 @@ def train_from_args(args, comm=None):
                          args.model_out, run.spec, run.meta, comm.rank)
     if not rank0:
         return result
-        curve.finish(say)
     write_results(args, comm, run, trainer, params, history, summary, towers, say)
+    if curve is not None:
+        curve.finish(say)       # the curve file and the --plot PNG, rank 0 only
     return result
 
 

@@ -78,6 +78,8 @@ def plot_curve(rows, path):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    # what was drawn, in the PNG's Description (tEXt) chunk: a reader checks the file without pixels
+    drawn = [line.get_label() + ": %d points" % len(line.get_xdata()) for ax in axes for line in ax.get_lines()]
+    fig.savefig(tmp, dpi=100, format="png", metadata={"Description": "; ".join(drawn)})
     plt.close(fig)
     os.replace(tmp, path)
