@@ -33,7 +33,7 @@ class TrainResult:
 
 def options_to_argv(data, options):
     """Keyword options as the CLI's arguments: hidden=(64, 32) -> --hidden 64,32; a True flag -> --flag."""
-    argv = [] if data is None or not isinstance(data, (str, os.PathLike)) else [os.fspath(data)]
+    argv = [] if data is None or not isinstance(data, (str, os.PathLike)) else ["--data", os.fspath(data)]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is None or value is False:
@@ -195,7 +195,7 @@ def check_options(args):
         raise MpinnError("--compress shrinks the gradient Allreduce, which --average-every replaces: "
                          "give one of them", collective=True)
     if args.input == "local" and not str(args.data or "").endswith(".mpinn"):
-        raise MpinnError("--input local needs a packed file: python -m mpinn.prepare DATA ... --out DATA.mpinn",
+        raise MpinnError("--input local needs a packed file: python -m mpinn.prepare --data FILE ... --out FILE.mpinn",
                          collective=True)
     return towers
 

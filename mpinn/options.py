@@ -22,6 +22,18 @@ class Parser(argparse.ArgumentParser):
 
     raise_errors = False    # the Python API wants an exception, not an exit
 
+    def parse_known_args(self, args=None, namespace=None):
+        """The data file may be given as --data FILE (the documented form, as in predict and prepare)
+        or as the first positional argument: one `data` either way, and both at once is an error."""
+        ns, rest = super().parse_known_args(args, namespace)
+        if hasattr(ns, "data_positional"):
+            given = ns.__dict__.pop("data_positional")
+            if given is not None:
+                if ns.data is not None and ns.data != given:
+                    self.error("the data file is given twice (%s and --data %s): give one" % (given, ns.data))
+                ns.data = given
+        return ns, rest
+
     def error(self, message):
         """One line, not a usage wall."""
         if self.raise_errors:
@@ -67,6 +79,13 @@ def hidden_sizes(s):
     return sizes
 
 
+def add_data_argument(group, help):
+    """--data FILE, the documented form, and the same file as an optional first positional argument
+    (Parser.parse_known_args makes them one `data`)."""
+    group.add_argument("--data", metavar="FILE", help=help)
+    group.add_argument("data_positional", nargs="?", metavar="FILE", help="the same as --data FILE")
+
+
 def add_hashing_arguments(group):
     """The hashing options of the CLIs that read tables (train, prepare): --hash-mode, --hash-k,
     --hash-bits, --hash-seed, --buckets."""
@@ -88,11 +107,11 @@ def build_train_parser():
                            "and scatters each global batch; every rank computes its slice; gradients are "
                            "allreduced (or gathered to rank 0). Run under mpirun -np N.",
                epilog="Without DATA, trains on the embedded synthetic click log (20 categorical features, "
-                      "4 numeric, binary label). Example: mpirun -np 2 python -m mpinn.train data.csv "
+                      "4 numeric, binary label). Example: mpirun -np 2 python -m mpinn.train --data data.csv "
                       "--label y --categorical a,b,c --numeric x1,x2")
     d = p.add_argument_group("data")
-    d.add_argument("data", nargs="?", help=".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or "
-                   ".mpinn (written by python -m mpinn.prepare); omitted: the embedded click log")
+    add_data_argument(d, ".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or .mpinn (written by "
+                         "python -m mpinn.prepare); omitted: the embedded click log")
     d.add_argument("--label", help="CSV label column")
     d.add_argument("--categorical", default="", help="comma-separated CSV columns to hash")
     d.add_argument("--numeric", default="", help="comma-separated CSV columns used as numbers")

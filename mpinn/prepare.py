@@ -1,5 +1,4 @@
-"""Entry point: python -m mpinn.prepare [INPUT] --out DATA.mpinn: hash a table once into a packed file."""
-import argparse
+"""Entry point: python -m mpinn.prepare [--data FILE] --out DATA.mpinn: hash a table once into a packed file."""
 import os
 import sys
 import time
@@ -7,19 +6,19 @@ import time
 import numpy as np
 
 from mpinn.config import MpinnError
-from mpinn.options import add_hashing_arguments
+from mpinn.options import Parser, add_data_argument, add_hashing_arguments
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m mpinn.prepare",
         description="Read a CSV or Parquet file (or the embedded click log) in chunks, hash its categorical "
                     "columns once and write a packed file (.mpinn) that training reads by row through a memory "
-                    "map: python -m mpinn.train DATA.mpinn.",
-        epilog="Example: python -m mpinn.prepare clicks.csv --label clicked --categorical site,ad --numeric price "
-               "--hash-mode split --out clicks.mpinn; then python -m mpinn.prepare clicks-valid.csv "
+                    "map: python -m mpinn.train --data DATA.mpinn.",
+        epilog="Example: python -m mpinn.prepare --data clicks.csv --label clicked --categorical site,ad --numeric price "
+               "--hash-mode split --out clicks.mpinn; then python -m mpinn.prepare --data clicks-valid.csv "
                "--like clicks.mpinn --out clicks-valid.mpinn for rows hashed with the same contract.")
-    p.add_argument("input", nargs="?", help=".csv or .parquet; omitted: the embedded click log")
+    add_data_argument(p, ".csv or .parquet; omitted: the embedded click log")
     p.add_argument("--out", required=True, help="packed file to write (.mpinn)")
     d = p.add_argument_group("columns")
     d.add_argument("--label", help="label column")
@@ -155,23 +154,23 @@ def run(args):
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     like = _like(args.like) if args.like else None
     label, categorical, numeric = args.label, args.categorical, args.numeric
-    if like is not None and args.input:
+    if like is not None and args.data:
         label = label or like.get("label")
         if not categorical and not numeric:
             categorical, numeric = like.get("categorical") or "", like.get("numeric") or ""
-    if args.input:
-        if not os.path.exists(args.input):
-            raise MpinnError("data file %s does not exist" % args.input)
-        ext = os.path.splitext(args.input)[1].lower()
+    if args.data:
+        if not os.path.exists(args.data):
+            raise MpinnError("data file %s does not exist" % args.data)
+        ext = os.path.splitext(args.data)[1].lower()
         if ext not in (".csv", ".txt", ".parquet", ".pq"):
-            raise MpinnError("%s: prepare reads .csv or .parquet, not %r" % (args.input, ext))
+            raise MpinnError("%s: prepare reads .csv or .parquet, not %r" % (args.data, ext))
         if not label:
             raise MpinnError("--label COLUMN is required")
     if args.chunk_rows <= 0 or args.threads <= 0 or args.default_rows <= 0:
         raise MpinnError("--chunk-rows, --threads and --default-rows must be positive")
     if not args.out.endswith(".mpinn"):
         raise MpinnError("--out %s: a packed file's name ends in .mpinn" % args.out)
-    source = TableSource(args.input, label, categorical, numeric, require_label=True,
+    source = TableSource(args.data, label, categorical, numeric, require_label=True,
                          default_rows=args.default_rows, default_seed=args.default_seed,
                          chunk_rows=args.chunk_rows)
     s = prepare(source, args.out, args.task, args.hash_mode, args.hash_bits, args.hash_seed, args.hash_k,

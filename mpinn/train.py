@@ -1,4 +1,4 @@
-"""Entry point: mpirun -np N python -m mpinn.train [DATA] [options]."""
+"""Entry point: mpirun -np N python -m mpinn.train [--data FILE] [options]."""
 import sys
 
 from mpinn.process import pin_threads

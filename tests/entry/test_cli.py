@@ -212,3 +212,33 @@ def test_less_to_send_and_the_timeline_end_to_end(tmp_path, mode, launcher):
 def test_exchange_options_that_do_not_combine(tmp_path, args, message):
     r, _, _ = train(1, ["--default-rows", "2000", "--epochs", "1"] + args, tmp_path)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_data_is_given_as_an_option_or_positionally():
+    from mpinn.options import build_train_parser
+    p = build_train_parser()
+    assert p.parse_args(["--data", "a.csv", "--label", "y"]).data == "a.csv"
+    assert p.parse_args(["a.csv", "--label", "y"]).data == "a.csv"
+    assert p.parse_args(["a.csv", "--data", "a.csv"]).data == "a.csv"
+    assert p.parse_args([]).data is None and not hasattr(p.parse_args([]), "data_positional")
+    p.raise_errors = True
+    from mpinn.config import MpinnError
+    with pytest.raises(MpinnError, match="given twice"):
+        p.parse_args(["a.csv", "--data", "b.csv"])
+
+
+@pytest.mark.mpi
+def test_train_and_prepare_take_data_as_an_option(tmp_path, launcher):
+    """train --data FILE (the form predict uses) trains exactly as train FILE; prepare --data FILE too."""
+    tr = make_csv(tmp_path / "train.csv", 600, 1)
+    common = ["--label", "label", "--categorical", "city", "--numeric", "x", "--epochs", "1", "--hash-bits", "8",
+              "--hidden", "4"]
+    params = []
+    for form in (["--data", tr], [tr]):
+        r, model, _ = train(2, form + common, tmp_path)
+        assert r.returncode == 0, r.stderr
+        with np.load(model) as z:
+            params.append(z["params"])
+    assert np.array_equal(params[0], params[1])
+    p = prepare_cli(["--data", tr, "--label", "label", "--categorical", "city", "--out", str(tmp_path / "t.mpinn")])
+    assert p.returncode == 0 and "600 rows" in p.stdout, p.stderr
