@@ -93,7 +93,8 @@ def default_loss(task):
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
                      "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot", "input",
-                     "no_prefetch", "compress", "timeline", "device", "comm"}  # (towers: no resume)
+                     "no_prefetch", "compress", "timeline", "device", "comm", "early_stop", "keep"}
+# (towers: no resume)
 
 
 def resume_config(args):
@@ -113,6 +114,8 @@ def check_resume(header, config, spec, meta, n_train, batch):
     if header.get("spec") != spec.to_dict():
         raise MpinnError("--resume %s: the checkpoint's architecture %s does not match this run's %s"
                          % (path, header.get("spec"), spec.to_dict()))
+    from mpinn.data.transform import check_same
+    check_same((header.get("meta") or {}).get("transform"), meta.get("transform"), "--resume %s" % path)
     stored, wanted = (header.get("meta") or {}).get("hashing"), meta.get("hashing")
     if stored != wanted:
         from mpinn.hashing import check_contract
@@ -145,6 +148,7 @@ def train_from_args(args, comm=None):
         watchdog.arm("start-up (reading the data, building the model)", args.start_timeout)
     say = (lambda msg: print(msg, flush=True)) if rank0 and not args.quiet else (lambda msg: None)
     say("device: %s" % comm.device_note)
+    from mpinn.data.inputs import load_everywhere
     train, valid, info = load_everywhere(args, comm, say)
     run = build(args, comm, info, towers)
     trainer, curve = make_trainer(args, comm, run, towers, watchdog)
@@ -160,13 +164,18 @@ def train_from_args(args, comm=None):
         trainer.write_timeline(args.timeline)
     summary = trainer.summary()
     comm.release_(run.model)      # the returned model owns its arrays; shared-memory windows are freed
+    kept = len(history)           # the epoch whose parameters are kept: the best one with --keep best
+    if trainer.best_params is not None and args.keep == "best":
+        run.model.params[...] = trainer.best_params
+        kept = trainer.best["epoch"]
     params = trainer.gather_towers() if towers else run.model.params
     summary = comm.bcast_obj(summary)
-    result = TrainResult(history, history[-1].get("valid", {}) if history else {}, summary, run.model,
-                         args.model_out, run.spec, run.meta, comm.rank)
+    summary["kept_epoch"] = kept
+    final = next((r.get("valid", {}) for r in history if r["epoch"] == kept), {})
+    result = TrainResult(history, final, summary, run.model, args.model_out, run.spec, run.meta, comm.rank)
     if not rank0:
         return result
-    write_results(args, comm, run, trainer, params, history, summary, towers, say)
+    write_results(args, comm, run, trainer, params, result, towers, say)
     if curve is not None:
         curve.finish(say)       # the curve file and the --plot PNG, rank 0 only
     return result
@@ -176,7 +185,6 @@ def check_options(args):
     """The option combinations no single option's parser can refuse. Returns the tower mode (or None)."""
     if args.batch_size and args.batch_per_rank:
         raise MpinnError("give --batch-size (global) or --batch-per-rank, not both", collective=True)
-    args.batch_size = args.batch_size or (None if args.batch_per_rank else 1024)
     if args.plot:
         from mpinn.report import check_plotting
         check_plotting()
@@ -200,47 +208,6 @@ def check_options(args):
     return towers
 
 
-def load_everywhere(args, comm, say):
-    """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
-    the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere."""
-    from mpinn.data import Rows, load_data
-    rank0 = comm.rank == 0
-
-    def load():
-        t = time.perf_counter()
-        kw = dict(label=args.label, categorical=args.categorical, numeric=args.numeric,
-                  hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
-                  default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
-                  hash_k=args.hash_k, buckets=args.buckets)
-        data = args.data if isinstance(args.data, Rows) else load_data(args.data, **kw)
-        if args.valid:
-            valid = load_data(args.valid, **dict(kw, task=data.task, classes=data.meta.get("classes"),
-                                                 contract=data.meta.get("hashing")))
-            train = data
-        else:
-            train, valid = data.split(args.holdout, args.seed)
-        if len(train) < comm.size:
-            raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
-                             % (len(train), comm.size))
-        say("data: %s, %d training rows, %d held out, %s input columns + %d dense, task %s (%.1f s)" % (
-            args.data if isinstance(args.data, str) else "embedded click log" if args.data is None
-            else "in-memory data", len(train), len(valid) if valid is not None else 0,
-            train.n_sparse, train.n_dense, train.task, time.perf_counter() - t))
-        return train, valid
-
-    loaded = comm.root_call(load)
-    train, valid = loaded if rank0 else (None, None)
-    if args.input == "local" and not rank0:     # the same file, the same seeded split, on every rank
-        train, valid = load()
-    # every rank learns the shapes it needs; the data itself stays on rank 0
-    info = comm.bcast_obj({"meta": train.meta, "layout": vars(train.layout(args.dtype)),
-                           "fan_in": train.sparse_fan_in,
-                           "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1),
-                           "n_train": len(train)}
-                          if rank0 else None)
-    return train, valid, info
-
-
 @dataclass
 class Run:
     """What a training run is made of, once the data's shapes are known (the same on every rank)."""
@@ -261,7 +228,9 @@ def build(args, comm, info, towers):
     """The model, its optimizer and the learning-rate schedule for the data's shapes (info)."""
     from mpinn.batch import Layout
     from mpinn.model import MLP
+    from mpinn.defaults import model_shape, resolve
     from mpinn.optim import create_optimizer, lr_schedule
+    from mpinn.schedule import with_decay
     layout = Layout(**info["layout"])
     meta = info["meta"]
     loss = default_loss(meta["task"]) if args.loss == "auto" else args.loss
@@ -272,14 +241,34 @@ def build(args, comm, info, towers):
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
     model = MLP(spec, comm.backend).init_(args.seed + (comm.rank if towers else 0))
-    base_lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
+    filled = resolve(args, model_shape(layout.n_sparse, meta["task"]))
+    if towers or not info["has_valid"]:     # nothing to pick the best epoch by: the last one, no stopping
+        if args.early_stop and "early_stop" not in filled:
+            raise MpinnError("--early-stop needs %s" % ("--parallel data" if towers else
+                             "held-out rows (--valid FILE or --holdout > 0)"), collective=True)
+        args.early_stop, args.keep = 0, "last"
+    args.stop_metric = stop_metric(args.stop_metric, meta["task"])
+    base_lr = args.lr
     batch = args.batch_per_rank * comm.size if args.batch_per_rank else args.batch_size
     lr_at, lr = lr_schedule(base_lr, batch, args.lr_base_batch or args.batch_per_rank, args.lr_scaling,
                             args.warmup_steps)
+    total = args.epochs * -(-info["n_train"] // batch)
+    lr_at = with_decay(lr_at, args.lr_decay, total, args.warmup_steps)
     opt = create_optimizer(args.optimizer, model.size, comm.backend.xp, lr, args.weight_decay, model.weight_slices,
                            args.momentum)
-    return Run(layout, meta, loss, spec, model, opt, base_lr, lr,
-               lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None, batch, info["n_train"])
+    varies = args.lr_scaling != "none" or args.warmup_steps or args.lr_decay != "none"
+    return Run(layout, meta, loss, spec, model, opt, base_lr, lr, lr_at if varies else None, batch, info["n_train"])
+
+
+def stop_metric(name, task):
+    """The held-out metric that picks the best epoch: auto is logloss (rmse for regression)."""
+    if name == "auto":
+        return "rmse" if task == "regression" else "logloss"
+    fits = {"rmse": ("regression",), "auc": ("binary",), "logloss": ("binary", "multiclass"),
+            "accuracy": ("binary", "multiclass")}[name]
+    if task not in fits:
+        raise MpinnError("--stop-metric %s does not exist for a %s task" % (name, task), collective=True)
+    return name
 
 
 def make_trainer(args, comm, run, towers, watchdog):
@@ -289,13 +278,16 @@ def make_trainer(args, comm, run, towers, watchdog):
     from mpinn.training import Faults, Trainer
     rank0 = comm.rank == 0
     curve = Curve(args.curve, args.plot) if rank0 and (args.curve or args.plot) else None
+    target = (run.meta.get("transform") or {}).get("target")     # regression: metrics in the label's units
     trainer = Trainer(run.model, run.optimizer, comm, run.layout, run.batch, args.seed, verbose=not args.quiet,
                       watchdog=watchdog, max_bad_steps=args.max_bad_steps,
                       faults=Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), grad_accum=args.grad_accum,
                       lr_at=run.lr_at, on_epoch=curve.add if curve else None, towers=towers,
                       tower_mix=args.tower_mix, prefetch=not args.no_prefetch, read_local=args.input == "local",
                       shuffle_block=args.shuffle_block,
-                      average_every=args.average_every, timeline=bool(args.timeline), overlap=args.overlap)
+                      average_every=args.average_every, timeline=bool(args.timeline), overlap=args.overlap,
+                      early_stop=args.early_stop, keep_best=args.keep == "best", stop_metric=args.stop_metric,
+                      target_scale=target["scale"] if target else 1.0)
     config = resume_config(args)
     if args.resume:
         def load_checkpoint_checked():
@@ -326,16 +318,22 @@ def describe_run(args, comm, run, towers):
         args.optimizer, lr,
         " (%s-scaled from %g%s)" % (args.lr_scaling, base_lr, ", %d warm-up steps" % args.warmup_steps
                                     if args.warmup_steps else "") if lr != base_lr or args.warmup_steps else "",
-        run.batch, " in %d micro-batches per rank" % args.grad_accum if args.grad_accum > 1 else "")
+        run.batch, " in %d micro-batches per rank" % args.grad_accum if args.grad_accum > 1 else "") + (
+        "; %d epochs%s, lr decay %s%s" % (
+            args.epochs, " at most (early stop after %d without a better held-out %s)" % (
+                args.early_stop, args.stop_metric) if args.early_stop else "", args.lr_decay,
+            ", keeping the best epoch" if args.keep == "best" else ""))
 
 
-def write_results(args, comm, run, trainer, params, history, summary, towers, say):
+def write_results(args, comm, run, trainer, params, result, towers, say):
     """Rank 0, at the end: the model file, the closing lines, the metrics file."""
     from mpinn.checkpoint import save_model
     from mpinn.metrics import format_metrics
-    final = history[-1].get("valid", {})
-    meta = dict(run.meta, train={"epochs": args.epochs, "batch_size": run.batch, "optimizer": args.optimizer,
-                                 "lr": run.lr, "ranks": comm.size, "reduce": comm.name, "seed": args.seed},
+    history, summary, final = result.history, result.summary, result.metrics
+    meta = dict(run.meta, train={"epochs": len(history), "max_epochs": args.epochs, "kept_epoch": summary["kept_epoch"],
+                                 "keep": args.keep, "stop_metric": args.stop_metric, "batch_size": run.batch,
+                                 "optimizer": args.optimizer, "lr": run.lr, "lr_decay": args.lr_decay,
+                                 "ranks": comm.size, "reduce": comm.name, "seed": args.seed},
                 valid_metrics=final, holdout=0.0 if args.valid else args.holdout)
     if towers:
         weights = trainer.tower_weights or [1.0 / comm.size] * comm.size
@@ -355,7 +353,11 @@ def write_results(args, comm, run, trainer, params, history, summary, towers, sa
             100 * ph["compute"] / busy, 100 * ph["comm"] / busy, 100 * ph["update"] / busy))
     if args.timeline:
         say("timeline written to %s" % args.timeline)
-    say("model written to %s" % args.model_out)
+    kept = summary["kept_epoch"]
+    say("model written to %s%s" % (args.model_out, "" if kept == len(history) and args.keep == "last" else
+                                   ": the parameters of epoch %d (%s by held-out %s)%s" % (
+                                       kept, "best" if args.keep == "best" else "last", args.stop_metric,
+                                       ", " + format_metrics(final) if final else "")))
     if args.metrics_out:
         with open(args.metrics_out, "w") as f:
             json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)

@@ -102,20 +102,36 @@ def add_hashing_arguments(group):
 
 
 def build_train_parser():
+    from mpinn.defaults import help_table
     p = Parser(prog="python -m mpinn.train",
                description="Train an MLP data-parallel over MPI ranks. Rank 0 reads and hashes the data "
                            "and scatters each global batch; every rank computes its slice; gradients are "
                            "allreduced (or gathered to rank 0). Run under mpirun -np N.",
                epilog="Without DATA, trains on the embedded synthetic click log (20 categorical features, "
                       "4 numeric, binary label). Example: mpirun -np 2 python -m mpinn.train --data data.csv "
-                      "--label y --categorical a,b,c --numeric x1,x2")
+                      "--label y --categorical a,b,c --numeric x1,x2. Defaults by model shape (wide: hashed "
+                      "categorical inputs; dense: numeric inputs only; regression: a regression head): "
+                      + help_table() + ".")
     d = p.add_argument_group("data")
     add_data_argument(d, ".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or .mpinn (written by "
                          "python -m mpinn.prepare); omitted: the embedded click log")
     d.add_argument("--label", help="CSV label column")
     d.add_argument("--categorical", default="", help="comma-separated CSV columns to hash")
     d.add_argument("--numeric", default="", help="comma-separated CSV columns used as numbers")
-    d.add_argument("--task", default="auto", choices=["auto", "multiclass", "binary", "regression"])
+    d.add_argument("--task", default="auto", choices=["auto", "multiclass", "binary", "regression"],
+                   help="auto: two distinct labels of any kind (0/1, yes/no, '<=50K'/'>50K') are binary, a few "
+                        "integers or more than two texts multiclass, other numbers regression")
+    d.add_argument("--positive-class", metavar="LABEL",
+                   help="binary: the label predicted as 1 (default: the larger of the two, e.g. 1, yes, True, "
+                        "'>50K'); named in the output and stored in the model")
+    d.add_argument("--numeric-transform", default="auto", choices=["auto", "standard", "none"],
+                   help="what numeric inputs go through, fitted on the training file in the reading pass and "
+                        "stored in the model: auto (default): log1p first for non-negative heavy-tailed columns "
+                        "(skewness > 2, and less skewed after the log), then every column standardised (mean 0, "
+                        "std 1; a constant column becomes 0), clipped to the training range; standard: no log; "
+                        "none: as they are. In every mode a missing cell (empty, NA, NaN, ?, ...) or a "
+                        "non-finite value is imputed with the mean and flagged by an extra 0/1 input, and "
+                        "(except none) a regression target is standardised for training")
     d.add_argument("--valid", help="held-out file (same format); default: --holdout of the data")
     d.add_argument("--holdout", type=nonneg_float, default=0.1, help="share of rows held out (default 0.1)")
     add_hashing_arguments(d)        # --hash-mode, --hash-k, --hash-bits, --hash-seed, --buckets
@@ -128,15 +144,17 @@ def build_train_parser():
                    help="head; auto: softmax (multiclass), sigmoid (binary), squared (regression)")
     m.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     o = p.add_argument_group("optimisation")
-    o.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "adam"],
+    o.add_argument("--optimizer", default=None, choices=["sgd", "momentum", "adam"],
                    help="sgd updates only the rows of the sparse layer a batch touches; momentum and adam "
-                        "update every row every step (exact, but slow for a large hashed layer)")
+                        "update every row every step (exact, but slow for a large hashed layer). Default: "
+                        "by model shape, see the epilog")
     o.add_argument("--lr", type=positive_float, default=None,
-                   help="learning rate (default: sgd 0.3, momentum 0.03, adam 0.002)")
+                   help="learning rate (default: the model shape's, see the epilog; an optimizer named "
+                        "without --lr: sgd 0.3, momentum 0.03, adam 0.002)")
     o.add_argument("--momentum", type=nonneg_float, default=0.9)
     o.add_argument("--weight-decay", type=nonneg_float, default=0.0, help="L2 lambda on weights (not biases)")
     o.add_argument("--batch-size", type=positive_int, default=None,
-                   help="GLOBAL batch, split over the ranks (default 1024)")
+                   help="GLOBAL batch, split over the ranks (default: by model shape, see the epilog)")
     o.add_argument("--batch-per-rank", type=positive_int, default=None,
                    help="instead of --batch-size: rows per rank per step, so the global batch grows "
                         "with the number of ranks")
@@ -149,7 +167,20 @@ def build_train_parser():
                    help="the global batch --lr was tuned for (default with --batch-per-rank: that batch)")
     o.add_argument("--warmup-steps", type=nonneg_int, default=0,
                    help="ramp the learning rate linearly to its (scaled) value over this many steps")
-    o.add_argument("--epochs", type=positive_int, default=3)
+    o.add_argument("--lr-decay", default=None, choices=["cosine", "step", "none"],
+                   help="after warm-up, over the run's steps: cosine (from the rate down to 0 at the last "
+                        "step), step (x0.1 at half-way, x0.01 at three quarters) or none (default: by model "
+                        "shape). With --resume, a larger --epochs stretches what is left of it")
+    o.add_argument("--epochs", type=positive_int, default=None, help="at most this many (default: by model shape)")
+    o.add_argument("--early-stop", type=nonneg_int, default=None, metavar="PATIENCE",
+                   help="stop when the held-out metric has not improved for PATIENCE epochs (0: never; "
+                        "default: by model shape); needs held-out rows")
+    o.add_argument("--keep", default="best", choices=["best", "last"],
+                   help="the parameters the model file holds: those of the epoch with the best held-out "
+                        "metric (default; the last epoch's without held-out rows), or the last epoch's")
+    o.add_argument("--stop-metric", default="auto", choices=["auto", "logloss", "auc", "accuracy", "rmse"],
+                   help="the held-out metric for --early-stop and --keep best (auto: logloss, rmse for "
+                        "regression)")
     o.add_argument("--seed", type=int, default=0, help="initialisation and shuffling seed")
     c = p.add_argument_group("distribution")
     c.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],

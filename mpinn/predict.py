@@ -22,7 +22,25 @@ def build_parser():
 
 
 def load_for_model(meta, path):
-    """Read `path` exactly as the model's training data was read (columns, classes, hashing)."""
+    """Read `path` exactly as the model's training data was read (columns, classes, hashing), through
+    the model's numeric transform."""
+    data = _read_for_model(meta, path)
+    use_transform(data, meta, path or "the held-out rows")
+    return data
+
+
+def use_transform(data, meta, where):
+    """The model's numeric transform on `data` (its columns checked); a model written before the transform
+    existed (no "transform" in its header) reads numbers as they are."""
+    if "transform" not in meta:
+        data.transform = None
+        return
+    from mpinn.data.inputs import set_transform
+    from mpinn.data.transform import NumericTransform
+    set_transform(data, NumericTransform.from_dict(meta["transform"]), where)
+
+
+def _read_for_model(meta, path):
     from mpinn.data import load_data
     from mpinn.hashing import check_contract
     if path is None:
@@ -69,13 +87,17 @@ def predict_file(model_path, data=None):
         raise MpinnError("%s: %d parameters stored, the architecture needs %d"
                          % (model_path, towers.shape[1], model.size))
     rows = data if isinstance(data, Rows) else load_for_model(meta, data)
-    if isinstance(data, Rows) and meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
-        rows = _relabel(rows, meta)
+    if isinstance(data, Rows):
+        if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
+            rows = _relabel(rows, meta)
+        use_transform(rows, meta, "the data")
     preds = []
     for p in towers:            # tower mode keeps every replica: mix their predictions
         model.params[...] = p
         preds.append(predict_rows(model, rows))
     pred = preds[0] if len(preds) == 1 else mix(preds, meta.get("towers", {}).get("weights"))
+    if rows.transform is not None:
+        pred = rows.transform.unscale_target(pred)      # regression: back in the label's units
     metrics = {"n": len(rows)}
     if rows.meta.get("has_label", True):
         metrics = compute_metrics(meta["task"], rows.y, pred)
@@ -93,7 +115,7 @@ def _relabel(rows, meta):
     y = to_ours[np.asarray(rows.y, dtype=np.int64)]
     if meta["task"] == "binary":
         y = y.astype(np.float64)
-    return Dataset(rows.Xs, rows.Xd, y, dict(rows.meta, classes=ours))
+    return Dataset(rows.Xs, rows.Xd, y, dict(rows.meta, classes=ours), rows.transform)
 
 
 def run(args):

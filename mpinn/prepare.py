@@ -25,6 +25,10 @@ def build_parser():
     d.add_argument("--categorical", default="", help="comma-separated columns to hash")
     d.add_argument("--numeric", default="", help="comma-separated columns used as numbers")
     d.add_argument("--task", default="auto", choices=["auto", "multiclass", "binary", "regression"])
+    d.add_argument("--positive-class", metavar="LABEL", help="binary: the label that is 1 (as in train)")
+    d.add_argument("--numeric-transform", default="auto", choices=["auto", "standard", "none"],
+                   help="the transform fitted to this file's numeric columns and stored in it (as in train; "
+                        "--like: the like file's); values are stored as they are")
     d.add_argument("--default-rows", type=int, default=200_000, help="rows of the embedded click log")
     d.add_argument("--default-seed", type=int, default=0, help="seed of the embedded click log")
     h = p.add_argument_group("hashing")
@@ -73,14 +77,17 @@ def _like(path):
 
 
 def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed=0, hash_k=4, buckets=None,
-            like=None, threads=1, progress=None, report=False):
-    """Two passes over `source` (a data.TableSource): the first counts rows, learns the task and classes
-    and fits the hashing contract (each skipped when already known); the second hashes each chunk and
-    appends it to the packed file. Returns a summary dict (rows, columns, seconds, collision report)."""
+            like=None, threads=1, progress=None, report=False, numeric_transform="auto", positive=None):
+    """Two passes over `source` (a data.TableSource): the first counts rows, learns the task and classes,
+    fits the hashing contract (each skipped when already known) and takes the numeric columns' statistics,
+    from which the numeric transform is fitted (or taken from `like`); the second hashes each chunk and
+    appends it to the packed file (numbers as they are: the transform is applied as rows are read). Returns a summary dict (rows, columns, seconds, collision report)."""
     from mpinn.data.labels import LabelScan, encode_labels
     from mpinn.data.tables import hashing_fitter
     from mpinn.hashing import encode_indices, make_contract, per_feature_nnz
     from mpinn.data.packing import PackedWriter
+    from mpinn.data.stats import ColumnStats
+    from mpinn.data.transform import NumericTransform
     progress = progress or Progress(False)
     t0 = time.perf_counter()
     contract, classes = None, None
@@ -99,9 +106,10 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
             contract = make_contract(source.categorical, hash_bits, hash_seed)
         else:
             fitter = hashing_fitter(source, hash_mode, hash_bits, hash_seed, hash_k, buckets)
-    labels = LabelScan(task) if source.has_label and task != "regression" and classes is None else None
+    labels = LabelScan(task, positive) if source.has_label and task != "regression" and classes is None else None
+    stats = ColumnStats(source.numeric) if source.numeric else None
     n = source.n_rows
-    scan = n is None or fitter is not None or labels is not None
+    scan = n is None or fitter is not None or labels is not None or stats is not None
     if scan:
         progress.start("pass 1/2 (scan)")
         n = 0
@@ -111,6 +119,8 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
                 fitter.update(part.cats, threads)
             if labels is not None:
                 labels.update(part.labels)
+            if stats is not None:
+                stats.update(part.Xd)
             progress.add(part.n)
         if labels is not None:
             task, classes = labels.result()
@@ -122,6 +132,15 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
         task = "regression"     # nothing to learn from; predict only needs the columns
     per = len(source.categorical) * per_feature_nnz(contract) if contract else 0
     meta = dict(source.meta, hashing=contract, task=task, classes=classes, has_label=source.has_label)
+    if stats is not None:
+        meta["numeric_stats"] = stats.result()
+        if like is not None and like.get("transform") is not None:
+            transform = NumericTransform.from_dict(like["transform"])
+            transform.check_columns(source.numeric, "--like")
+            meta["transform"] = transform.to_dict()
+        else:
+            transform = NumericTransform.fit(meta["numeric_stats"], numeric_transform)
+            meta["transform"] = transform.to_dict() if transform is not None else None
     y_dtype = np.int64 if task == "multiclass" else np.float64
     n_columns = contract["n_columns"] if contract else 0
     progress.start("pass 2/2 (hash + write)" if scan else "hash + write")
@@ -140,7 +159,7 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
     seconds = time.perf_counter() - t0
     summary = {"out": out, "rows": rows, "n_columns": n_columns, "n_dense": len(source.numeric), "nnz": rows * per,
                "task": task, "classes": classes, "bytes": os.path.getsize(out), "seconds": seconds,
-               "rows_per_s": rows / seconds if seconds else 0.0, "hashing": contract}
+               "rows_per_s": rows / seconds if seconds else 0.0, "hashing": contract, "transform": meta.get("transform")}
     if fitter is not None and contract is not None:
         summary["collisions"] = fitter.report(contract)
     return summary
@@ -174,13 +193,18 @@ def run(args):
                          default_rows=args.default_rows, default_seed=args.default_seed,
                          chunk_rows=args.chunk_rows)
     s = prepare(source, args.out, args.task, args.hash_mode, args.hash_bits, args.hash_seed, args.hash_k,
-                parse_buckets(args.buckets), like, args.threads, Progress(not args.quiet), args.report)
+                parse_buckets(args.buckets), like, args.threads, Progress(not args.quiet), args.report,
+                args.numeric_transform, args.positive_class)
     if args.verify:
         from mpinn.data.packed import PackedDataset
         PackedDataset(args.out, verify=True)
     say("wrote %s: %d rows, %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s (%.0f rows/s)%s" % (
         args.out, s["rows"], s["n_columns"], describe(s["hashing"]), s["n_dense"], s["task"], s["bytes"] / 1e6,
         s["seconds"], s["rows_per_s"], ", checksums verified" if args.verify else ""))
+    if s["transform"] is not None:
+        from mpinn.data.transform import NumericTransform
+        say("numeric transform (stored in the file, applied as rows are read): %s"
+            % NumericTransform.from_dict(s["transform"]).describe())
     if "collisions" in s:
         rep = s["collisions"]
         say("collisions: %d of %d distinct values share all their columns with another value of their feature "

@@ -20,9 +20,10 @@ TABLE_EXTS = (".csv", ".txt", ".parquet", ".pq")
 
 def load_data(path=None, label=None, categorical="", numeric="", hash_bits=18, hash_seed=0,
               task="auto", classes=None, default_rows=200_000, default_seed=0, require_label=True,
-              hash_mode="trick", hash_k=4, buckets=None, contract=None):
+              hash_mode="trick", hash_k=4, buckets=None, contract=None, positive=None):
     """Dispatch on the file extension; no path means the embedded click log. `contract` (a model's
-    hashing contract) is used as it is instead of fitting one to the data."""
+    hashing contract) is used as it is instead of fitting one to the data; `positive` names a binary
+    task's positive class (default: the larger label)."""
     if path is None:
         return load_default(default_rows, default_seed, hash_bits, hash_seed, hash_mode, hash_k, buckets,
                             contract)
@@ -34,11 +35,12 @@ def load_data(path=None, label=None, categorical="", numeric="", hash_bits=18, h
             raise MpinnError("a %s file needs --label COLUMN" % ext.lstrip(".").upper())
         load = load_parquet if ext in (".parquet", ".pq") else load_csv
         return load(path, label, _split_names(categorical), _split_names(numeric), hash_bits, hash_seed, task,
-                    classes, require_label, hash_mode=hash_mode, hash_k=hash_k, buckets=buckets, contract=contract)
+                    classes, require_label, hash_mode=hash_mode, hash_k=hash_k, buckets=buckets, contract=contract,
+                    positive=positive)
     if ext == ".npz":
-        return load_npz(path, task, classes, require_label)
+        return load_npz(path, task, classes, require_label, positive)
     if ext == ".mat":
-        return load_mat(path, task, classes, require_label)
+        return load_mat(path, task, classes, require_label, positive)
     if ext == ".mpinn":
-        return load_packed(path, task, classes, contract)
+        return load_packed(path, task, classes, contract, positive)
     raise MpinnError("%s: unknown data format %r (use .csv, .parquet, .npz, .mat or .mpinn)" % (path, ext))

@@ -15,15 +15,54 @@ class Rows:
     file (mpinn.data.packed.PackedDataset): len(), meta, task, layout(dtype), take(rows, dtype) -> Batch,
     subset(rows), split(holdout, seed), y, n_sparse, n_dense, sparse_fan_in."""
 
+    transform = None        # a NumericTransform applied to every batch taken, or None (inputs as stored)
+
     @property
     def task(self):
         return self.meta["task"]
+
+    @property
+    def n_dense(self):
+        """Dense inputs the model sees: the numeric columns after the transform (indicators included)."""
+        return self.transform.n_out if self.transform is not None else self.raw_dense
+
+    @property
+    def numeric_names(self):
+        names = self.meta.get("numeric")
+        return list(names) if names and len(names) == self.raw_dense else ["x%d" % j for j in range(self.raw_dense)]
+
+    def numeric_stats(self):
+        """ColumnStats of the stored numeric columns over every row (None without any): those the
+        reader computed in its pass when it did, else one pass now, a chunk at a time."""
+        from mpinn.data.stats import ColumnStats
+        if not self.raw_dense:
+            return None
+        stats = self.meta.get("numeric_stats")
+        if stats is not None and stats.get("rows") == len(self):
+            return stats
+        acc = ColumnStats(self.numeric_names)
+        for s in range(0, len(self), CHUNK_ROWS):
+            acc.update(self.dense_rows(s, min(s + CHUNK_ROWS, len(self))))
+        return acc.result()
+
+    def target_stats(self):
+        """ColumnStats of a regression label (None for classification)."""
+        from mpinn.data.stats import column_stats
+        if self.task != "regression":
+            return None
+        return column_stats(np.asarray(self.y, dtype=np.float64).reshape(-1, 1), ["label"])
 
     def layout(self, dtype):
         return Layout(self.n_sparse, self.n_dense, dtype, "int64" if self.task == "multiclass" else dtype)
 
     def batch(self, Xs, Xd, y, dtype=None):
-        """A Batch of rows already read, cast to the model dtype (labels stay ids for multiclass)."""
+        """A Batch of rows already read, through the transform, cast to the model dtype (labels stay
+        ids for multiclass)."""
+        if self.transform is not None:
+            if Xd is not None:
+                Xd = self.transform.apply(Xd)
+            if self.task == "regression":
+                y = self.transform.apply_target(y)
         if dtype is not None:
             if Xs is not None and Xs.dtype != dtype:
                 Xs = Xs.astype(dtype)
@@ -52,6 +91,7 @@ class Dataset(Rows):
     Xd: object                      # (n, d) C-contiguous or None
     y: np.ndarray                   # int64 class ids (multiclass), float 0/1 (binary) or float values
     meta: dict = field(default_factory=dict)   # task, classes, columns, hashing contract, source
+    transform: object = None                   # NumericTransform applied by take(), or None
 
     def __len__(self):
         return int(self.y.shape[0])
@@ -61,7 +101,7 @@ class Dataset(Rows):
         return self.Xs.shape[1] if self.Xs is not None else 0
 
     @property
-    def n_dense(self):
+    def raw_dense(self):
         return self.Xd.shape[1] if self.Xd is not None else 0
 
     @property
@@ -69,12 +109,18 @@ class Dataset(Rows):
         """Mean non-zeros per row of the sparse input (the first layer's effective fan-in)."""
         return float(self.Xs.getnnz() / max(len(self), 1)) if self.Xs is not None else 1.0
 
+    def raw_rows(self, rows):
+        """(Xs, Xd, y) of the given rows as stored: no transform, no cast."""
+        return (self.Xs[rows] if self.Xs is not None else None, self.Xd[rows] if self.Xd is not None else None,
+                self.y[rows])
+
+    def dense_rows(self, lo, hi):
+        """Stored numeric values of rows lo:hi."""
+        return self.Xd[lo:hi]
+
     def take(self, rows, dtype=None):
-        """The batch of the given rows (in that order), cast to the model dtype."""
-        Xs = self.Xs[rows] if self.Xs is not None else None
-        Xd = self.Xd[rows] if self.Xd is not None else None
-        return self.batch(Xs, Xd, self.y[rows], dtype)
+        """The batch of the given rows (in that order), through the transform, cast to the model dtype."""
+        return self.batch(*self.raw_rows(rows), dtype)
 
     def subset(self, rows):
-        b = self.take(rows)
-        return Dataset(b.Xs, b.Xd, b.y, self.meta)
+        return Dataset(*self.raw_rows(rows), self.meta, self.transform)

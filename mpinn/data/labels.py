@@ -5,8 +5,21 @@ from mpinn.config import MpinnError
 from mpinn.hashing import factorize
 
 
-def encode_labels(raw, task="auto", classes=None):
-    """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`."""
+def binary_classes(classes, positive=None):
+    """The two classes in the order [negative, positive]: the positive class is `positive` when given
+    (--positive-class), else the larger of the two (1 of 0/1, yes of no/yes, '>50K' of '<=50K'/'>50K')."""
+    classes = list(classes)
+    if positive is None or positive == "":
+        return classes
+    positive = _label_str(positive)
+    if positive not in classes:
+        raise MpinnError("--positive-class %s is not one of the two labels %s" % (positive, classes))
+    return [c for c in classes if c != positive] + [positive]
+
+
+def encode_labels(raw, task="auto", classes=None, positive=None):
+    """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`; binary ones
+    0/1, 1 for classes[1] (the positive class). Any two distinct values make a binary task."""
     raw = np.asarray(raw).ravel()
     numeric = raw.dtype.kind in "iufb"
     if not numeric:
@@ -17,12 +30,10 @@ def encode_labels(raw, task="auto", classes=None):
             pass
     if classes is None:
         if task == "auto":
-            if not numeric:
-                task = "multiclass"
-            else:
+            if numeric:
                 distinct = np.unique(raw)
                 integral = np.all(np.mod(distinct, 1) == 0)
-                if len(distinct) == 2 and set(distinct.tolist()) <= {0.0, 1.0}:
+                if len(distinct) == 2:
                     task = "binary"
                 elif integral and len(distinct) <= 1000:
                     task = "multiclass"
@@ -32,9 +43,13 @@ def encode_labels(raw, task="auto", classes=None):
             if not numeric:
                 raise MpinnError("regression needs numeric labels")
             return raw.astype(np.float64), task, None
+        if task == "auto":      # text labels: two values are a binary task, more a multiclass one
+            task = "binary" if len(np.unique(raw)) == 2 else "multiclass"
         classes = [_label_str(c) for c in np.unique(raw)]
-        if task == "binary" and len(classes) != 2:
-            raise MpinnError("binary task needs exactly 2 label values, found %d" % len(classes))
+        if task == "binary":
+            if len(classes) != 2:
+                raise MpinnError("binary task needs exactly 2 label values, found %d" % len(classes))
+            classes = binary_classes(classes, positive)
     if task == "regression":
         if not numeric:
             raise MpinnError("regression needs numeric labels")
@@ -69,8 +84,8 @@ class LabelScan:
     MAX_NUMBERS = 1001      # more distinct numbers than this: regression, whatever else comes
     MAX_TEXTS = 100_000
 
-    def __init__(self, task="auto"):
-        self.task, self.numeric = task, True
+    def __init__(self, task="auto", positive=None):
+        self.task, self.numeric, self.positive = task, True, positive
         self.numbers, self.texts = set(), set()
         self.many_numbers = self.many_texts = False
 
@@ -98,9 +113,11 @@ class LabelScan:
                     raise MpinnError("--task %s: the labels hold more than %d distinct numbers"
                                      % (self.task, self.MAX_NUMBERS - 1))
                 return "regression", None
-            _, task, classes = encode_labels(np.array(sorted(self.numbers), dtype=np.float64), self.task)
+            _, task, classes = encode_labels(np.array(sorted(self.numbers), dtype=np.float64), self.task,
+                                             positive=self.positive)
             return task, classes
         if self.many_texts:
             raise MpinnError("the labels hold more than %d distinct values" % self.MAX_TEXTS)
-        _, task, classes = encode_labels(np.array(sorted(self.texts), dtype=object), self.task)
+        _, task, classes = encode_labels(np.array(sorted(self.texts), dtype=object), self.task,
+                                         positive=self.positive)
         return task, classes

@@ -182,7 +182,7 @@ class _DenseColumns:
 
     def __init__(self, data):
         self._data = data
-        self.shape = (len(data), data._file.n_dense)
+        self.shape = (len(data), data.n_dense)
         self.dtype = np.dtype(np.float64)
 
     def __getitem__(self, rows):
@@ -221,8 +221,14 @@ class PackedDataset(Rows):
         return self._file.n_columns
 
     @property
-    def n_dense(self):
+    def raw_dense(self):
         return self._file.n_dense
+
+    def dense_rows(self, lo, hi):
+        d = self._file.arrays["dense"]
+        out = np.array(d[lo:hi]) if self._rows is None else d[self._rows[lo:hi]]
+        self._file.touched(out.nbytes)
+        return out
 
     @property
     def Xs(self):
@@ -259,7 +265,9 @@ class PackedDataset(Rows):
             rows = self._rows[rows]
         # the row map is the one per-row cost a view has in memory: int32 where it fits
         small = self._file.n_rows < 2**31
-        return PackedDataset(self.path, _file=self._file, _rows=rows.astype(np.int32) if small else rows)
+        view = PackedDataset(self.path, _file=self._file, _rows=rows.astype(np.int32) if small else rows)
+        view.transform = self.transform
+        return view
 
     def _file_rows(self, rows):
         rows = np.asarray(rows).ravel()
@@ -333,9 +341,12 @@ class PackedDataset(Rows):
         self._file.release()
 
 
-def load_packed(path, task="auto", classes=None, contract=None):
+def load_packed(path, task="auto", classes=None, contract=None, positive=None):
     """A file written by `python -m mpinn.prepare`: rows stay in the file (memory map)."""
     data = PackedDataset(path)
+    if positive not in (None, "") and data.task == "binary" and data.meta["classes"][1] != str(positive):
+        raise MpinnError("%s was prepared with positive class %s; prepare it with --positive-class %s"
+                         % (path, data.meta["classes"][1], positive))
     if contract is not None:
         if data.meta.get("hashing") is None:
             raise MpinnError("%s has no hashed columns, the model has" % path)

@@ -9,6 +9,7 @@ from mpinn.config import MpinnError
 from mpinn.data.base import CHUNK_ROWS, Dataset
 from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
 from mpinn.data.labels import encode_labels
+from mpinn.data.stats import ColumnStats
 from mpinn.hashing import (ContractFitter, arrow_available, csr_from_indices, encode_indices, make_contract,
                            parse_buckets)
 
@@ -29,9 +30,22 @@ class Part:
     n: int
 
 
+# numeric cells that mean "missing" (imputed and flagged by the transform), after stripping spaces;
+# pyarrow's reader is given the same list, and any other text is an error
+MISSING_NUMBERS = ("", "NA", "N/A", "n/a", "na", "NaN", "nan", "-NaN", "-nan", "NULL", "null", "None", "none",
+                   "#N/A", "?")
+_MISSING = frozenset(MISSING_NUMBERS)
+
+
+def _number(s):
+    """float of a numeric cell; NaN for a missing one; ValueError for text."""
+    t = s.strip()
+    return float("nan") if t in _MISSING else float(t)
+
+
 def _is_float(s):
     try:
-        float(s)
+        _number(s)
         return True
     except ValueError:
         return False
@@ -131,8 +145,8 @@ class TableSource:
             yield Part(cats, Xd, labels, len(rows))
 
     def _numbers(self, cols, lines):
-        """(m, d) float64 of numeric columns of str; the first bad cell (by row, then column) is an error
-        naming its line."""
+        """(m, d) float64 of numeric columns of str, NaN where a cell is missing (MISSING_NUMBERS); the
+        first cell holding text (by row, then column) is an error naming its line."""
         m = len(lines)
         out = np.empty((m, len(cols)), dtype=np.float64)
         first_bad = None
@@ -140,17 +154,15 @@ class TableSource:
             try:
                 out[:, k] = np.fromiter(map(float, c), dtype=np.float64, count=m)
             except ValueError:
-                i = next(i for i, s in enumerate(c) if not _is_float(s))
-                if first_bad is None or i < first_bad[0]:
-                    first_bad = (i, k)
+                try:
+                    out[:, k] = np.fromiter(map(_number, c), dtype=np.float64, count=m)
+                except ValueError:
+                    i = next(i for i, s in enumerate(c) if not _is_float(s))
+                    if first_bad is None or i < first_bad[0]:
+                        first_bad = (i, k)
         if first_bad is not None:
             i, k = first_bad
             raise MpinnError("%s line %d: column %r is not a number: %r"
-                             % (self.path, lines[i], self.numeric[k], cols[k][i]))
-        bad = ~np.isfinite(out)
-        if bad.any():
-            i, k = np.argwhere(bad)[0]
-            raise MpinnError("%s line %d: column %r is not finite: %r"
                              % (self.path, lines[i], self.numeric[k], cols[k][i]))
         return out
 
@@ -175,16 +187,14 @@ class TableSource:
                                                block_size=max(1 << 20, min(64 << 20, self.chunk_rows * 64))),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
+                                                     null_values=list(MISSING_NUMBERS),
                                                      strings_can_be_null=False, quoted_strings_can_be_null=False))
             for batch in reader:
                 for s in range(0, batch.num_rows, self.chunk_rows):
                     b = batch.slice(s, self.chunk_rows)
                     cols = [b.column(names[i]) for i in num_i]
-                    if any(c.null_count for c in cols):
-                        raise ValueError("empty number")
-                    Xd = np.column_stack([c.to_numpy() for c in cols]).astype(np.float64) if num_i else None
-                    if Xd is not None and not np.isfinite(Xd).all():
-                        raise ValueError("not finite")
+                    Xd = np.column_stack([c.to_numpy(zero_copy_only=False) for c in cols]).astype(np.float64) \
+                        if num_i else None      # a null (missing) cell comes out as NaN
                     labels = None
                     if lab_i is not None:
                         labels = b.column(names[lab_i]).to_numpy(zero_copy_only=False)
@@ -229,11 +239,6 @@ class TableSource:
                             Xd[:, k] = c.cast(pa.float64()).to_numpy(zero_copy_only=False)
                         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                             raise MpinnError("%s: column %r is not numeric (%s)" % (self.path, name, c.type))
-                    bad = ~np.isfinite(Xd)
-                    if bad.any():
-                        i, k = np.argwhere(bad)[0]
-                        raise MpinnError("%s row %d: column %r is missing or not finite"
-                                         % (self.path, start + i + 1, self.numeric[k]))
                 labels = None
                 if self.has_label:
                     c = b.column(self.label)
@@ -271,7 +276,7 @@ def hashing_fitter(source, hash_mode="trick", hash_bits=18, hash_seed=0, hash_k=
 
 
 def load_table(source, task="auto", classes=None, hash_mode="trick", hash_bits=18, hash_seed=0, hash_k=4,
-               buckets=None, contract=None, threads=1):
+               buckets=None, contract=None, threads=1, positive=None):
     """All of a TableSource in memory as a Dataset. The hashing contract is `contract` when given
     (predicting, validating), else fitted to these rows."""
     if buckets not in (None, "") and hash_mode != "split":
@@ -302,11 +307,15 @@ def load_table(source, task="auto", classes=None, hash_mode="trick", hash_bits=1
     meta["hashing"] = contract if source.categorical else None
     Xd = None
     if source.numeric:
+        stats = ColumnStats(source.numeric)
+        for p in parts:
+            stats.update(p.Xd)
+        meta["numeric_stats"] = stats.result()
         Xd = parts[0].Xd if len(parts) == 1 else np.concatenate([p.Xd for p in parts])
         Xd = np.ascontiguousarray(Xd, dtype=np.float64)
     if source.has_label:
         raw = parts[0].labels if len(parts) == 1 else np.concatenate([np.asarray(p.labels) for p in parts])
-        y, task, classes = encode_labels(raw, task, classes)
+        y, task, classes = encode_labels(raw, task, classes, positive)
     else:
         y = np.zeros(n)
     meta.update(task=task, classes=classes, has_label=source.has_label)
@@ -321,17 +330,19 @@ def load_default(n_rows=200_000, seed=0, hash_bits=18, hash_seed=0, hash_mode="t
 
 def load_csv(path, label, categorical=(), numeric=(), hash_bits=18, hash_seed=0, task="auto",
              classes=None, require_label=True, hash_mode="trick", hash_k=4, buckets=None, contract=None,
-             chunk_rows=CHUNK_ROWS, engine="auto"):
+             chunk_rows=CHUNK_ROWS, engine="auto", positive=None):
     """A CSV file with a header row, read in chunks. Categorical columns are hashed; numeric ones go
-    in as dense features; an empty categorical cell is its own token, an empty numeric cell is an error."""
+    in as dense features; an empty categorical cell is its own token, an empty numeric cell is missing."""
     source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows, engine=engine)
-    return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract)
+    return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract,
+                      positive=positive)
 
 
 def load_parquet(path, label, categorical=(), numeric=(), hash_bits=18, hash_seed=0, task="auto",
                  classes=None, require_label=True, hash_mode="trick", hash_k=4, buckets=None, contract=None,
-                 chunk_rows=CHUNK_ROWS):
+                 chunk_rows=CHUNK_ROWS, positive=None):
     """A Parquet file read in record batches (pyarrow); dictionary-encoded string columns are hashed
     through their dictionaries."""
     source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows)
-    return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract)
+    return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract,
+                      positive=positive)

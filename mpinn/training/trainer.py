@@ -27,7 +27,8 @@ class Trainer:
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
                  on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False, shuffle_block=1,
-                 average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16):
+                 average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16,
+                 early_stop=0, keep_best=False, stop_metric="logloss", target_scale=1.0):
         self.model, self.optimizer, self.comm = model, optimizer, comm
         comm.adopt_(model)            # e.g. gradients in a shared-memory window (--comm shm)
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
@@ -46,6 +47,11 @@ class Trainer:
         self.timeline = Timeline(keep=timeline)
         self.stepper = choose_step(model, optimizer, comm, faults or Faults(), self.timeline, grad_accum, towers,
                                    average_every, overlap, overlap_bucket)
+        # the best epoch by the held-out metric: kept (keep_best) and counted from (early_stop)
+        self.early_stop, self.keep_best, self.stop_metric = int(early_stop), bool(keep_best), stop_metric
+        self.target_scale = float(target_scale)     # regression: held-out RMSE in the label's units
+        self.best = None              # {"epoch", "value", "bad_epochs"} once an epoch was scored
+        self.best_params = None       # a copy of the best epoch's parameters (keep_best)
         self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
         self.history = []
         # where training stands (saved in checkpoints)
@@ -124,7 +130,7 @@ class Trainer:
         steps = math.ceil(n_train / B)
         bar = ProgressBar(progress and self.rank0)
         t_fit, self.samples_at_start, self.steps_at_start = time.perf_counter(), self.samples, self.global_step
-        while self.epoch <= epochs:
+        while self.epoch <= epochs and not self.stopping:
             epoch = self.epoch
             feed = self.feed(train, n_train, epoch, steps)
             t_epoch, samples0 = time.perf_counter(), self.samples
@@ -153,6 +159,8 @@ class Trainer:
             if has_valid:
                 record["valid"] = self.evaluate(valid)
             self.watchdog.disarm()
+            if has_valid:
+                self.track_best(record)
             self.history.append(record)
             self.epoch, self.next_step = epoch + 1, 0
             self.loss_sum, self.loss_n = 0.0, 0
@@ -164,8 +172,35 @@ class Trainer:
                 self.on_epoch(record)
             if self.ckpt_dir:
                 self.checkpoint("epoch")
+            if self.stopping:
+                self.log("early stop: no better held-out %s for %d epochs; the best was epoch %d (%.4f)" % (
+                    self.stop_metric, self.best["bad_epochs"], self.best["epoch"], self.best["value"]))
         self.elapsed = time.perf_counter() - t_fit
         return self.history
+
+    # ---------------------------------------------------------------- the best epoch
+    @property
+    def stopping(self):
+        return bool(self.early_stop and self.best and self.best["bad_epochs"] >= self.early_stop)
+
+    def track_best(self, record):
+        """Is this epoch the best so far by the held-out metric (lower logloss / rmse, higher auc /
+        accuracy; a tie is no better)? Every rank has the same metrics, so every rank agrees."""
+        value = record["valid"].get(self.stop_metric)
+        higher = self.stop_metric in ("auc", "accuracy")
+        better = value is not None and value == value and (
+            self.best is None or (value > self.best["value"] if higher else value < self.best["value"]))
+        if better:
+            self.best = {"epoch": record["epoch"], "value": float(value), "bad_epochs": 0}
+            if self.keep_best:
+                self.best_params = self.model.params.copy()
+        elif self.best is not None:
+            self.best["bad_epochs"] += 1
+        else:       # no finite metric yet: the first epoch stands in
+            self.best = {"epoch": record["epoch"], "value": float("nan"), "bad_epochs": 1}
+            if self.keep_best:
+                self.best_params = self.model.params.copy()
+        record["best_epoch"] = self.best["epoch"]
 
     def tally(self, loss, ok, n_global, epoch):
         """A step's loss into the epoch's mean, or a skipped step counted; too many in a row end training."""
@@ -191,7 +226,10 @@ class Trainer:
     def evaluate(self, data, chunk=65536):
         """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only."""
         if not self.towers:
-            return evaluate(self.model, self.comm, self.layout, data, chunk)
+            out = evaluate(self.model, self.comm, self.layout, data, chunk)
+            if "rmse" in out:
+                out["rmse"] *= self.target_scale
+            return out
         out = evaluate_towers(self.model, self.comm, self.layout, data, self.tower_mix, chunk)
         self.tower_weights = out["weights"]
         return out
@@ -213,7 +251,7 @@ class Trainer:
     def position(self):
         return {"epoch": self.epoch, "next_step": self.next_step, "global_step": self.global_step,
                 "samples": self.samples, "loss_sum": self.loss_sum, "loss_n": self.loss_n,
-                "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history,
+                "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history, "best": self.best,
                 "seed": self.seed, "batch_size": self.batch_size}
 
     def checkpoint(self, why):
@@ -223,6 +261,8 @@ class Trainer:
         if self.rank0:
             arrays = {"params": self.model.params}
             arrays.update({"opt_" + k: v for k, v in self.optimizer.state().items()})
+            if self.best_params is not None:
+                arrays["best_params"] = self.best_params
             header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
             self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.global_step, arrays, header,
                                                    self.ckpt_keep)
@@ -248,6 +288,11 @@ class Trainer:
             state[k] = self.comm.Bcast_(buf, root=0, what="optimizer state %s" % k)
         self.optimizer.load_state(state)
         pos = header["position"]
+        self.best = pos.get("best")
+        if self.comm.bcast_obj("best_params" in arrays if self.rank0 else None):
+            buf = np.ascontiguousarray(arrays["best_params"]) if self.rank0 else np.empty_like(
+                self.model.backend.asnumpy(self.model.params))
+            self.best_params = self.model.xp.asarray(self.comm.Bcast_(buf, root=0, what="best parameters"))
         self.epoch, self.next_step, self.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
         self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
         self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]

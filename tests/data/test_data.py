@@ -19,7 +19,7 @@ def test_csv_reads_hashes_and_encodes(tmp_path):
     d = load_csv(p, "label", ["color"], ["x"], hash_bits=8)
     assert d.Xs.shape == (3, 256) and d.Xs.nnz == 3
     np.testing.assert_array_equal(d.Xd[:, 0], [1.5, -2, 0])
-    assert d.task == "multiclass" and d.meta["classes"] == ["cat", "dog"]
+    assert d.task == "binary" and d.meta["classes"] == ["cat", "dog"]       # two labels of any kind: binary
     np.testing.assert_array_equal(d.y, [0, 1, 0])
 
 
@@ -167,8 +167,10 @@ def test_parquet_errors_are_one_line(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     path = str(tmp_path / "t.parquet")
     pq.write_table(pa.table({"a": ["x", "y"], "x": [1.0, None], "y": [0, 1]}), path)
-    with pytest.raises(MpinnError, match="t.parquet row 2: column 'x' is missing or not finite"):
-        load_data(path, label="y", categorical="a", numeric="x")
+    d = load_data(path, label="y", categorical="a", numeric="x")       # a null is a missing value
+    assert np.isnan(d.Xd[1, 0]) and d.meta["numeric_stats"]["missing"] == [1]
+    with pytest.raises(MpinnError, match="column 'a' is not numeric"):
+        load_data(path, label="y", numeric="a")
     with pytest.raises(MpinnError, match="has no column 'q'"):
         load_data(path, label="y", categorical="q")
     (tmp_path / "not.parquet").write_bytes(b"PAR1 nonsense")

@@ -10,10 +10,10 @@ from mpinn.config import MpinnError
 
 def test_keyword_options_become_the_cli_arguments():
     assert options_to_argv("d.csv", {"hidden": (64, 32), "quiet": True, "no_progress": False,
-                                     "lr": 0.1, "valid": None}) == ["d.csv", "--hidden", "64,32", "--quiet",
+                                     "lr": 0.1, "valid": None}) == ["--data", "d.csv", "--hidden", "64,32", "--quiet",
                                                                     "--lr", "0.1"]
     args = parse_options("d.csv", hidden=(8,), batch_size=64)
-    assert args.data == "d.csv" and args.hidden == (8,) and args.batch_size == 64 and args.epochs == 3
+    assert args.data == "d.csv" and args.hidden == (8,) and args.batch_size == 64 and args.epochs is None   # None: by model shape
 
 
 def test_bad_options_raise_like_the_cli_reports():

@@ -1,0 +1,92 @@
+"""What training reads: the data sets on the ranks that read them, their labels checked, the numeric
+transform fitted to the training file and set on both sets, and the shapes every rank needs."""
+import time
+
+import numpy as np
+
+from mpinn.config import MpinnError
+from mpinn.data.base import Rows
+from mpinn.data.transform import NumericTransform
+
+
+def check_labels(data, label="the label"):
+    """A training label with one value has nothing to teach: one clear error."""
+    n = len(data)
+    if data.task == "regression":
+        y = np.asarray(data.y, dtype=np.float64)
+        if n and float(np.min(y)) == float(np.max(y)):
+            raise MpinnError("%s holds one value (%g) in all %d training rows: nothing to learn"
+                             % (label, float(y[0]), n))
+        return
+    classes = data.meta.get("classes") or []
+    present = np.unique(np.asarray(data.y).astype(np.int64)) if n else []
+    if len(classes) < 2 or len(present) < 2:
+        seen = [classes[int(i)] for i in present] if len(classes) else []
+        raise MpinnError("%s holds one value (%s) in all %d training rows: nothing to learn"
+                         % (label, ", ".join(repr(c) for c in seen) or "none", n))
+
+
+def fit_transform(data, mode):
+    """The NumericTransform of a training file (statistics of all its rows), or None."""
+    t = NumericTransform.fit(data.numeric_stats(), mode, data.target_stats())
+    data.meta["transform"] = t.to_dict() if t is not None else None
+    return t
+
+
+def set_transform(data, transform, where):
+    """Read `data` through the training file's transform: the same numeric columns, in order."""
+    if transform is not None:
+        transform.check_columns(data.numeric_names if data.raw_dense else [], where)
+    elif data.raw_dense:
+        raise MpinnError("%s has %d numeric columns, the training data has none" % (where, data.raw_dense))
+    data.transform = transform
+
+
+def load_everywhere(args, comm, say):
+    """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
+    the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere."""
+    from mpinn.data import load_data
+    rank0 = comm.rank == 0
+
+    def load():
+        t = time.perf_counter()
+        kw = dict(label=args.label, categorical=args.categorical, numeric=args.numeric,
+                  hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
+                  default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
+                  hash_k=args.hash_k, buckets=args.buckets)
+        data = args.data if isinstance(args.data, Rows) else load_data(args.data, positive=args.positive_class, **kw)
+        check_labels(data, "the label column %r" % args.label if args.label else "the label")
+        transform = fit_transform(data, args.numeric_transform)
+        set_transform(data, transform, "the data")
+        if args.valid:
+            valid = load_data(args.valid, **dict(kw, task=data.task, classes=data.meta.get("classes"),
+                                                 contract=data.meta.get("hashing")))
+            set_transform(valid, transform, args.valid)
+            train = data
+        else:
+            train, valid = data.split(args.holdout, args.seed)
+        if len(train) < comm.size:
+            raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
+                             % (len(train), comm.size))
+        classes = train.meta.get("classes")
+        say("data: %s, %d training rows, %d held out, %s input columns + %d dense, task %s%s (%.1f s)" % (
+            args.data if isinstance(args.data, str) else "embedded click log" if args.data is None
+            else "in-memory data", len(train), len(valid) if valid is not None else 0,
+            train.n_sparse, train.n_dense, train.task,
+            " (positive class %r)" % classes[1] if train.task == "binary" else "", time.perf_counter() - t))
+        if transform is not None:
+            say("preprocessing: %s" % transform.describe())
+        return train, valid
+
+    loaded = comm.root_call(load)
+    train, valid = loaded if rank0 else (None, None)
+    if args.input == "local" and not rank0:     # the same file, the same seeded split, on every rank
+        train, valid = load()
+    # every rank learns the shapes it needs; the data itself stays on rank 0
+    info = comm.bcast_obj({"meta": {k: v for k, v in train.meta.items() if k != "numeric_stats"},
+                           "layout": vars(train.layout(args.dtype)),
+                           "fan_in": train.sparse_fan_in,
+                           "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1),
+                           "n_train": len(train), "has_valid": valid is not None}
+                          if rank0 else None)
+    return train, valid, info

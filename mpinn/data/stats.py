@@ -1,0 +1,135 @@
+"""Per-column statistics of numeric inputs in one streaming pass, with the same bits whatever the chunking."""
+import numpy as np
+
+from mpinn.config import MpinnError
+
+BLOCK = 4096        # rows per block: the unit the statistics are folded in, counted from the first row
+FIELDS = ("count", "missing", "mean", "std", "min", "max", "skew", "log_mean", "log_std", "log_skew")
+
+
+def _block_moments(X, shift):
+    """(count, mean, M2, M3) of each column's finite values, for the values and for log1p(max(x, 0)),
+    each less its column's shift (means of values far from zero compared with their spread stay exact),
+    and min, max: arrays of shape (d,). Sums run along contiguous rows (numpy's pairwise summation)."""
+    Xt = np.ascontiguousarray(X.T, dtype=np.float64)
+    finite = np.isfinite(Xt)
+    n = finite.sum(axis=1).astype(np.float64)
+    out = []
+    logs = np.log1p(np.maximum(Xt, 0.0, where=finite, out=np.zeros_like(Xt)))
+    for V, k in ((Xt, shift[0]), (logs, shift[1])):
+        V = np.where(finite, V - k[:, None], 0.0)
+        mean = np.divide(V.sum(axis=1), n, out=np.zeros_like(n), where=n > 0)
+        dev = np.where(finite, V - mean[:, None], 0.0)
+        sq = dev * dev
+        out.append(np.stack([n, mean, sq.sum(axis=1), (sq * dev).sum(axis=1)]))
+    lo = np.where(finite, Xt, np.inf).min(axis=1, initial=np.inf)
+    hi = np.where(finite, Xt, -np.inf).max(axis=1, initial=-np.inf)
+    return out[0], out[1], lo, hi
+
+
+def _merge(a, b):
+    """Chan et al.'s pairwise update of (count, mean, M2, M3) rows; a column empty on one side takes the other's."""
+    na, ma, m2a, m3a = a
+    nb, mb, m2b, m3b = b
+    n = na + nb
+    safe = np.where(n > 0, n, 1.0)
+    d = mb - ma
+    mean = ma + d * nb / safe
+    m2 = m2a + m2b + d * d * na * nb / safe
+    m3 = m3a + m3b + d ** 3 * na * nb * (na - nb) / (safe * safe) + 3.0 * d * (na * m2b - nb * m2a) / safe
+    merged = np.stack([n, mean, m2, m3])
+    return np.where(na == 0, b, np.where(nb == 0, a, merged))
+
+
+class ColumnStats:
+    """count, missing, mean, std (population), min, max and skewness of each numeric column, and the
+    mean, std and skewness of log1p(max(x, 0)), from rows fed in chunks of any size. Missing and
+    non-finite values are counted, not used. Rows are folded a block of BLOCK rows at a time, blocks
+    counted from the first row, each block's moments merged into the total in row order: the result
+    is the same, bit for bit, however the rows were chunked (CSV reader, prepare, a packed file)."""
+
+    def __init__(self, names):
+        self.names = [str(c) for c in names]
+        self.rows = 0
+        self._held = []             # rows read but not yet a whole block
+        self._held_n = 0
+        self._acc = None            # (raw moments, log moments, min, max)
+        # each column's first finite value (and its log1p), subtracted before the moments are taken
+        self._shift = np.full((2, len(self.names)), np.nan)
+
+    def update(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != len(self.names):
+            raise ValueError("%s rows given for %d columns" % (X.shape, len(self.names)))
+        self.rows += X.shape[0]
+        start = 0
+        if self._held_n:
+            take = min(BLOCK - self._held_n, X.shape[0])
+            self._held.append(X[:take])
+            self._held_n += take
+            start = take
+            if self._held_n < BLOCK:
+                return self
+            self._fold(np.concatenate(self._held))
+            self._held, self._held_n = [], 0
+        whole = start + (X.shape[0] - start) // BLOCK * BLOCK
+        for s in range(start, whole, BLOCK):
+            self._fold(X[s:s + BLOCK])
+        if whole < X.shape[0]:
+            self._held, self._held_n = [X[whole:]], X.shape[0] - whole
+        return self
+
+    def _fold(self, block):
+        unset = np.isnan(self._shift[0])
+        if unset.any():
+            finite = np.isfinite(block[:, unset])
+            has = finite.any(axis=0)
+            first = block[:, unset][finite.argmax(axis=0), np.arange(int(unset.sum()))]
+            cols = np.flatnonzero(unset)[has]
+            self._shift[0, cols] = first[has]
+            self._shift[1, cols] = np.log1p(np.maximum(first[has], 0.0))
+        raw, log, lo, hi = _block_moments(block, np.nan_to_num(self._shift))
+        if self._acc is None:
+            self._acc = (raw, log, lo, hi)
+            return
+        r, lg, l0, h0 = self._acc
+        self._acc = (_merge(r, raw), _merge(lg, log), np.minimum(l0, lo), np.maximum(h0, hi))
+
+    def result(self):
+        """{"columns": names, "rows": n, and a list per field of FIELDS} (JSON-able)."""
+        if self._held_n:
+            self._fold(np.concatenate(self._held))
+            self._held, self._held_n = [], 0
+        d = len(self.names)
+        if self._acc is None:
+            z = np.zeros((4, d))
+            self._acc = (z, z, np.full(d, np.inf), np.full(d, -np.inf))
+        raw, log, lo, hi = self._acc
+        out = {"columns": list(self.names), "rows": int(self.rows)}
+        n = raw[0]
+        out["count"] = [int(c) for c in n]
+        out["missing"] = [int(self.rows - c) for c in n]
+        shift = np.nan_to_num(self._shift)
+        for prefix, (_, mean, m2, m3), k in (("", raw, shift[0]), ("log_", log, shift[1])):
+            mean = k + mean
+            var = np.divide(m2, n, out=np.zeros(d), where=n > 0)
+            skew = np.divide(np.sqrt(n) * m3, m2 ** 1.5, out=np.zeros(d), where=m2 > 0)
+            out[prefix + "mean"] = [float(v) for v in mean]
+            out[prefix + "std"] = [float(v) for v in np.sqrt(var)]
+            out[prefix + "skew"] = [float(v) for v in skew]
+        out["min"] = [float(v) if np.isfinite(v) else None for v in lo]
+        out["max"] = [float(v) if np.isfinite(v) else None for v in hi]
+        return out
+
+
+def column_stats(X, names):
+    """ColumnStats of all of X at once (the same bits as any chunking of it)."""
+    return ColumnStats(names).update(X).result()
+
+
+def check_stats(stats, where="the data"):
+    """A column with no value at all is an error (one line): nothing to learn from it, nothing to impute."""
+    for name, count in zip(stats["columns"], stats["count"]):
+        if count == 0:
+            raise MpinnError("%s: numeric column %r has no values (all %d rows missing or not finite); "
+                             "leave it out of --numeric" % (where, name, stats["rows"]))
