@@ -241,7 +241,7 @@ def build(args, comm, info, towers):
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
     model = MLP(spec, comm.backend).init_(args.seed + (comm.rank if towers else 0))
-    filled = resolve(args, model_shape(layout.n_sparse, meta["task"]))
+    filled = resolve(args, model_shape(layout.n_sparse, meta["task"]), info["n_train"])
     if towers or not info["has_valid"]:     # nothing to pick the best epoch by: the last one, no stopping
         if args.early_stop and "early_stop" not in filled:
             raise MpinnError("--early-stop needs %s" % ("--parallel data" if towers else

@@ -1,18 +1,19 @@
 """The defaults that depend on what the model looks like: one table, one function (the optimizer issue's
 optimizers slot in here)."""
+import math
 
 # model shape -> the training defaults for it (what --help lists); measured on real data sets, see
 # the README's "Your data" and scripts/real_data.py
 DEFAULTS = {
     # hashed categorical inputs (a wide first layer, most rows untouched by a batch): SGD updates only
     # the rows a batch touches, so a step costs the batch, not the 2^18-row table
-    "wide": {"optimizer": "sgd", "lr": 0.3, "batch_size": 1024, "epochs": 10, "lr_decay": "cosine",
+    "wide": {"optimizer": "sgd", "lr": 0.3, "batch_size": "auto", "epochs": 30, "lr_decay": "none",
              "early_stop": 3},
     # numeric inputs only
-    "dense": {"optimizer": "adam", "lr": 0.001, "batch_size": 128, "epochs": 10, "lr_decay": "cosine",
+    "dense": {"optimizer": "adam", "lr": 0.001, "batch_size": "auto", "epochs": 30, "lr_decay": "none",
               "early_stop": 3},
     # a regression head (on the standardised target), any inputs
-    "regression": {"optimizer": "adam", "lr": 0.001, "batch_size": 256, "epochs": 10, "lr_decay": "cosine",
+    "regression": {"optimizer": "adam", "lr": 0.001, "batch_size": "auto", "epochs": 30, "lr_decay": "none",
                    "early_stop": 3},
 }
 # the learning rate of an optimizer chosen by name without --lr
@@ -31,7 +32,13 @@ def default_optimizer(shape):
     return dict(DEFAULTS[shape])
 
 
-def resolve(args, shape):
+def auto_batch(n_train):
+    """The global batch for n training rows: about 250 steps an epoch (small data sets need steps more
+    than big batches), rounded down to a power of two, between 128 and 1024."""
+    return int(min(1024, max(128, 2 ** int(math.floor(math.log2(max(n_train, 1) / 250.0))))))
+
+
+def resolve(args, shape, n_train):
     """Fill the options left unset (None) with the shape's defaults; an optimizer named without --lr
     gets that optimizer's rate. Returns the names of the options filled in."""
     d = default_optimizer(shape)
@@ -39,11 +46,11 @@ def resolve(args, shape):
     if args.optimizer is None:
         args.optimizer = d["optimizer"]
         filled.append("optimizer")
-    if args.lr is None:
-        args.lr = d["lr"] if args.optimizer == d["optimizer"] else LR_OF[args.optimizer]
+    if args.lr is None:     # the shape's rate goes with the shape's optimizer, not with one named
+        args.lr = d["lr"] if "optimizer" in filled else LR_OF[args.optimizer]
         filled.append("lr")
     if args.batch_size is None and not args.batch_per_rank:
-        args.batch_size = d["batch_size"]
+        args.batch_size = auto_batch(n_train) if d["batch_size"] == "auto" else d["batch_size"]
         filled.append("batch_size")
     for key in ("epochs", "lr_decay", "early_stop"):
         if getattr(args, key) is None:
@@ -54,6 +61,7 @@ def resolve(args, shape):
 
 def help_table():
     """The defaults per shape, for --help."""
-    return "; ".join("%s: %s lr %g, batch %d, %d epochs, --lr-decay %s, --early-stop %d" % (
-        shape, d["optimizer"], d["lr"], d["batch_size"], d["epochs"], d["lr_decay"], d["early_stop"])
-        for shape, d in DEFAULTS.items())
+    return "; ".join("%s: %s lr %g, %d epochs at most, --lr-decay %s, --early-stop %d" % (
+        shape, d["optimizer"], d["lr"], d["epochs"], d["lr_decay"], d["early_stop"])
+        for shape, d in DEFAULTS.items()) + "; every shape: global batch n/250 rounded down to a power of " \
+        "two, between 128 and 1024 (about 250 steps an epoch), --keep best, --stop-metric logloss (rmse)"

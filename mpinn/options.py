@@ -94,7 +94,9 @@ def add_hashing_arguments(group):
                             "cut in k slices, one column in each of k blocks per feature; onehot: one column per "
                             "training value, plus one for unseen values")
     group.add_argument("--hash-k", type=int, default=4, help="split: columns per value (default 4)")
-    group.add_argument("--hash-bits", type=int, default=18, help="trick: 2**bits columns (default 18)")
+    group.add_argument("--hash-bits", type=int, default=None,
+                       help="trick: 2**bits columns (default auto: 16 columns per distinct training value of "
+                            "all the categorical columns together, between 2^10 and 2^18; 2^18 for the click log)")
     group.add_argument("--hash-seed", type=int, default=0, help="xxh64 seed (default 0)")
     group.add_argument("--buckets", default=None,
                        help="split: buckets per block, N for every feature or feat=N,feat=N "

@@ -102,7 +102,9 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
         raise MpinnError("--buckets is for --hash-mode split (this is %s)" % hash_mode)
     fitter = None
     if source.categorical and contract is None:
-        if hash_mode == "trick" and not report:
+        if source.kind == "default" and hash_bits is None:
+            hash_bits = 18          # what auto gives for the click log's 10^5+ values
+        if hash_mode == "trick" and not report and hash_bits is not None:
             contract = make_contract(source.categorical, hash_bits, hash_seed)
         else:
             fitter = hashing_fitter(source, hash_mode, hash_bits, hash_seed, hash_k, buckets)

@@ -55,7 +55,6 @@ def load_everywhere(args, comm, say):
                   default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
                   hash_k=args.hash_k, buckets=args.buckets)
         data = args.data if isinstance(args.data, Rows) else load_data(args.data, positive=args.positive_class, **kw)
-        check_labels(data, "the label column %r" % args.label if args.label else "the label")
         transform = fit_transform(data, args.numeric_transform)
         set_transform(data, transform, "the data")
         if args.valid:
@@ -68,6 +67,7 @@ def load_everywhere(args, comm, say):
         if len(train) < comm.size:
             raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
                              % (len(train), comm.size))
+        check_labels(train, "the label column %r" % args.label if args.label else "the label")
         classes = train.meta.get("classes")
         say("data: %s, %d training rows, %d held out, %s input columns + %d dense, task %s%s (%.1f s)" % (
             args.data if isinstance(args.data, str) else "embedded click log" if args.data is None
@@ -89,4 +89,9 @@ def load_everywhere(args, comm, say):
                            "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1),
                            "n_train": len(train), "has_valid": valid is not None}
                           if rank0 else None)
+    if args.input == "local" and comm.size > 1:
+        # every rank fitted the transform from its own pass over the file: they must agree to the bit
+        mine = train.meta.get("transform") if train is not None else None
+        if not all(comm.allgather_obj(mine == info["meta"].get("transform"))):
+            raise MpinnError("the ranks computed different numeric statistics of %s" % args.data, collective=True)
     return train, valid, info

@@ -266,7 +266,7 @@ class PackedDataset(Rows):
         # the row map is the one per-row cost a view has in memory: int32 where it fits
         small = self._file.n_rows < 2**31
         view = PackedDataset(self.path, _file=self._file, _rows=rows.astype(np.int32) if small else rows)
-        view.transform = self.transform
+        view.transform, view.meta = self.transform, self.meta     # the view reads as its file is read
         return view
 
     def _file_rows(self, rows):

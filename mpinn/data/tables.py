@@ -289,7 +289,7 @@ def load_table(source, task="auto", classes=None, hash_mode="trick", hash_bits=1
     Xs = None
     if source.categorical:
         if contract is None:
-            if hash_mode == "trick":
+            if hash_mode == "trick" and hash_bits is not None:      # None: auto, from the distinct values
                 contract = make_contract(source.categorical, hash_bits, hash_seed)
             else:
                 fitter = hashing_fitter(source, hash_mode, hash_bits, hash_seed, hash_k, buckets)
@@ -325,6 +325,7 @@ def load_table(source, task="auto", classes=None, hash_mode="trick", hash_bits=1
 def load_default(n_rows=200_000, seed=0, hash_bits=18, hash_seed=0, hash_mode="trick", hash_k=4,
                  buckets=None, contract=None):
     source = TableSource(None, default_rows=n_rows, default_seed=seed, chunk_rows=max(1, n_rows))
+    hash_bits = 18 if hash_bits is None else hash_bits      # auto gives 18 for the click log's 10^5+ values
     return load_table(source, "binary", ["0", "1"], hash_mode, hash_bits, hash_seed, hash_k, buckets, contract)
 
 

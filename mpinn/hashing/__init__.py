@@ -10,6 +10,6 @@ from mpinn.hashing.collisions import collision_report, expected_colliding, forma
 from mpinn.hashing.columns import (default_buckets, feature_seed, feature_table, split_slices,  # noqa: F401
                                    token_columns)
 from mpinn.hashing.contract import (HASHING_VERSION, MAX_COLUMNS, MODES, ContractFitter,  # noqa: F401
-                                    check_contract, describe, fit_contract, make_contract, parse_buckets)
+                                    auto_bits, check_contract, describe, fit_contract, make_contract, parse_buckets)
 from mpinn.hashing.encode import csr_from_indices, encode, encode_indices, hashed_csr, per_feature_nnz  # noqa: F401
 from mpinn.hashing.tokens import MISSING, arrow_available, factorize  # noqa: F401

@@ -1,4 +1,6 @@
 """The hashing contract: the settings a model depends on; made, fitted from data, checked, described."""
+import math
+
 import numpy as np
 
 from mpinn.config import MpinnError
@@ -58,6 +60,13 @@ def make_contract(features, bits=18, seed=0, mode="trick", k=4, buckets=None, vo
     return c
 
 
+def auto_bits(distinct):
+    """--hash-bits auto (trick): room for 16 columns per distinct training value of all features together
+    (about 3% of values then share a column), at least 2^10 and at most 2^18 columns. A small table trains
+    fast with any optimizer; the cap is the hashing trick's usual 2^18."""
+    return int(min(18, max(10, math.ceil(math.log2(max(16 * int(distinct), 1))))))
+
+
 def parse_buckets(text):
     """--buckets: 'N' (every feature) or 'feat=N,feat=N' (the others keep the default)."""
     if text is None or isinstance(text, (int, dict)):
@@ -94,7 +103,7 @@ class ContractFitter:
             if unknown:
                 raise MpinnError("--buckets names %s, which is not a categorical column" % ", ".join(unknown))
         self.buckets = buckets
-        self._probe = make_contract(self.features, bits, seed, mode, k,
+        self._probe = make_contract(self.features, 18 if bits is None else bits, seed, mode, k,
                                     buckets=[1] * len(self.features), vocab=[[]] * len(self.features),
                                     prefix=prefix)
         self._acc = [np.zeros(0, np.uint64) for _ in self.features]
@@ -136,7 +145,8 @@ class ContractFitter:
     def contract(self):
         card = self.cardinality()
         if self.mode == "trick":
-            return make_contract(self.features, self.bits, self.seed, "trick", prefix=self.prefix, cardinality=card)
+            bits = auto_bits(sum(card)) if self.bits is None else self.bits
+            return make_contract(self.features, bits, self.seed, "trick", prefix=self.prefix, cardinality=card)
         if self.mode == "onehot":
             return make_contract(self.features, seed=self.seed, mode="onehot", vocab=self._vocab, cardinality=card)
         b = self.buckets
