@@ -13,7 +13,7 @@ DEFAULTS = {
     "dense": {"optimizer": "adam", "lr": 0.001, "batch_size": "auto", "epochs": 30, "lr_decay": "none",
               "early_stop": 3},
     # a regression head (on the standardised target), any inputs
-    "regression": {"optimizer": "adam", "lr": 0.001, "batch_size": "auto", "epochs": 30, "lr_decay": "none",
+    "regression": {"optimizer": "adam", "lr": 0.003, "batch_size": "auto", "epochs": 30, "lr_decay": "none",
                    "early_stop": 3},
 }
 # the learning rate of an optimizer chosen by name without --lr

@@ -54,7 +54,7 @@ SETTINGS = {
     "flights": [["--optimizer", "adam", "--lr", "0.001", "--batch-size", "512", "--epochs", "10"],
                 ["--hidden", "128,64", "--epochs", "20"],
                 ["--lr", "0.1", "--batch-size", "256", "--epochs", "20"]],
-    "diamonds": [["--optimizer", "adam", "--lr", "0.003", "--batch-size", "128", "--epochs", "30"],
+    "diamonds": [["--optimizer", "adam", "--lr", "0.001", "--batch-size", "256", "--epochs", "30"],
                  ["--hidden", "128,64", "--epochs", "30"],
                  ["--optimizer", "sgd", "--lr", "0.05", "--batch-size", "128", "--epochs", "30"]]}
 

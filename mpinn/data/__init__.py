@@ -6,6 +6,9 @@
     clicklog   the embedded synthetic click log
     dense      .npz and .mat files, in-memory arrays
     packed     packed files (python -m mpinn.prepare), read by row through a memory map; packing writes them
+    stats      per-column statistics of numeric inputs in one streaming pass (the same bits however chunked)
+    transform  the numeric transform fitted from them (log1p, standardise, impute and flag), in the model file
+    inputs     what training reads: labels checked, the transform fitted and set, the shapes every rank needs
 """
 import os
 

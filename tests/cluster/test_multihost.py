@@ -17,8 +17,12 @@ STANDIN = os.path.join(ROOT, "scripts", "netns_ssh")
 # every name this module creates: mn<pid of the pytest process><letter> + h1 | b | v1 ...; a leftover of a
 # run whose process is gone is removed at the next start
 NAME_RE = re.compile(r"^mn(\d+)([a-z])(?:h\d+|b|v\d+)$")
-TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "1", "--dtype", "float64", "--no-progress"]
-LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "100000", "--no-progress"]
+# the global batch named (the default follows the row count) and, for the job that runs until it is
+# killed, no early stop
+TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "1", "--batch-size", "1024", "--dtype", "float64",
+         "--no-progress"]
+LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "100000",
+              "--batch-size", "1024", "--early-stop", "0", "--no-progress"]
 
 
 def sh(*cmd, check=True, timeout=20):
