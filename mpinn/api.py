@@ -260,7 +260,7 @@ def build(args, comm, info, towers):
     """The model, its optimizer and the learning-rate schedule for the data's shapes (info)."""
     from mpinn.batch import Layout
     from mpinn.model import MLP
-    from mpinn.optim import create_optimizer, lr_schedule
+    from mpinn.optim import DEFAULT_LR, create_optimizer, lr_schedule
     layout = Layout(**info["layout"])
     meta = info["meta"]
     loss = default_loss(meta["task"]) if args.loss == "auto" else args.loss
@@ -271,12 +271,13 @@ def build(args, comm, info, towers):
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
     model = MLP(spec, comm.backend).init_(args.seed + (comm.rank if towers else 0))
-    base_lr = args.lr if args.lr is not None else {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}[args.optimizer]
+    base_lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
     batch = args.batch_per_rank * comm.size if args.batch_per_rank else args.batch_size
     lr_at, lr = lr_schedule(base_lr, batch, args.lr_base_batch or args.batch_per_rank, args.lr_scaling,
                             args.warmup_steps)
     opt = create_optimizer(args.optimizer, model.size, comm.backend.xp, lr, args.weight_decay, model.weight_slices,
-                           args.momentum)
+                           args.momentum, table=model.table, hashed_update=args.hashed_update,
+                           adagrad_rowwise=args.adagrad_rowwise, l1=args.l1, l2=args.l2, ftrl_beta=args.ftrl_beta)
     return Run(layout, meta, loss, spec, model, opt, base_lr, lr,
                lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None, batch, info["n_train"])
 

@@ -98,6 +98,14 @@ class AllreduceCommunicator(Communicator):
         rank's buffer only. Returns the part (lo, hi)."""
         return self.shared.sum_own_(start)
 
+    def shared_zeros(self, shape, dtype):
+        """A zeroed array held once by the node and shared by its ranks (see SharedGradients.zeros)."""
+        return self.shared.zeros(shape, dtype)
+
+    @property
+    def node_rank(self):
+        return self.shared.rank
+
     def fence_params(self):
         """Every rank's writes to the shared parameters so far are seen by every rank."""
         self.shared.fence_params()

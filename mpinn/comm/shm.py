@@ -37,6 +37,7 @@ class SharedGradients:
         self.leaders, self.nodes = leaders, int(nodes)
         self.win = self.buf = self._acc = None
         self.params_win = self.params = None      # the node's one copy of the parameters (share)
+        self.state_wins = []                      # the node's one copy of the optimizer state (zeros)
         self._at_exit = False
 
     def slot(self, n, dtype):
@@ -63,10 +64,11 @@ class SharedGradients:
         """Free the window and the communicators (collective; idempotent)."""
         if MPI.Is_finalized():
             return
-        for w in (self.params_win, self.win):
+        for w in [self.params_win, self.win] + self.state_wins:
             if w is not None:
                 w.Unlock_all()
                 w.Free()
+        self.state_wins = []
         for c in (self.node, self.leaders):
             if c is not None:
                 c.Free()
@@ -94,8 +96,25 @@ class SharedGradients:
         self.fence_params()
         return shared
 
+    def zeros(self, shape, dtype):
+        """A zeroed array the node's ranks share (a window held by node rank 0), e.g. optimizer
+        state of which each rank updates its part. Collective on the node; freed with the others."""
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape))
+        win = MPI.Win.Allocate_shared(n * dtype.itemsize if self.rank == 0 else 0, dtype.itemsize, comm=self.node)
+        win.Lock_all(MPI.MODE_NOCHECK)
+        self.state_wins.append(win)
+        mem, _ = win.Shared_query(0)
+        arr = check_buffer(np.frombuffer(mem, dtype=dtype, count=n), dtype, n, "shared optimizer state")
+        if self.rank == 0:
+            arr.fill(0)
+        self._fence(win)
+        return arr.reshape(shape)
+
     def fence_params(self):
-        """Every rank's writes to the shared parameters so far are seen by every rank."""
+        """Every rank's writes to the shared parameters (and optimizer state) so far are seen by every rank."""
+        for w in self.state_wins:
+            w.Sync()
         self._fence(self.params_win)
 
     def part(self, start, n):
