@@ -159,7 +159,7 @@ def train_from_args(args, comm=None):
     if args.timeline:
         trainer.write_timeline(args.timeline)
     summary = trainer.summary()
-    comm.release_(run.model)      # the returned model owns its arrays; shared-memory windows are freed
+    trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
     params = trainer.gather_towers() if towers else run.model.params
     summary = comm.bcast_obj(summary)
     result = TrainResult(history, history[-1].get("valid", {}) if history else {}, summary, run.model,
