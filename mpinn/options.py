@@ -126,7 +126,7 @@ def build_train_parser():
                         "momentum and adam it is their lazy variant. dense: every row every step with the "
                         "exact dense formulas (exact dense Adam, decay of every row), slow for a large table")
     o.add_argument("--lr", type=positive_float, default=None,
-                   help="learning rate (default: sgd 0.3, momentum 0.03, adam 0.002, adagrad 0.05, ftrl 0.05)")
+                   help="learning rate (default: sgd 0.3, momentum 0.03, adam 0.002, adagrad 0.01, ftrl 1.0)")
     o.add_argument("--momentum", type=nonneg_float, default=0.9)
     o.add_argument("--weight-decay", type=nonneg_float, default=0.0, help="L2 lambda on weights (not biases)")
     o.add_argument("--adagrad-rowwise", action="store_true",

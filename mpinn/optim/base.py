@@ -160,18 +160,21 @@ class Optimizer:
         The table's rows are weights: lazy L2 adds lam * w to the touched rows' gradient."""
         rows = rows.coalesced()
         ids, g = rows.ids, rows.rows
-        p = table[ids]
+        xp, k, shape = self.xp, ids.shape[0], (self.n_rows, self.width)
+        p = xp.take(table, ids, axis=0, out=self.scratch("rows_p", (k, self.width), table.dtype))
         if self.weight_decay:
             g += p.dtype.type(self.weight_decay) * p
-        shape = (self.n_rows, self.width)
-        st = {k: self.arrays[k][:self.table_size].reshape(shape)[ids] for k in self.element_state}
-        rst = {k: self.arrays[k][ids] for k in self.row_state}
+        st = {}
+        for name in self.element_state:
+            full = self.arrays[name][:self.table_size].reshape(shape)
+            st[name] = xp.take(full, ids, axis=0, out=self.scratch("rows_" + name, (k, self.width), full.dtype))
+        rst = {name: self.arrays[name][ids] for name in self.row_state}
         self.update_(p, g, st, True, rst)
         table[ids] = p
-        for k in self.element_state:
-            self.arrays[k][:self.table_size].reshape(shape)[ids] = st[k]
-        for k in self.row_state:
-            self.arrays[k][ids] = rst[k]
+        for name in self.element_state:
+            self.arrays[name][:self.table_size].reshape(shape)[ids] = st[name]
+        for name in self.row_state:
+            self.arrays[name][ids] = rst[name]
 
     def update_(self, p, g, st, weight, row_st):
         """The optimizer's formula, in place on p and on its state views st (and, for table rows,
