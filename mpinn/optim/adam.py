@@ -23,6 +23,15 @@ class Adam(Optimizer):
         super().__init__(size, xp, lr, **kw)
         self.b1, self.b2, self.eps = float(beta1), float(beta2), float(eps)
 
+    def _corrections(self, t_max, dtype):
+        """sqrt(1 - b2^t) / (1 - b1^t) for t = 0..t_max (index 0 unused), kept and grown as needed."""
+        c = getattr(self, "_bias", None)
+        if c is None or c.shape[0] <= t_max or c.dtype != dtype:
+            t = np.arange(max(2 * t_max, 1024), dtype=np.float64)
+            t[0] = 1
+            c = self._bias = self.xp.asarray((np.sqrt(1 - self.b2 ** t) / (1 - self.b1 ** t)).astype(dtype))
+        return c
+
     def update_(self, p, g, st, weight, row_st):
         xp, f = self.xp, p.dtype.type
         m, v = st["m"], st["v"]
@@ -32,8 +41,7 @@ class Adam(Optimizer):
         else:
             t = row_st["t_row"]
             t += 1
-            tt = xp.asarray(t, dtype=np.float64)
-            step = (self.lr * xp.sqrt(1 - self.b2 ** tt) / (1 - self.b1 ** tt)).astype(p.dtype)[:, None]
+            step = self._corrections(int(t.max()), p.dtype)[t][:, None] * f(self.lr)
         m *= f(self.b1)
         xp.multiply(g, f(1 - self.b1), out=tmp)
         m += tmp
