@@ -151,7 +151,8 @@ def train_from_args(args, comm=None):
     trainer.start()
     if comm.size > 1 and comm.transport_note:
         say("gradients: %s" % comm.transport_note + (
-            "; parameters: one copy for the node, each rank steps its part" if trainer.shared_params else ""))
+            "; parameters and optimizer state: one copy per node, each rank steps its part"
+            if trainer.shared_params else ""))
     watchdog.disarm()
     say(describe_run(args, comm, run, towers))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))

@@ -32,9 +32,10 @@ class SharedGradients:
     the network, but MPICH's own Allreduce is already node-aware: the bytes came out the same
     (tests/cluster/test_multihost.py), which is why auto leaves multi-node jobs to MPI_Allreduce."""
 
-    def __init__(self, node, leaders, nodes):
+    def __init__(self, node, leaders, nodes, peers=None):
         self.node, self.rank, self.size = node, node.Get_rank(), node.Get_size()
         self.leaders, self.nodes = leaders, int(nodes)
+        self.peers = peers          # the ranks at this rank's place on every node (equal node sizes)
         self.win = self.buf = self._acc = None
         self.params_win = self.params = None      # the node's one copy of the parameters (share)
         self.state_wins = []                      # the node's one copy of the optimizer state (zeros)
@@ -69,10 +70,10 @@ class SharedGradients:
                 w.Unlock_all()
                 w.Free()
         self.state_wins = []
-        for c in (self.node, self.leaders):
+        for c in (self.node, self.leaders, self.peers):
             if c is not None:
                 c.Free()
-        self.win = self.params_win = self.params = self.buf = self.node = self.leaders = None
+        self.win = self.params_win = self.params = self.buf = self.node = self.leaders = self.peers = None
         self.slots = []
 
     def holds(self, buf):
@@ -125,14 +126,26 @@ class SharedGradients:
 
     def sum_own_(self, start=0):
         """Shared parameters: sum this rank's part of elements start: over every slot, into this
-        rank's slot only (no rank reads it but this one). Returns the part (lo, hi)."""
+        rank's slot only (no rank reads it but this one); on several nodes, then over the ranks
+        with the same part on the other nodes (one Allreduce of the part). Returns the part (lo, hi)."""
         lo, hi = self.part(start, self.n)
         self._fence()                       # every rank's gradient is written
         mine = self.buf[lo:hi]
         for p in range(self.size):
             if p != self.rank:
                 mine += self.slots[p][lo:hi]
+        if self.peers is not None:
+            check_buffer(mine, mine.dtype, hi - lo, "part of the node's gradient sum")
+            self.peers.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
         return lo, hi
+
+    def bcast_params_(self):
+        """Every node's copy of the parameters takes world rank 0's (the first leader's)."""
+        self.fence_params()
+        if self.nodes > 1 and self.leaders is not None:
+            check_buffer(self.params, self.params.dtype, self.params.size, "shared parameters")
+            self.leaders.Bcast(self.params, root=0)
+        self.fence_params()
 
     def _fence(self, win=None):
         win = win if win is not None else self.win

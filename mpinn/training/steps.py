@@ -180,19 +180,21 @@ class OverlapStep(ReduceStep):
 
 
 class SharedStep(Step):
-    """One node, one copy of the parameters and of the optimizer state: the gradients are summed in
+    """One copy of the parameters and of the optimizer state per node: the gradients are summed in
     shared memory, each rank summing and stepping only its part of the dense buffer and of the sparse
     block's rows (ids split in P ranges), so the update work is split P ways and the state (momentum,
     Adam's moments, Adagrad's and FTRL's accumulators) is held once on the node, each rank updating
     its part of it (ZeRO-1's partition, inside the node). The verdict and the loss travel in one
     16-byte Allreduce before anything is stepped, so a skipped step changes nothing anywhere; a
     Barrier after the update keeps every rank from reading parameters that are still being stepped.
-    Element by element, the same arithmetic as the other paths."""
+    Element by element, the same arithmetic as the other paths. On several nodes (every node with as
+    many ranks), each rank's part of the sum is completed with one Allreduce among the ranks with the
+    same part on the other nodes, and every node steps its own copy the same way."""
 
     shares_params = True
 
     def broadcast_params_(self):
-        self.comm.fence_params()    # one copy: rank 0's writes (a restore) need only be made visible
+        self.comm.bcast_shared_params_()    # one copy per node: rank 0's (a restore) to the other nodes
 
     def __call__(self, local, n_global, step):
         model, comm, opt = self.model, self.comm, self.optimizer
