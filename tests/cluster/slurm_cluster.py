@@ -171,6 +171,8 @@ AuthType=auth/munge
 CredType=cred/munge
 # cred_expire: also how long a requeued job waits before it may start again (default 120 s)
 AuthInfo=socket={d}/run/munge.sock,cred_expire=5
+# ... and the schedulers look for it every second (defaults: the main loop 60 s, backfill 30 s)
+SchedulerParameters=sched_interval=1,bf_interval=1
 StateSaveLocation={d}/state
 SlurmdSpoolDir={d}/spool/%n
 SlurmctldPidFile={d}/run/slurmctld.pid

