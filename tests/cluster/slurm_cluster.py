@@ -332,11 +332,13 @@ class Slurm:
 
     # ------------------------------------------------------------ teardown
     def step_processes(self):
-        """Every process in the nodes' namespaces other than the slurmd themselves: stepds, batch
-        scripts, ranks."""
-        slurmds = {p for n, d in self.daemons.items() if n.startswith("slurmd-") for p in [d.pid] + descendants(d.pid)
-                   if "slurmd" in read_proc(p, "cmdline").split(" ")[0]}
-        return [p for ns in self.nodes if ns in netns_names()
+        """Every process in the nodes' namespaces but the slurmd themselves: stepds, batch scripts, ranks."""
+        slurmds = set()
+        for name, reaper in self.daemons.items():
+            if name.startswith("slurmd-"):
+                slurmds.update(p for p in descendants(reaper.pid) if read_proc(p, "comm").strip() == "slurmd")
+        present = netns_names()
+        return [p for ns in self.nodes if ns in present
                 for p in map(int, sh("ip", "netns", "pids", ns, check=False).stdout.split()) if p not in slurmds]
 
     def end_jobs(self, wait_s=15):
@@ -358,13 +360,13 @@ class Slurm:
                 self.end_jobs()
             except Exception:       # noqa: BLE001 - a broken controller must not stop the teardown
                 pass
-            for name, proc in self.daemons.items():
+            for proc in self.daemons.values():
                 if proc.poll() is None:
                     try:
                         os.kill(proc.pid, signal.SIGTERM)
                     except ProcessLookupError:
                         pass
-            for name, proc in self.daemons.items():
+            for proc in self.daemons.values():
                 try:
                     proc.wait(10)
                 except subprocess.TimeoutExpired:
