@@ -132,9 +132,13 @@ def train_from_args(args, comm=None):
     """Train as `python -m mpinn.train` does, from its parsed options (an argparse Namespace).
     Collective: every rank calls it. Returns a TrainResult on every rank."""
     from mpinn.comm import create_communicator
-    from mpinn.comm.guard import NoWatchdog, Watchdog
+    from mpinn.comm.guard import NoWatchdog, Watchdog, world_rank_size
+    from mpinn.comm.node import unwired_srun
 
     towers = check_options(args)
+    unwired = unwired_srun(world_rank_size()[1], os.environ)
+    if unwired:     # before anything is read or written: N lone copies would all write the same files
+        raise MpinnError(unwired, collective=True)
     comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold,
                                compress=args.compress, device=args.device, transport=args.comm)
     if comm.backend.device is not None and args.grad_accum > 1:     # its row coalescing is host code
