@@ -135,9 +135,13 @@ def train_from_args(args, comm=None):
     """Train as `python -m mpinn.train` does, from its parsed options (an argparse Namespace).
     Collective: every rank calls it. Returns a TrainResult on every rank."""
     from mpinn.comm import create_communicator
-    from mpinn.comm.guard import NoWatchdog, Watchdog
+    from mpinn.comm.guard import NoWatchdog, Watchdog, world_rank_size
+    from mpinn.comm.node import unwired_srun
 
     towers = check_options(args)
+    unwired = unwired_srun(world_rank_size()[1], os.environ)
+    if unwired:     # before anything is read or written: N lone copies would all write the same files
+        raise MpinnError(unwired, collective=True)
     comm = create_communicator("tower" if towers else args.reduce, comm, sparse_threshold=args.sparse_threshold,
                                compress=args.compress, device=args.device, transport=args.comm)
     if comm.backend.device is not None and args.grad_accum > 1:     # its row coalescing is host code
@@ -155,7 +159,8 @@ def train_from_args(args, comm=None):
     trainer.start()
     if comm.size > 1 and comm.transport_note:
         say("gradients: %s" % comm.transport_note + (
-            "; parameters: one copy for the node, each rank steps its part" if trainer.shared_params else ""))
+            "; parameters and optimizer state: one copy per node, each rank steps its part"
+            if trainer.shared_params else ""))
     watchdog.disarm()
     say(describe_run(args, comm, run, towers))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
@@ -163,7 +168,7 @@ def train_from_args(args, comm=None):
     if args.timeline:
         trainer.write_timeline(args.timeline)
     summary = trainer.summary()
-    comm.release_(run.model)      # the returned model owns its arrays; shared-memory windows are freed
+    trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
     kept = len(history)           # the epoch whose parameters are kept: the best one with --keep best
     if trainer.best_params is not None and args.keep == "best":
         run.model.params[...] = trainer.best_params
@@ -229,7 +234,7 @@ def build(args, comm, info, towers):
     from mpinn.batch import Layout
     from mpinn.model import MLP
     from mpinn.defaults import model_shape, resolve
-    from mpinn.optim import create_optimizer, lr_schedule
+    from mpinn.optim import DEFAULT_LR, create_optimizer, lr_schedule
     from mpinn.schedule import with_decay
     layout = Layout(**info["layout"])
     meta = info["meta"]
@@ -241,7 +246,7 @@ def build(args, comm, info, towers):
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
     model = MLP(spec, comm.backend).init_(args.seed + (comm.rank if towers else 0))
-    filled = resolve(args, model_shape(layout.n_sparse, meta["task"]), info["n_train"])
+    filled = resolve(args, model_shape(layout.n_sparse, meta["task"]), info["n_train"], DEFAULT_LR)
     if towers or not info["has_valid"]:     # nothing to pick the best epoch by: the last one, no stopping
         if args.early_stop and "early_stop" not in filled:
             raise MpinnError("--early-stop needs %s" % ("--parallel data" if towers else
@@ -255,7 +260,8 @@ def build(args, comm, info, towers):
     total = args.epochs * -(-info["n_train"] // batch)
     lr_at = with_decay(lr_at, args.lr_decay, total, args.warmup_steps)
     opt = create_optimizer(args.optimizer, model.size, comm.backend.xp, lr, args.weight_decay, model.weight_slices,
-                           args.momentum)
+                           args.momentum, table=model.table, hashed_update=args.hashed_update,
+                           adagrad_rowwise=args.adagrad_rowwise, l1=args.l1, l2=args.l2, ftrl_beta=args.ftrl_beta)
     varies = args.lr_scaling != "none" or args.warmup_steps or args.lr_decay != "none"
     return Run(layout, meta, loss, spec, model, opt, base_lr, lr, lr_at if varies else None, batch, info["n_train"])
 

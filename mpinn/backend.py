@@ -51,12 +51,16 @@ class CupyBackend(Backend):
         return isinstance(a, self.cupy.ndarray)
 
     def batch_to_device(self, batch):
-        if batch.y is None or self.is_device_array(batch.y):
+        """The batch on this GPU (each part that is still on the host is copied; labels may be None,
+        as when predicting on unlabelled rows)."""
+        on_host = [a for a in (batch.Xd, batch.y) if a is not None and not self.is_device_array(a)]
+        if not on_host and (batch.Xs is None or self.sparse.issparse(batch.Xs)):
             return batch
         cp = self.cupy
         return dataclasses.replace(
             batch, Xs=self.sparse.csr_matrix(batch.Xs) if batch.Xs is not None else None,
-            Xd=cp.asarray(batch.Xd) if batch.Xd is not None else None, y=cp.asarray(batch.y))
+            Xd=cp.asarray(batch.Xd) if batch.Xd is not None else None,
+            y=cp.asarray(batch.y) if batch.y is not None else None)
 
     def synchronize(self):
         self.cupy.cuda.get_current_stream().synchronize()
@@ -101,9 +105,17 @@ class CupyBackend(Backend):
         return out
 
     def nccl(self):
-        """cupy's NCCL binding (cupy.cuda.nccl), for the nccl transport of mpinn.comm.gpu."""
+        """cupy's NCCL binding (cupy.cuda.nccl), for the nccl transport of mpinn.comm.gpu. Importing it
+        does not fail when libnccl is missing: it sets nccl.available = False, refused here."""
         from cupy.cuda import nccl
+        if not getattr(nccl, "available", True):
+            raise RuntimeError("cupy.cuda.nccl.available is False (no NCCL library was found)")
         return nccl
+
+    def device_key(self):
+        """(host, PCI bus id) of this process's GPU: two ranks with the same key share one GPU."""
+        import socket
+        return socket.gethostname(), self.cupy.cuda.Device(self.device).pci_bus_id
 
 
 def to_host(a):

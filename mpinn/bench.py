@@ -21,6 +21,18 @@ from mpinn.workloads import WORKLOADS  # noqa: E402
 _CLK = os.sysconf("SC_CLK_TCK")
 
 
+def pss_mb():
+    """This process's proportional set size: shared pages counted in part, so the ranks' sum is the
+    node's memory (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+
+
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -73,7 +85,7 @@ def run(args):
     from mpinn.comm import create_communicator, split_counts
     from mpinn.comm.node import mpi_library_version
     from mpinn.model import MLP
-    from mpinn.optim import create_optimizer
+    from mpinn.optim import DEFAULT_LR, create_optimizer
     from mpinn.training import Trainer
 
     t_start = time.perf_counter()
@@ -87,7 +99,9 @@ def run(args):
     model = MLP(wl.spec)
     if rank0:
         model.set_params(wl.init())
-    opt = create_optimizer("sgd", model.size, model.xp, wl.lr, weight_slices=model.weight_slices)
+    lr = args.lr or (wl.lr if args.optimizer == "sgd" else DEFAULT_LR[args.optimizer])
+    opt = create_optimizer(args.optimizer, model.size, model.xp, lr, weight_slices=model.weight_slices,
+                           table=model.table)
     trainer = Trainer(model, opt, comm, wl.layout, B, verbose=False, average_every=args.average_every,
                       overlap=args.overlap)
     trainer.start()
@@ -165,20 +179,21 @@ def run(args):
         null_ms = (time.perf_counter() - tc) / args.timing_steps * 1e3
         comm.barrier()
 
-    infos = comm.gather_obj({"rss": peak_rss_mb(), "per": per, "own_cpu": own_cpu, "null_ms": null_ms})
+    infos = comm.gather_obj({"rss": peak_rss_mb(), "pss": pss_mb(), "per": per, "own_cpu": own_cpu, "null_ms": null_ms})
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
     variant = (" " + getattr(comm, "transport", "") if args.reduce == "allreduce" else "") + (
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
-        " avg%d" % args.average_every if args.average_every else "")
+        " avg%d" % args.average_every if args.average_every else "") + (
+        " " + args.optimizer if args.optimizer != "sgd" else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
         "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
         "input": args.input, "comm": getattr(comm, "transport", None),
-        "launcher": "mpiexec", "global_batch": B, "lr": wl.lr,
+        "launcher": "mpiexec", "global_batch": B, "lr": lr, "optimizer": args.optimizer,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
         "compute_ms": per["compute"] + per["update"], "comm_ms": per["data"] + per["comm"],
@@ -193,6 +208,7 @@ def run(args):
         "grad_exchange": comm.last_exchange,
         "peak_rss_mb_per_rank": [round(i["rss"], 1) for i in infos],
         "peak_rss_mb_max": round(max(i["rss"] for i in infos), 1),
+        "pss_mb_per_rank": [i["pss"] and round(i["pss"], 1) for i in infos],
         "loss_initial": loss0, "loss_final": loss_final, "loss_eval_rows": wl.eval_rows,
         "train_loss_last10_mean_rank0": float(np.mean(last)) if last else None,
         "load": lw.summary(sum(i["own_cpu"] for i in infos)), "setup_s": setup_s,
@@ -280,6 +296,10 @@ def build_parser():
     p.add_argument("--no-prefetch", dest="prefetch", action="store_false",
                    help="scatter each batch when its step starts (default: post the next batch's "
                         "Iscatterv before this step computes, as training does)")
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "adam", "adagrad", "ftrl"],
+                   help="the optimizer (default sgd, as the peers); the others at their default learning "
+                        "rate (see python -m mpinn.train --help), so their loss_final is not the peers'")
+    p.add_argument("--lr", type=float, help="learning rate (default: the workload's for sgd)")
     p.add_argument("--steps", type=positive_int, help="total steps (default: the workload's)")
     p.add_argument("--warmup", type=int, help="untimed steps first (default: the workload's)")
     p.add_argument("--timing-steps", type=int, default=30,

@@ -8,6 +8,7 @@ import numpy as np
 
 from mpinn import __version__
 from mpinn.backend import to_host
+from mpinn.process import follow_umask
 from mpinn.config import ModelSpec, MpinnError
 
 FORMAT = "mpinn-model-1"
@@ -27,6 +28,7 @@ def _write_npz_atomically(path, prefix, header, arrays):
     fsync, rename. A crash leaves the old file or the new one, and at most a stray temporary."""
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".npz", dir=os.path.dirname(os.path.abspath(path)))
     try:
+        follow_umask(fd)
         with os.fdopen(fd, "wb") as f:
             np.savez(f, header=np.array(json.dumps(header)),
                      **{k: np.ascontiguousarray(to_host(v)) for k, v in arrays.items()})

@@ -16,7 +16,7 @@ DEFAULTS = {
     "regression": {"optimizer": "adam", "lr": 0.003, "batch_size": "auto", "epochs": 30, "lr_decay": "none",
                    "early_stop": 3},
 }
-# the learning rate of an optimizer chosen by name without --lr
+# the learning rate of an optimizer chosen by name without --lr (api passes mpinn.optim.DEFAULT_LR)
 LR_OF = {"sgd": 0.3, "momentum": 0.03, "adam": 0.002}
 
 
@@ -38,7 +38,7 @@ def auto_batch(n_train):
     return int(min(1024, max(128, 2 ** int(math.floor(math.log2(max(n_train, 1) / 250.0))))))
 
 
-def resolve(args, shape, n_train):
+def resolve(args, shape, n_train, lr_of=None):
     """Fill the options left unset (None) with the shape's defaults; an optimizer named without --lr
     gets that optimizer's rate. Returns the names of the options filled in."""
     d = default_optimizer(shape)
@@ -47,7 +47,7 @@ def resolve(args, shape, n_train):
         args.optimizer = d["optimizer"]
         filled.append("optimizer")
     if args.lr is None:     # the shape's rate goes with the shape's optimizer, not with one named
-        args.lr = d["lr"] if "optimizer" in filled else LR_OF[args.optimizer]
+        args.lr = d["lr"] if "optimizer" in filled else (lr_of or LR_OF)[args.optimizer]
         filled.append("lr")
     if args.batch_size is None and not args.batch_per_rank:
         args.batch_size = auto_batch(n_train) if d["batch_size"] == "auto" else d["batch_size"]

@@ -195,6 +195,8 @@ def format_report(rep):
     hosts = sorted({r["host"] for r in records})
     lines = ["mpinn doctor: %d rank%s on %d host%s, %s" % (
         len(records), "s"[:len(records) != 1], len(hosts), "s"[:len(hosts) != 1], records[0]["mpi"])]
+    if rep.get("launcher"):
+        lines.append("launcher: " + rep["launcher"])
     if rep.get("hostfile"):
         lines.append("hostfile: " + rep["hostfile"]["description"])
     cols = [("rank", "rank"), ("host", "host"), ("local", None), ("python", "python"), ("numpy", "numpy"),
@@ -234,8 +236,11 @@ def format_report(rep):
 
 
 def run(args):
-    from mpinn.comm import create_communicator
+    from mpinn.comm import create_communicator, node
     comm = create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
+    unwired = node.unwired_srun(comm.size, os.environ)
+    if unwired:
+        raise MpinnError(unwired, collective=True)
     rank0 = comm.rank == 0
     path = args.hostfile or os.environ.get("HYDRA_HOST_FILE")
     # read on rank 0 only (the file may exist there alone), then known to every rank, which must all
@@ -265,6 +270,7 @@ def run(args):
     lat = time_allreduce(comm, 1, args.dtype, max(args.repeats, 20))
     step = time_step(comm, args, spec, args.repeats) if spec is not None else None
     rep = {"mpinn": __version__, "size": comm.size, "hosts": sorted({r["host"] for r in records}),
+           "launcher": node.slurm_step(os.environ),
            "ranks": records, "hostfile": hostfile, "differences": problems, "allreduce": ar,
            "latency": lat, "step": step, "warnings": warnings, "problems": problems,
            "ok": not problems}

@@ -55,6 +55,7 @@ class MLP:
         self.W, self.b = self._views(self.params)
         self.gW, self.gb = self._views(self.grads)
         self.dense_start = spec.n_sparse * sizes[1]
+        self.table = (spec.n_sparse, sizes[1]) if spec.n_sparse else (0, 0)    # the hashed block's rows x width
         self.weight_slices = [(o, o + math.prod(s)) for o, s in zip(offsets, self.shapes) if len(s) == 2]
 
     def use_grad_buffer(self, buf):

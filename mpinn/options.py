@@ -146,15 +146,34 @@ def build_train_parser():
                    help="head; auto: softmax (multiclass), sigmoid (binary), squared (regression)")
     m.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     o = p.add_argument_group("optimisation")
-    o.add_argument("--optimizer", default=None, choices=["sgd", "momentum", "adam"],
-                   help="sgd updates only the rows of the sparse layer a batch touches; momentum and adam "
-                        "update every row every step (exact, but slow for a large hashed layer). Default: "
-                        "by model shape, see the epilog")
+    o.add_argument("--optimizer", default=None, choices=["sgd", "momentum", "adam", "adagrad", "ftrl"],
+                   help="default: by model shape, see the epilog. sgd: p -= lr g. momentum: heavy ball (--momentum). adam: Kingma and Ba (on the hashed "
+                        "block lazy: a row's m and v advance only on the steps that touch it, and its bias "
+                        "correction counts those steps). adagrad: per element (--adagrad-rowwise: one "
+                        "accumulator per hashed row). ftrl: FTRL-Proximal per coordinate (McMahan et al. "
+                        "2013; --lr is its alpha, --ftrl-beta, --l1, --l2), the classic click-through-rate "
+                        "optimizer; --l1 makes hashed weights exactly zero. Every optimizer updates only the "
+                        "rows of the hashed block a batch touched (see --hashed-update); with several ranks "
+                        "on a node, the parameters and the optimizer state are held once for the node and "
+                        "each rank updates its part")
+    o.add_argument("--hashed-update", default="lazy", choices=["lazy", "dense"],
+                   help="lazy (default): each step updates only the hashed block's rows the batch touched, "
+                        "and only their optimizer state; weight decay there is lazy L2 (added to the touched "
+                        "rows' gradient). For sgd, adagrad and ftrl this equals the dense update exactly; for "
+                        "momentum and adam it is their lazy variant. dense: every row every step with the "
+                        "exact dense formulas (exact dense Adam, decay of every row), slow for a large table")
     o.add_argument("--lr", type=positive_float, default=None,
                    help="learning rate (default: the model shape's, see the epilog; an optimizer named "
-                        "without --lr: sgd 0.3, momentum 0.03, adam 0.002)")
+                        "without --lr: sgd 0.3, momentum 0.03, adam 0.002, adagrad 0.01, ftrl 1.0)")
     o.add_argument("--momentum", type=nonneg_float, default=0.9)
     o.add_argument("--weight-decay", type=nonneg_float, default=0.0, help="L2 lambda on weights (not biases)")
+    o.add_argument("--adagrad-rowwise", action="store_true",
+                   help="adagrad: one accumulator per row of the hashed block (the mean of the row's squared "
+                        "gradient is added to it, as FBGEMM's row-wise Adagrad): 1/width of the state")
+    o.add_argument("--l1", type=nonneg_float, default=0.0, help="ftrl: L1 strength on the weights (default 0)")
+    o.add_argument("--l2", type=nonneg_float, default=0.0, help="ftrl: L2 strength on the weights (default 0)")
+    o.add_argument("--ftrl-beta", type=nonneg_float, default=1.0, help="ftrl: beta of the per-coordinate "
+                   "learning rate alpha / (beta + sqrt(n)) (default 1)")
     o.add_argument("--batch-size", type=positive_int, default=None,
                    help="GLOBAL batch, split over the ranks (default: by model shape, see the epilog)")
     o.add_argument("--batch-per-rank", type=positive_int, default=None,

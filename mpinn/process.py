@@ -1,6 +1,7 @@
 """The process itself: BLAS threads per rank, glibc heap settings, and the one-process entry point's error handling.
 Nothing here may import numpy at module level: pin_threads must run before numpy loads its BLAS."""
 import os
+import re
 import sys
 
 from mpinn.config import MpinnError
@@ -9,17 +10,46 @@ BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 def pin_threads(threads=None):
-    """The one BLAS thread policy (call it before numpy loads its BLAS). threads=None: several ranks
-    per machine get an equal share of the cores each, unless the user set the variables; an int
-    (the benchmark's 1): exactly that many, whatever the environment says."""
+    """The one BLAS thread policy (call it before numpy loads its BLAS). threads=None: the ranks on a
+    machine share its cores (under Slurm: the cores the job was given there) equally, unless the user
+    set the variables; an int (the benchmark's 1): exactly that many, whatever the environment says."""
     if threads is not None:
         for var in BLAS_THREAD_VARS:
             os.environ[var] = str(int(threads))
         return
-    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
-    if local and int(local) > 1:
+    share = blas_share(os.environ, os.cpu_count() or 1)
+    if share:
         for var in BLAS_THREAD_VARS:
-            os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // int(local))))
+            os.environ.setdefault(var, str(share))
+
+
+def blas_share(env, cores):
+    """BLAS threads per rank from what the launcher says (None: leave BLAS its default): the host's
+    cores, or Slurm's SLURM_CPUS_ON_NODE, divided by the ranks on this host (hydra's MPI_LOCALNRANKS,
+    Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, or srun's tasks on this node)."""
+    local = env.get("MPI_LOCALNRANKS") or env.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    local = int(local) if local else slurm_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE"), env.get("SLURM_NODEID"))
+    slurm_cores = env.get("SLURM_CPUS_ON_NODE", "")
+    if slurm_cores.isdigit():
+        return max(1, int(slurm_cores) // (local or 1))
+    return max(1, cores // local) if local and local > 1 else None
+
+
+def slurm_tasks_on_node(spec, node_id):
+    """srun's tasks on node number node_id, from SLURM_STEP_TASKS_PER_NODE ('2(x3),1': 2 tasks on
+    each of nodes 0-2, 1 on node 3); None if either is missing or malformed."""
+    if not spec or not (node_id or "").isdigit():
+        return None
+    node = int(node_id)
+    for part in spec.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            return None
+        count, repeat = int(m.group(1)), int(m.group(2) or 1)
+        if node < repeat:
+            return count
+        node -= repeat
+    return None
 
 
 def run_one_process(run, args):
@@ -63,3 +93,11 @@ def reusing_heap(mmap_threshold=32 << 20, trim_threshold=256 << 20):
     page faults for every temporary of every step: on W2 at np 2 that was 0.7 ms of rank 1's 4.4 ms
     step, and the whole job waited for it. No-op where there is no glibc."""
     return _mallopt((M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold))
+
+
+def follow_umask(fd):
+    """Give a file made by mkstemp (mode 0600, meant for secrets) the mode an ordinary new file gets,
+    0666 less the umask, so colleagues on a shared cluster can read models and packed files."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)

@@ -1,9 +1,11 @@
 """For the multi-rank tests (mpi_*.py, run only under mpiexec by tests/test_mpi.py): the world
 communicator and `agree`, which makes every rank fail a test together so the next test's collectives
-stay aligned; toy_data, the small mixed data set they train on. conftest.py silences pytest's output on ranks > 0 in that run."""
+stay aligned; toy_data, the small mixed data set they train on; make_optimizer, every optimizer by name. conftest.py silences pytest's output on ranks > 0 in that run."""
 import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
+
+from mpinn.optim import create_optimizer
 
 COMM = MPI.COMM_WORLD
 
@@ -25,3 +27,15 @@ def toy_data(n=40, n_sparse=64, n_dense=3, k=3, seed=5):
     Xd = rng.standard_normal((n, n_dense))
     y = rng.integers(0, k, n)
     return Xs, Xd, y
+
+
+OPTIMIZERS = ["sgd", "momentum", "adam", "adam-dense", "adagrad", "adagrad-rowwise", "ftrl"]
+
+
+def make_optimizer(name, model, lr=0.05, weight_decay=0.0):
+    """An optimizer by test name: adam-dense is --hashed-update dense, adagrad-rowwise --adagrad-rowwise,
+    ftrl has some L1 and L2."""
+    kw = {"adam-dense": dict(hashed_update="dense"), "adagrad-rowwise": dict(adagrad_rowwise=True),
+          "ftrl": dict(l1=1e-3, l2=1e-2)}.get(name, {})
+    return create_optimizer(name.split("-")[0], model.size, np, lr, weight_decay, model.weight_slices,
+                            table=model.table, **kw)

@@ -33,8 +33,13 @@ class AllreduceCommunicator(Communicator):
         use = transport == "shm" or (transport == "auto" and one_node and self.size > 1 and self.compressed is None)
         if use:
             leaders = self.comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, self.rank)
-            self.shared = SharedGradients(node, None if leaders == MPI.COMM_NULL else leaders,
-                                          self.comm.allreduce(int(node.Get_rank() == 0)))
+            nodes = self.comm.allreduce(int(node.Get_rank() == 0))
+            # the ranks with the same place on every node, when every node has as many ranks: they
+            # complete each other's parts of a node's one parameter copy (share_params_)
+            even = nodes > 1 and self.comm.allreduce(node.Get_size(), op=MPI.MIN) == \
+                self.comm.allreduce(node.Get_size(), op=MPI.MAX)
+            peers = self.comm.Split(node.Get_rank(), self.rank) if even else None
+            self.shared = SharedGradients(node, None if leaders == MPI.COMM_NULL else leaders, nodes, peers)
         else:
             node.Free()
         self.transport, self.transport_asked = ("shm" if use else "mpi"), transport
@@ -83,7 +88,8 @@ class AllreduceCommunicator(Communicator):
         """Collective: on one node with shared-memory gradients, the model's parameters become one
         copy for the node (see SharedGradients.share). False (nothing changed) otherwise."""
         sh = self.shared
-        if sh is None or sh.nodes != 1 or self.size == 1 or not sh.holds(model.grad_buffer):
+        if (sh is None or self.size == 1 or not sh.holds(model.grad_buffer) or sh.size == 1
+                or (sh.nodes > 1 and sh.peers is None)):
             return False
         model.use_param_buffer(sh.share(model.params))
         return True
@@ -98,9 +104,21 @@ class AllreduceCommunicator(Communicator):
         rank's buffer only. Returns the part (lo, hi)."""
         return self.shared.sum_own_(start)
 
+    def shared_zeros(self, shape, dtype):
+        """A zeroed array held once by the node and shared by its ranks (see SharedGradients.zeros)."""
+        return self.shared.zeros(shape, dtype)
+
+    @property
+    def node_rank(self):
+        return self.shared.rank
+
     def fence_params(self):
         """Every rank's writes to the shared parameters so far are seen by every rank."""
         self.shared.fence_params()
+
+    def bcast_shared_params_(self):
+        """At start: every node's copy of the parameters takes rank 0's (initial or restored)."""
+        self.shared.bcast_params_()
 
     def reduce_gradients_(self, grad_buffer, sparse=None):
         start, reduced = self.rows_or_dense_(grad_buffer, sparse)

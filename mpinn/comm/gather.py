@@ -2,7 +2,8 @@
 import numpy as np
 
 from mpinn.comm.base import Communicator
-from mpinn.comm.buffers import check_buffer
+from mpinn.batch import SparseRows
+from mpinn.comm.buffers import check_buffer, displs
 
 
 class GatherCommunicator(Communicator):
@@ -18,7 +19,36 @@ class GatherCommunicator(Communicator):
         self._recv = None
 
     def reduce_gradients_(self, grad_buffer, sparse=None):
-        assert sparse is None, "the gather strategy moves dense gradients"
+        """Dense gradients, or, for an optimizer that updates only the touched rows of the hashed
+        block (sparse given), those rows gathered apart: rank 0 gets every rank's rows in rank order."""
+        rows = None
+        if sparse is not None:
+            rows = self.gather_rows(sparse)
+            grad_buffer = grad_buffer[sparse.n_rows * sparse.width:]
+        self.gather_sum_(grad_buffer)
+        return rows
+
+    def gather_rows(self, sparse):
+        """Every rank's (row id, row) pairs to rank 0, as SparseRows with one segment per rank (rank 0;
+        None elsewhere)."""
+        ones = np.ones(self.size, dtype=np.int64)
+        mine = np.array([sparse.ids.shape[0]], dtype=np.int64)
+        counts = self.Gatherv_(mine, ones, np.empty(self.size, np.int64) if self.rank == 0 else None,
+                               what="sparse row counts")
+        if self.rank != 0:      # the others need only their own count
+            counts = np.zeros(self.size, dtype=np.int64)
+            counts[self.rank] = mine[0]
+        w, total = sparse.width, int(counts.sum())
+        ids = np.empty(total, np.int64) if self.rank == 0 else None
+        rows = np.empty((total, w), sparse.rows.dtype) if self.rank == 0 else None
+        self.Gatherv_(np.ascontiguousarray(sparse.ids, np.int64), counts, ids, what="sparse row ids")
+        self.Gatherv_(np.ascontiguousarray(sparse.rows), counts * w, rows, what="sparse rows")
+        if self.rank != 0:
+            return None
+        return SparseRows(ids, rows, sparse.n_rows, displs(np.r_[counts, 0]))
+
+    def gather_sum_(self, grad_buffer):
+        """Rank 0 sums every rank's buffer in rank order into its own."""
         check_buffer(grad_buffer, grad_buffer.dtype, grad_buffer.size, "gradient buffer")
         if self.rank == 0:
             if self._recv is None or self._recv.shape[1] != grad_buffer.size:

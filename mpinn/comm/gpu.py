@@ -52,6 +52,18 @@ def choose_transport(requested, cuda_aware, how=""):
     return requested
 
 
+def ranks_sharing_a_gpu(keys):
+    """[((rank a, rank b), key)] for each rank b whose GPU key (host, PCI bus id) an earlier rank a has."""
+    first, out = {}, []
+    for r, key in enumerate(keys):
+        key = tuple(key)
+        if key in first:
+            out.append(((first[key], r), key))
+        else:
+            first[key] = r
+    return out
+
+
 class DeviceAllreduceCommunicator(AllreduceCommunicator):
     """--reduce allreduce with parameters and gradients on this rank's GPU. A GPU buffer reaches
     the other ranks by one of three transports: nccl (NCCL collectives on the compute stream, the
@@ -78,6 +90,12 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
         if bad:
             raise MpinnError("--comm nccl: NCCL is not available on rank %d (%s); use --comm staged"
                              % bad[0], collective=True)
+        shared = ranks_sharing_a_gpu(self.allgather_obj(self.backend.device_key()))
+        if shared:
+            (a, b), (host, bus) = shared[0]
+            raise MpinnError("--comm nccl: ranks %d and %d share GPU %s on %s, and NCCL refuses two ranks of "
+                             "one communicator on one GPU; run at most one rank per GPU, or use --comm staged"
+                             % (a, b, bus, host), collective=True)
         uid = self.bcast_obj(nccl.get_unique_id() if self.rank == 0 else None)
         self.nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._nccl_types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,

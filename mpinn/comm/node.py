@@ -26,3 +26,30 @@ def local_rank_size(comm):
         return local.Get_rank(), local.Get_size()
     finally:
         local.Free()
+
+
+# what a launcher that wired the ranks to MPI leaves in each rank's environment (hydra, srun --mpi=pmi2,
+# srun --mpi=pmix, Open MPI's mpirun)
+PMI_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def unwired_srun(world_size, env):
+    """Why this process is one of several that srun started without connecting them to MPI, or None.
+    `srun` with no MPI plugin (--mpi=none, Slurm's default MpiDefault) starts N copies that each see an
+    MPI world of one: they would each train alone, side by side, and race to write the same model."""
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if world_size != 1 or not tasks.isdigit() or int(tasks) < 2 or any(v in env for v in PMI_VARS):
+        return None
+    return ("srun started %s tasks, but MPI sees a world of 1 in each: srun did not connect them to MPI "
+            "(its MPI plugin is %r). Use `srun --mpi=pmi2` with MPICH (the mpich wheel) or `srun --mpi=pmix` "
+            "with Open MPI; `srun --mpi=list` shows what this cluster has"
+            % (tasks, env.get("SLURM_MPI_TYPE", "none")))
+
+
+def slurm_step(env):
+    """The Slurm job step this process belongs to, in one line, or None outside srun."""
+    if "SLURM_STEP_ID" not in env or "SLURM_STEP_NUM_TASKS" not in env:
+        return None
+    return "srun, job %s step %s: %s tasks on %s nodes (%s), --mpi=%s" % (
+        env.get("SLURM_JOB_ID", "?"), env["SLURM_STEP_ID"], env["SLURM_STEP_NUM_TASKS"],
+        env.get("SLURM_STEP_NUM_NODES", "?"), env.get("SLURM_STEP_NODELIST", "?"), env.get("SLURM_MPI_TYPE", "none"))

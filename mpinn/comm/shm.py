@@ -32,11 +32,13 @@ class SharedGradients:
     the network, but MPICH's own Allreduce is already node-aware: the bytes came out the same
     (tests/cluster/test_multihost.py), which is why auto leaves multi-node jobs to MPI_Allreduce."""
 
-    def __init__(self, node, leaders, nodes):
+    def __init__(self, node, leaders, nodes, peers=None):
         self.node, self.rank, self.size = node, node.Get_rank(), node.Get_size()
         self.leaders, self.nodes = leaders, int(nodes)
+        self.peers = peers          # the ranks at this rank's place on every node (equal node sizes)
         self.win = self.buf = self._acc = None
         self.params_win = self.params = None      # the node's one copy of the parameters (share)
+        self.state_wins = []                      # the node's one copy of the optimizer state (zeros)
         self._at_exit = False
 
     def slot(self, n, dtype):
@@ -63,14 +65,15 @@ class SharedGradients:
         """Free the window and the communicators (collective; idempotent)."""
         if MPI.Is_finalized():
             return
-        for w in (self.params_win, self.win):
+        for w in [self.params_win, self.win] + self.state_wins:
             if w is not None:
                 w.Unlock_all()
                 w.Free()
-        for c in (self.node, self.leaders):
+        self.state_wins = []
+        for c in (self.node, self.leaders, self.peers):
             if c is not None:
                 c.Free()
-        self.win = self.params_win = self.params = self.buf = self.node = self.leaders = None
+        self.win = self.params_win = self.params = self.buf = self.node = self.leaders = self.peers = None
         self.slots = []
 
     def holds(self, buf):
@@ -94,8 +97,25 @@ class SharedGradients:
         self.fence_params()
         return shared
 
+    def zeros(self, shape, dtype):
+        """A zeroed array the node's ranks share (a window held by node rank 0), e.g. optimizer
+        state of which each rank updates its part. Collective on the node; freed with the others."""
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape))
+        win = MPI.Win.Allocate_shared(n * dtype.itemsize if self.rank == 0 else 0, dtype.itemsize, comm=self.node)
+        win.Lock_all(MPI.MODE_NOCHECK)
+        self.state_wins.append(win)
+        mem, _ = win.Shared_query(0)
+        arr = check_buffer(np.frombuffer(mem, dtype=dtype, count=n), dtype, n, "shared optimizer state")
+        if self.rank == 0:
+            arr.fill(0)
+        self._fence(win)
+        return arr.reshape(shape)
+
     def fence_params(self):
-        """Every rank's writes to the shared parameters so far are seen by every rank."""
+        """Every rank's writes to the shared parameters (and optimizer state) so far are seen by every rank."""
+        for w in self.state_wins:
+            w.Sync()
         self._fence(self.params_win)
 
     def part(self, start, n):
@@ -106,14 +126,26 @@ class SharedGradients:
 
     def sum_own_(self, start=0):
         """Shared parameters: sum this rank's part of elements start: over every slot, into this
-        rank's slot only (no rank reads it but this one). Returns the part (lo, hi)."""
+        rank's slot only (no rank reads it but this one); on several nodes, then over the ranks
+        with the same part on the other nodes (one Allreduce of the part). Returns the part (lo, hi)."""
         lo, hi = self.part(start, self.n)
         self._fence()                       # every rank's gradient is written
         mine = self.buf[lo:hi]
         for p in range(self.size):
             if p != self.rank:
                 mine += self.slots[p][lo:hi]
+        if self.peers is not None:
+            check_buffer(mine, mine.dtype, hi - lo, "part of the node's gradient sum")
+            self.peers.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
         return lo, hi
+
+    def bcast_params_(self):
+        """Every node's copy of the parameters takes world rank 0's (the first leader's)."""
+        self.fence_params()
+        if self.nodes > 1 and self.leaders is not None:
+            check_buffer(self.params, self.params.dtype, self.params.size, "shared parameters")
+            self.leaders.Bcast(self.params, root=0)
+        self.fence_params()
 
     def _fence(self, win=None):
         win = win if win is not None else self.win

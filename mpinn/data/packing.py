@@ -8,6 +8,7 @@ import xxhash
 
 from mpinn import __version__
 from mpinn.config import MpinnError
+from mpinn.process import follow_umask
 from mpinn.data.packed import FORMAT, MAGIC, _align, _nbytes, _section_specs
 
 
@@ -55,9 +56,7 @@ class PackedWriter:
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
         self._fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mpinn", dir=d)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(self._fd, 0o666 & ~umask)     # mkstemp's 0600 is for secrets, not data
+        follow_umask(self._fd)
         os.ftruncate(self._fd, self.header["file_size"])
         if self.sparse:
             self._write("indptr", np.zeros(1, dtype=np.int64))

@@ -15,6 +15,7 @@ import numpy as np
 from mpinn.batch import coalesce
 from mpinn.comm import split_counts
 from mpinn.config import MpinnError
+from mpinn.optim import rows_of_parts
 
 
 def all_finite(a):
@@ -29,22 +30,30 @@ def all_finite(a):
 
 def choose_step(model, optimizer, comm, faults, timeline, grad_accum=1, towers=None, average_every=0,
                 overlap=False, overlap_bucket=1 << 16):
-    """The step strategy for this run (collective: SharedStep asks every rank to share the parameters)."""
+    """The step strategy for this run (collective: SharedStep asks every rank to share the parameters),
+    with the optimizer's state made where that strategy keeps it."""
     kw = dict(faults=faults, timeline=timeline, grad_accum=grad_accum, towers=towers)
     if overlap and (grad_accum > 1 or average_every or towers or not hasattr(comm, "overlap_")):
         raise MpinnError("--overlap needs --reduce allreduce and data parallelism, without "
                          "--grad-accum, --average-every or towers", collective=True)
+    if optimizer.needs_touched_rows:
+        # the lazy update must know which rows the step touched: the hashed block's gradient always
+        # travels as rows, never densified by the density rule (--sparse-threshold)
+        comm.sparse_threshold = float("inf")
     if average_every:
-        return LocalSGDStep(model, optimizer, comm, average_every=average_every, **kw)
+        return LocalSGDStep(model, optimizer.allocate_(dtype=model.dtype), comm, average_every=average_every, **kw)
     if overlap:
-        return OverlapStep(model, optimizer, comm, bucket=overlap_bucket, **kw)
-    # one copy of the parameters per node, each rank stepping its part: for models with hashed
-    # inputs, whose row updates it splits (W2 at np 2: 340k -> 435k samples/s); a dense model's
-    # update is small, and re-reading the other ranks' freshly stepped parameters cost W1 3-4% (measured)
-    if (model.spec.n_sparse > 0 and not towers and optimizer.name == "sgd" and hasattr(comm, "share_params_")
+        return OverlapStep(model, optimizer.allocate_(dtype=model.dtype), comm, bucket=overlap_bucket, **kw)
+    # one copy of the parameters and of the optimizer state per node, each rank stepping its part:
+    # for models with hashed inputs, whose row updates it splits (W2 at np 2: 340k -> 435k samples/s),
+    # and for optimizers with state (held once per node, updated P ways). A dense model's SGD update
+    # is small, and re-reading the other ranks' freshly stepped parameters cost W1 3-4% (measured)
+    if ((model.spec.n_sparse > 0 or optimizer.stateful) and not towers and hasattr(comm, "share_params_")
             and comm.share_params_(model)):
+        optimizer.writes_state = comm.node_rank == 0
+        optimizer.allocate_(comm.shared_zeros, model.dtype)
         return SharedStep(model, optimizer, comm, **kw)
-    return ReduceStep(model, optimizer, comm, **kw)
+    return ReduceStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
 
 
 class Step:
@@ -58,7 +67,7 @@ class Step:
         self.faults, self.timeline = faults, timeline
         self.grad_accum, self._acc = int(grad_accum), None
         self.towers = towers        # tower mode: None (data parallel), "shard" or "same" data
-        self.want_rows = bool(model.spec.n_sparse) and not comm.wants_dense
+        self.want_rows = bool(model.spec.n_sparse) and (not comm.wants_dense or optimizer.needs_touched_rows)
 
     def __call__(self, local, n_global, step):
         raise NotImplementedError
@@ -171,17 +180,21 @@ class OverlapStep(ReduceStep):
 
 
 class SharedStep(Step):
-    """One node, one copy of the parameters (SGD): the gradients are summed in shared memory, each
-    rank summing and stepping only its part of the dense buffer and of the sparse block's rows (ids
-    split in P ranges), so the update work is split P ways. The verdict and the loss travel in one
+    """One copy of the parameters and of the optimizer state per node: the gradients are summed in
+    shared memory, each rank summing and stepping only its part of the dense buffer and of the sparse
+    block's rows (ids split in P ranges), so the update work is split P ways and the state (momentum,
+    Adam's moments, Adagrad's and FTRL's accumulators) is held once on the node, each rank updating
+    its part of it (ZeRO-1's partition, inside the node). The verdict and the loss travel in one
     16-byte Allreduce before anything is stepped, so a skipped step changes nothing anywhere; a
     Barrier after the update keeps every rank from reading parameters that are still being stepped.
-    Element by element, the same arithmetic as the other paths."""
+    Element by element, the same arithmetic as the other paths. On several nodes (every node with as
+    many ranks), each rank's part of the sum is completed with one Allreduce among the ranks with the
+    same part on the other nodes, and every node steps its own copy the same way."""
 
     shares_params = True
 
     def broadcast_params_(self):
-        self.comm.fence_params()    # one copy: rank 0's writes (a restore) need only be made visible
+        self.comm.bcast_shared_params_()    # one copy per node: rank 0's (a restore) to the other nodes
 
     def __call__(self, local, n_global, step):
         model, comm, opt = self.model, self.comm, self.optimizer
@@ -210,7 +223,8 @@ class SharedStep(Step):
         ok = verdict[0] == 0
         t3 = time.perf_counter()
         if ok:
-            opt.step_part_(model.params, model.grads, lo, min(hi, model.size), mine, block)
+            rows = rows_of_parts(mine, block[0], block[1], model.dtype) if block[0] else None
+            opt.step_(model.params, model.grads, rows, lo=lo, hi=min(hi, model.size))
         t4 = time.perf_counter()
         comm.fence_params()
         self.account(step, t1, t2, t3, t4, time.perf_counter())

@@ -298,6 +298,13 @@ class Trainer:
         self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
         self.last_checkpoint = header.get("path")
 
+    def release_(self):
+        """Collective, after training: the model's and the optimizer's arrays become this rank's own
+        again (copied out of any shared-memory window, which is then freed)."""
+        if self.stepper.shares_params and self.optimizer.arrays:
+            self.optimizer.arrays = {k: np.array(v) for k, v in self.optimizer.arrays.items()}
+        self.comm.release_(self.model)
+
     # ---------------------------------------------------------------- reporting
     def write_timeline(self, path):
         """Collective: every rank's phases as one Chrome-trace JSON file (see write_trace)."""

@@ -379,6 +379,25 @@ def test_shared_memory_sum_across_hosts_matches_one_process(hosts):
 
 
 @pytest.mark.mpi
+def test_optimizer_state_once_per_host_matches_one_process(hosts):
+    """2 hosts x 2 ranks with Adam and --comm shm: each host holds one copy of the parameters and of
+    Adam's moments, each rank steps its part, the parts are completed across hosts: the same
+    parameters as one process."""
+    args = ["--default-rows", "6000", "--optimizer", "adam"]
+    one = os.path.join(hosts.out_dir, "adam-one.npz")
+    r = subprocess.run([sys.executable] + TRAIN + args + ["--model-out", one], capture_output=True, text=True,
+                       timeout=180, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr
+    model = os.path.join(hosts.out_dir, "adam-shm.npz")
+    job = hosts.mpich(4, TRAIN + args + ["--comm", "shm", "--model-out", model],
+                      hosts.hostfile("two-nodes.mpich", 2), name="train-adam")
+    rc, out, err = finished(job, 150)
+    assert rc == 0, out + err
+    assert "parameters and optimizer state: one copy per node" in out
+    assert_same_params(model, np.load(one)["params"])
+
+
+@pytest.mark.mpi
 def test_doctor_reports_every_host(hosts):
     hf = hosts.hostfile("two-nodes.mpich", 2)
     report = os.path.join(hosts.out_dir, "doctor.json")

@@ -122,19 +122,20 @@ def test_timeline_has_a_track_per_rank_and_the_summary_totals():
     COMM.Barrier()
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad", "ftrl"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("threshold", [0.0, 10.0])     # dense block / sparse block as rows (a tail)
 @pytest.mark.parametrize("batch", [7, 12])
 def test_shared_memory_allreduce_equals_mpi_allreduce(optimizer, dtype, threshold, batch):
-    """--comm shm sums the gradients in a shared-memory window (and, with SGD, keeps one copy of
-    the parameters that each rank steps a part of): the same parameters as MPI_Allreduce (bitwise
+    """--comm shm sums the gradients in a shared-memory window (and keeps one copy of the parameters
+    and of the optimizer state, each rank stepping a part of them): the same parameters as
+    MPI_Allreduce, where every rank steps its own full copy (bitwise
     at np 1-2, where a + b is the only order; at np 3 the sums may be associated differently: a few
     ulps), and the same bits on every rank."""
     shm = make(dtype, optimizer, threshold, transport="shm")
     assert shm.comm.transport == "shm" and shm.comm.shared.holds(shm.model.grad_buffer)
-    # SGD on a model with hashed inputs: one copy of the parameters for the node, stepped in parts
-    assert shm.shared_params == (optimizer == "sgd" and COMM.size > 1)
+    # a model with hashed inputs: one copy of the parameters (and state) for the node, stepped in parts
+    assert shm.shared_params == (COMM.size > 1)
     got, oks = run(shm, batch, 6)
     want, _ = run(make(dtype, optimizer, threshold, transport="mpi"), batch, 6)
     agree(all(oks), "a step was skipped")

@@ -301,3 +301,55 @@ def test_the_gpu_benchmark_says_why_it_cannot_run(tmp_path):
     r = run([sys.executable, "scripts/bench_gpu.py", "--out", str(tmp_path / "b.json")])
     assert r.returncode == 2 and r.stderr.startswith("bench_gpu: needs cupy and a GPU: "), r.stderr
     assert not (tmp_path / "b.json").exists()
+
+
+def test_ranks_sharing_a_gpu_are_found():
+    """NCCL refuses two ranks of one communicator on one GPU: the collective check names them."""
+    from mpinn.comm.gpu import ranks_sharing_a_gpu
+    keys = [("a", "0000:01:00.0"), ("a", "0000:02:00.0"), ("b", "0000:01:00.0"), ("a", "0000:01:00.0")]
+    assert ranks_sharing_a_gpu(keys) == [((0, 3), ("a", "0000:01:00.0"))]
+    assert ranks_sharing_a_gpu(keys[:3]) == []
+
+
+def test_a_missing_nccl_library_is_refused_not_imported_silently(monkeypatch):
+    """cupy.cuda.nccl imports without libnccl and says so only in nccl.available."""
+
+    import types
+    from mpinn.backend import CupyBackend
+    fake = types.ModuleType("cupy.cuda.nccl")
+    fake.available = False
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.nccl = fake
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = cuda
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", fake)
+    backend = CupyBackend.__new__(CupyBackend)
+    with pytest.raises(RuntimeError, match="available is False"):
+        backend.nccl()
+    fake.available = True
+    assert backend.nccl() is fake
+
+
+def test_a_batch_without_labels_goes_to_the_device():
+    """Predicting on unlabelled rows: the inputs still move to the GPU (the decision is not taken
+    from the labels alone)."""
+    from mpinn.backend import CupyBackend
+    from mpinn.batch import Batch
+
+    class Moved(np.ndarray):
+        pass
+
+    class Cupyish:
+        ndarray = Moved
+
+        @staticmethod
+        def asarray(a):
+            return np.asarray(a).view(Moved)
+
+    backend = CupyBackend.__new__(CupyBackend)
+    backend.cupy, backend.sparse = Cupyish, sp
+    got = backend.batch_to_device(Batch(None, np.ones((3, 2)), None))
+    assert isinstance(got.Xd, Moved) and got.y is None
+    assert backend.batch_to_device(got) is got

@@ -25,7 +25,7 @@ def test_default_data_trains_on_two_ranks_and_predict_reproduces(tmp_path, launc
     assert r.returncode == 0, r.stderr
     assert "epoch 2/2" in r.stdout and "samples/s over 2 ranks" in r.stdout
     assert "gradients: summed in shared memory" in r.stdout    # auto: both ranks on this one node
-    assert "parameters: one copy for the node" in r.stdout     # SGD with hashed inputs
+    assert "parameters and optimizer state: one copy per node" in r.stdout     # a model with hashed inputs
     reported = json.load(open(metrics))["valid"]
     assert reported["auc"] >= 0.70 and reported["accuracy"] >= 0.64, reported   # measured 0.72 / 0.66
     out = tmp_path / "pred.json"

@@ -1,15 +1,14 @@
 """The non-finite guard: a NaN on one rank skips the step on every rank, exactly as if that batch
-had never been seen; momentum and Adam state are left untouched too."""
+had never been seen; the optimizers' state is left untouched too."""
 import numpy as np
 import pytest
 
-from ranks import COMM, agree, toy_data
+from ranks import COMM, OPTIMIZERS, agree, make_optimizer, toy_data
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
 from mpinn.batch import Batch
 from mpinn.model import MLP
-from mpinn.optim import create_optimizer
 from mpinn.training import Faults, Trainer
 
 
@@ -17,7 +16,7 @@ def run(reduce_, optimizer, faults, skip=(), steps=6, batch=7, threshold=0.25):
     Xs, Xd, y = toy_data()
     spec = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
     model = MLP(spec).init_(0)
-    opt = create_optimizer(optimizer, model.size, np, 0.05, 0.0, model.weight_slices)
+    opt = make_optimizer(optimizer, model)
     comm = create_communicator(reduce_, sparse_threshold=threshold)
     trainer = Trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch, verbose=False,
                       faults=Faults(faults, comm.rank))
@@ -34,7 +33,7 @@ def run(reduce_, optimizer, faults, skip=(), steps=6, batch=7, threshold=0.25):
 
 
 @pytest.mark.parametrize("reduce_,threshold", [("allreduce", 10.0), ("allreduce", 0.0), ("gather", 0.25)])
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_a_nan_on_one_rank_skips_the_step_everywhere(reduce_, threshold, optimizer):
     last = COMM.size - 1
     poisoned, verdicts = run(reduce_, optimizer, "nan:%d:3" % last, threshold=threshold)

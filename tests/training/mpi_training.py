@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ranks import COMM, agree, toy_data
+from ranks import COMM, OPTIMIZERS, agree, make_optimizer, toy_data
 from mpinn.comm import create_communicator, split_counts
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
@@ -18,13 +18,13 @@ def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weigh
     Xs, Xd, y = toy_data()
     spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
     model = MLP(spec).init_(seed)
-    opt = create_optimizer(optimizer, model.size, np, 0.05, weight_decay, model.weight_slices)
+    opt = make_optimizer(optimizer, model, weight_decay=weight_decay)
     if comm_name is None:
         for s in range(steps):
             rows = np.arange(s * batch, (s + 1) * batch) % len(y)
             b = Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows])
-            model.loss_grad_(b, 1.0 / len(rows))
-            opt.step_(model.params, model.grads)
+            touched = model.loss_grad_(b, 1.0 / len(rows), sparse_grad=opt.sparse_ok)
+            opt.step_(model.params, model.grads, touched)
         return model.params.copy()
     comm = create_communicator(comm_name, sparse_threshold=sparse_threshold)
     trainer = Trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch, verbose=False)
@@ -37,7 +37,7 @@ def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weigh
 
 
 @pytest.mark.parametrize("reduce_", ["allreduce", "gather"])
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("batch", [7, 12])          # 7 and 12 rows: uneven at np = 2 and 3
 def test_n_ranks_equal_one_process(reduce_, optimizer, batch):
     ref = train_steps(None, optimizer, batch, 6)

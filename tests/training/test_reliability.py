@@ -85,6 +85,25 @@ def test_resume_on_another_number_of_ranks_matches(tmp_path, uninterrupted, n, l
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("optimizer", ["adam", "ftrl"])
+def test_optimizer_state_resumes_on_another_number_of_ranks(tmp_path, optimizer, launcher):
+    """The state held in parts by 3 ranks (one copy for the node) is checkpointed whole and goes on
+    at 2 ranks as the uninterrupted 2-rank run does."""
+    opt = ["--optimizer", optimizer, "--epochs", "1"]
+    r = train(2, opt + ["--model-out", str(tmp_path / "ref.npz")])
+    assert r.returncode == 0, r.stderr
+    ck = tmp_path / "ck"
+    r = train(3, opt + ["--checkpoint-dir", str(ck), "--checkpoint-every", "9", "--model-out",
+                        str(tmp_path / "np3.npz")])
+    assert r.returncode == 0, r.stderr
+    os.remove(ck / "ckpt-000000022.npz")     # go back to step 18, mid-epoch
+    r = train(2, opt + ["--resume", str(ck), "--model-out", str(tmp_path / "m.npz")])
+    assert r.returncode == 0, r.stderr
+    assert "epoch 1, step 18" in r.stdout
+    np.testing.assert_allclose(params(tmp_path / "m.npz"), params(tmp_path / "ref.npz"), rtol=0, atol=1e-10)
+
+
+@pytest.mark.mpi
 def test_a_hung_rank_aborts_the_job_within_the_deadline(tmp_path, launcher):
     t = time.time()
     r = train(2, ["--epochs", "1", "--step-timeout", "3"], env={"MPINN_FAULT": "hang:1:4"}, timeout=60)

@@ -1,0 +1,56 @@
+"""Adam, with the lazy variant for the hashed block."""
+import numpy as np
+
+from mpinn.optim.base import Optimizer
+
+
+class Adam(Optimizer):
+    """m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+    p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)   (Kingma and Ba's efficient form).
+
+    Lazy on the hashed block (the default): a step moves only the rows it touched, and their m and v;
+    a row's bias correction uses its own step count t_row, the number of steps that have touched it
+    (kept per row, in the checkpoint), so each row follows exactly the Adam of the steps that saw it.
+    Every other element is touched by every step: t is the global step. hashed_update="dense" is the
+    exact dense Adam: every row's m and v decay every step."""
+
+    name = "adam"
+    element_state = ("m", "v")
+    lazy_row_state = ("t_row",)         # steps that touched the row
+    row_state_dtype = np.int64
+
+    def __init__(self, size, xp, lr, beta1=0.9, beta2=0.999, eps=1e-8, **kw):
+        super().__init__(size, xp, lr, **kw)
+        self.b1, self.b2, self.eps = float(beta1), float(beta2), float(eps)
+
+    def _corrections(self, t_max, dtype):
+        """sqrt(1 - b2^t) / (1 - b1^t) for t = 0..t_max (index 0 unused), kept and grown as needed."""
+        c = getattr(self, "_bias", None)
+        if c is None or c.shape[0] <= t_max or c.dtype != dtype:
+            t = np.arange(max(2 * t_max, 1024), dtype=np.float64)
+            t[0] = 1
+            c = self._bias = self.xp.asarray((np.sqrt(1 - self.b2 ** t) / (1 - self.b1 ** t)).astype(dtype))
+        return c
+
+    def update_(self, p, g, st, weight, row_st):
+        xp, f = self.xp, p.dtype.type
+        m, v = st["m"], st["v"]
+        tmp = self.scratch("adam", p.shape, p.dtype)
+        if row_st is None:
+            step = f(self.lr * np.sqrt(1 - self.b2 ** self.t) / (1 - self.b1 ** self.t))
+        else:
+            t = row_st["t_row"]
+            t += 1
+            step = self._corrections(int(t.max()), p.dtype)[t][:, None] * f(self.lr)
+        m *= f(self.b1)
+        xp.multiply(g, f(1 - self.b1), out=tmp)
+        m += tmp
+        v *= f(self.b2)
+        xp.multiply(g, g, out=tmp)
+        tmp *= f(1 - self.b2)
+        v += tmp
+        xp.sqrt(v, out=tmp)
+        tmp += f(self.eps)
+        xp.divide(m, tmp, out=tmp)
+        tmp *= step
+        p -= tmp

@@ -1,0 +1,195 @@
+"""What every optimizer shares: its state arrays, the flat buffer's regions, L2 decay, the lazy row update."""
+import numpy as np
+
+from mpinn.batch import SparseRows
+from mpinn.config import MpinnError
+
+HASHED_UPDATES = ("lazy", "dense")
+
+
+class Optimizer:
+    """One step on the flat parameter buffer from the gradient already reduced over the ranks.
+
+    step_(params, grads, rows=None, lo=0, hi=None) updates elements lo:hi of the flat buffers (all of
+    them by default; with rows, everything after the hashed block) and the hashed block's rows in
+    `rows` (SparseRows), so a node's ranks can each take their part of one step on one shared copy
+    of the parameters and of the state. `grads` (and the rows) are scratch: a step may overwrite them.
+
+    The hashed block (the first n_rows x width elements: the table of the wide layer) is updated
+    lazily by default (hashed_update="lazy"): only the rows a batch touched move, and only their
+    state. For SGD without decay, Adagrad and FTRL that is exactly the dense update (an untouched row
+    has zero gradient and does not move); for momentum and Adam it is their lazy variant, and
+    weight decay is lazy L2 (lam * w added to the gradient of the touched rows only). With
+    hashed_update="dense" the block is one more dense region: the exact dense formulas, every row
+    every step.
+
+    State: `element_state` names arrays the size of the parameters, `row_state` arrays of one value
+    per table row; allocate_(zeros) makes them (private arrays, or one copy per node in shared
+    memory, see training/steps.py); state() and load_state() are the checkpoint's view of them."""
+
+    name = None
+    element_state = ()          # state arrays of params.size elements
+    lazy_row_state = ()         # state arrays of one value per row of the hashed block, when lazy
+    row_state_dtype = None      # their dtype (None: the parameters')
+
+    def __init__(self, size, xp, lr, weight_decay=0.0, weight_slices=(), table=(0, 0), hashed_update="lazy"):
+        if not lr > 0:
+            raise MpinnError("learning rate must be > 0, not %s" % lr)
+        if weight_decay < 0:
+            raise MpinnError("weight decay must be >= 0, not %s" % weight_decay)
+        if hashed_update not in HASHED_UPDATES:
+            raise MpinnError("--hashed-update must be lazy or dense, not %r" % hashed_update)
+        self.size, self.xp, self.lr = int(size), xp, float(lr)
+        self.weight_decay, self.weight_slices = float(weight_decay), [tuple(s) for s in weight_slices]
+        self.n_rows, self.width = int(table[0]), int(table[1])
+        self.hashed_update = hashed_update
+        self.t = 0
+        self.arrays = None          # name -> state array (allocate_)
+        self.writes_state = True    # False on the ranks that share another rank's copy (load_state)
+        self._scratch = {}
+
+    @property
+    def table_size(self):
+        return self.n_rows * self.width
+
+    @property
+    def sparse_ok(self):
+        """Does the step take the hashed block's gradient as rows (see the class docstring)?"""
+        return self.hashed_update == "lazy"
+
+    @property
+    def needs_touched_rows(self):
+        """Must the step know which rows of the hashed block a batch touched? (A lazy update with
+        state or decay; for plain SGD the dense update of an untouched row is no move at all.)"""
+        return self.sparse_ok and (self.stateful or bool(self.weight_decay))
+
+    @property
+    def row_state(self):
+        return self.lazy_row_state if self.sparse_ok and self.table_size else ()
+
+    @property
+    def stateful(self):
+        return bool(self.element_state or self.row_state)
+
+    # ---------------------------------------------------------------- state
+    def allocate_(self, zeros=None, dtype=np.float64):
+        """Make the state arrays with zeros(shape, dtype) (default: private arrays)."""
+        zeros = zeros or (lambda shape, dt: self.xp.zeros(shape, dtype=dt))
+        self.arrays = {}
+        for k in self.element_state:
+            self.arrays[k] = zeros((self.size,), np.dtype(dtype))
+        for k in self.row_state:
+            self.arrays[k] = zeros((self.n_rows,), np.dtype(self.row_state_dtype or dtype))
+        return self
+
+    def state(self):
+        out = {"t": np.array([self.t], dtype=np.int64)}
+        if self.t:
+            out.update(self.arrays or {})
+        return out
+
+    def load_state(self, state):
+        self.t = int(state["t"][0])
+        names = self.element_state + self.row_state
+        if not self.t or not names:
+            return
+        missing = [k for k in names if k not in state]
+        if missing:
+            raise MpinnError("the checkpoint holds no %s state %r for --optimizer %s" % (
+                self.name, missing[0], self.name))
+        for k in names:
+            if tuple(state[k].shape) != tuple(self.arrays[k].shape):
+                raise MpinnError("the checkpoint's optimizer state %r has shape %s, this run needs %s" % (
+                    k, tuple(state[k].shape), tuple(self.arrays[k].shape)))
+            if self.writes_state:
+                self.arrays[k][...] = self.xp.asarray(state[k])
+
+    def scratch(self, key, shape, dtype):
+        """A reusable buffer (grown as needed): the step makes no temporaries the size of the parameters."""
+        n = int(np.prod(shape))
+        buf = self._scratch.get(key)
+        if buf is None or buf.size < n or buf.dtype != dtype:
+            buf = self._scratch[key] = self.xp.empty(max(n, 1), dtype=dtype)
+        return buf[:n].reshape(shape)
+
+    # ---------------------------------------------------------------- the step
+    def step_(self, params, grads, rows=None, lo=0, hi=None):
+        if self.arrays is None:
+            self.allocate_(dtype=params.dtype)
+        if rows is not None and not self.table_size:     # made without table=: learn it from the rows
+            self.n_rows, self.width = int(rows.n_rows), int(rows.width)
+            for k in self.row_state:
+                self.arrays[k] = self.xp.zeros(self.n_rows, dtype=self.row_state_dtype or params.dtype)
+        self.t += 1
+        if self.t == 1:
+            self.first_step_(params)
+        hi = self.size if hi is None else hi
+        if rows is not None:
+            lo = max(lo, self.table_size)
+        if hi > lo:
+            self.dense_(params, grads, lo, hi)
+        if rows is not None and rows.ids.shape[0]:
+            self.rows_(params[:self.table_size].reshape(self.n_rows, self.width), rows)
+
+    def first_step_(self, params):
+        """Before the first update (state just allocated or zero): e.g. FTRL's z from the initial weights."""
+
+    def segments(self, lo, hi):
+        """[(a, b, is_weight)]: elements lo:hi cut where weights and biases meet."""
+        cuts = {lo, hi}
+        for s, e in self.weight_slices:
+            cuts.update(c for c in (s, e) if lo < c < hi)
+        cuts = sorted(cuts)
+        out = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            out.append((a, b, any(s <= a and b <= e for s, e in self.weight_slices)))
+        return out
+
+    def dense_(self, params, grads, lo, hi):
+        """Elements lo:hi, segment by segment: L2 decay on the weights, then update_."""
+        for a, b, weight in self.segments(lo, hi):
+            p, g = params[a:b], grads[a:b]
+            if weight and self.weight_decay:
+                tmp = self.scratch("decay", (b - a,), p.dtype)
+                self.xp.multiply(p, p.dtype.type(self.weight_decay), out=tmp)
+                g += tmp
+            self.update_(p, g, {k: self.arrays[k][a:b] for k in self.element_state}, weight, None)
+
+    def rows_(self, table, rows):
+        """The touched rows (coalesced: one gradient row per id): gathered, updated, written back.
+        The table's rows are weights: lazy L2 adds lam * w to the touched rows' gradient."""
+        rows = rows.coalesced()
+        ids, g = rows.ids, rows.rows
+        xp, k, shape = self.xp, ids.shape[0], (self.n_rows, self.width)
+        p = xp.take(table, ids, axis=0, out=self.scratch("rows_p", (k, self.width), table.dtype))
+        if self.weight_decay:
+            g += p.dtype.type(self.weight_decay) * p
+        st = {}
+        for name in self.element_state:
+            full = self.arrays[name][:self.table_size].reshape(shape)
+            st[name] = xp.take(full, ids, axis=0, out=self.scratch("rows_" + name, (k, self.width), full.dtype))
+        rst = {name: self.arrays[name][ids] for name in self.row_state}
+        self.update_(p, g, st, True, rst)
+        table[ids] = p
+        for name in self.element_state:
+            self.arrays[name][:self.table_size].reshape(shape)[ids] = st[name]
+        for name in self.row_state:
+            self.arrays[name][ids] = rst[name]
+
+    def update_(self, p, g, st, weight, row_st):
+        """The optimizer's formula, in place on p and on its state views st (and, for table rows,
+        row_st: the rows' per-row state; None for dense elements). weight: are these weights?"""
+        raise NotImplementedError
+
+
+def rows_of_parts(parts, n_rows, width, dtype, xp=np):
+    """SparseRows holding (ids, rows) parts in order (one segment each), e.g. every rank's rows of a
+    node's part of the table; ids unique within a part."""
+    parts = list(parts)
+    if not parts:
+        return SparseRows(xp.zeros(0, np.int64), xp.zeros((0, width), dtype), n_rows)
+    if len(parts) == 1:
+        return SparseRows(parts[0][0], parts[0][1], n_rows)
+    bounds = np.r_[0, np.cumsum([len(i) for i, _ in parts])]
+    return SparseRows(xp.concatenate([i for i, _ in parts]), xp.concatenate([r for _, r in parts]), n_rows,
+                      bounds)

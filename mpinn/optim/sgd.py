@@ -1,0 +1,42 @@
+"""SGD and momentum."""
+from mpinn.optim.base import Optimizer
+
+
+class SGD(Optimizer):
+    """p -= lr * g. Lazy on the hashed block without decay is exactly the dense update."""
+
+    name = "sgd"
+
+    def update_(self, p, g, st, weight, row_st):
+        g *= p.dtype.type(self.lr)      # the gradient is scratch: scaled in place (no temporary)
+        p -= g
+
+    def rows_(self, table, rows):
+        if self.weight_decay:
+            return super().rows_(table, rows)
+        # each rank's rows in rank order, no coalescing: the ids are unique within a part, so the
+        # fancy-indexed update is exact; rounding differs from p - lr (a + b) only in summation order
+        lr = table.dtype.type(self.lr)
+        for ids, g in rows.parts():
+            g *= lr
+            table[ids] -= g
+
+
+class Momentum(Optimizer):
+    """v = mu v + g; p -= lr v (heavy ball, as PyTorch's SGD with momentum). Lazy on the hashed block:
+    a row's velocity decays and moves it only on the steps that touch it."""
+
+    name = "momentum"
+    element_state = ("v",)
+
+    def __init__(self, size, xp, lr, momentum=0.9, **kw):
+        super().__init__(size, xp, lr, **kw)
+        self.mu = float(momentum)
+
+    def update_(self, p, g, st, weight, row_st):
+        v = st["v"]
+        v *= p.dtype.type(self.mu)
+        v += g
+        g[...] = v                      # g is scratch
+        g *= p.dtype.type(self.lr)
+        p -= g

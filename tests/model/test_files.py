@@ -1,0 +1,29 @@
+"""Model files and checkpoints: round trips, and modes a colleague on a shared cluster can read."""
+import os
+import stat
+
+import numpy as np
+
+from mpinn.checkpoint import load_checkpoint, load_model, save_checkpoint, save_model
+from mpinn.config import ModelSpec
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_model_and_checkpoint_files_follow_the_umask(tmp_path):
+    spec = ModelSpec(0, 3, (2,), 1, "relu", "sigmoid", "float64")
+    params = np.arange(11, dtype=np.float64)
+    old = os.umask(0o022)
+    try:
+        save_model(str(tmp_path / "m.npz"), params, spec, {"task": "binary"})
+        ckpt = save_checkpoint(str(tmp_path / "ck"), 7, {"params": params}, {"position": {}}, keep=2)
+    finally:
+        os.umask(old)
+    assert mode_of(tmp_path / "m.npz") == 0o644
+    assert mode_of(ckpt) == 0o644
+    got, got_spec, meta = load_model(str(tmp_path / "m.npz"))
+    assert np.array_equal(got, params) and got_spec == spec and meta["task"] == "binary"
+    arrays, header = load_checkpoint(str(tmp_path / "ck"))
+    assert np.array_equal(arrays["params"], params)

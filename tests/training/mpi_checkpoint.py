@@ -1,0 +1,112 @@
+"""Checkpoints hold the whole optimizer state whatever the rank count: state written by P ranks (each
+holding its part of the node's one copy) is restored bitwise by Q ranks, and training continues as if
+never interrupted. At np N: N-1 ranks -> N ranks, and N ranks -> 1 rank."""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+
+from ranks import COMM, OPTIMIZERS, agree, make_optimizer, toy_data
+from mpinn.batch import Batch, Layout
+from mpinn.checkpoint import load_checkpoint
+from mpinn.comm import create_communicator
+from mpinn.config import ModelSpec
+from mpinn.model import MLP
+from mpinn.training import Trainer
+
+SPEC = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
+BATCH, FIRST, TOTAL = 12, 3, 6
+
+
+def trainer_on(mpi_comm, optimizer):
+    model = MLP(SPEC).init_(0)
+    comm = create_communicator("allreduce", mpi_comm)
+    return Trainer(model, make_optimizer(optimizer, model), comm, Layout(64, 3, "float64", "int64"), BATCH,
+                   verbose=False)
+
+
+def steps(trainer, start, stop):
+    Xs, Xd, y = toy_data()
+    for s in range(start, stop):
+        rows = np.arange(s * BATCH, (s + 1) * BATCH) % len(y)
+        trainer.global_step = s
+        trainer.step(Batch(Xs[rows], Xd[rows], y[rows]) if trainer.rank0 else None, BATCH)
+    trainer.global_step = stop
+
+
+def shared_dir():
+    d = tempfile.mkdtemp(prefix="mpinn-ckpt-") if COMM.rank == 0 else None
+    return COMM.bcast(d)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("how", ["grow", "shrink"])
+def test_optimizer_state_survives_a_change_of_rank_count(optimizer, how):
+    first = max(COMM.size - 1, 1) if how == "grow" else COMM.size
+    second = COMM.size if how == "grow" else 1
+    d = shared_dir()
+    # the uninterrupted run on `second` ranks
+    ref = None
+    sub = COMM.Split(0 if COMM.rank < second else 1, COMM.rank)
+    if COMM.rank < second:
+        t = trainer_on(sub, optimizer)
+        t.start()
+        steps(t, 0, TOTAL)
+        ref = t.model.params.copy()
+        t.release_()
+    sub.Free()
+    # FIRST steps on `first` ranks, a checkpoint
+    sub = COMM.Split(0 if COMM.rank < first else 1, COMM.rank)
+    if COMM.rank < first:
+        t = trainer_on(sub, optimizer)
+        t.enable_checkpoints(os.path.join(d, "a"))
+        t.start()
+        steps(t, 0, FIRST)
+        t.checkpoint("step")
+        t.release_()
+    sub.Free()
+    # restored on `second` ranks: the state is the saved one, bit for bit; then the rest of the steps
+    sub = COMM.Split(0 if COMM.rank < second else 1, COMM.rank)
+    if COMM.rank < second:
+        t = trainer_on(sub, optimizer)
+        loaded = load_checkpoint(os.path.join(d, "a")) if t.rank0 else (None, None)
+        t.restore(*loaded)
+        t.enable_checkpoints(os.path.join(d, "b"))
+        t.start()
+        t.checkpoint("step")
+        if t.rank0:
+            again, _ = load_checkpoint(os.path.join(d, "b"))
+            before = loaded[0]
+            assert sorted(again) == sorted(before)
+            assert any(k.startswith("opt_") and k != "opt_t" for k in before) or optimizer == "sgd"
+            for k in before:
+                assert np.array_equal(again[k], before[k]), k
+        steps(t, FIRST, TOTAL)
+        got = t.model.params.copy()
+        everyone = sub.allgather(got)
+        assert all(np.array_equal(p, everyone[0]) for p in everyone)
+        assert np.max(np.abs(got - ref)) < 1e-10, np.max(np.abs(got - ref))
+        t.release_()
+    sub.Free()
+    agree(True)
+    if COMM.rank == 0:
+        shutil.rmtree(d)
+
+
+def test_the_node_holds_one_copy_of_the_optimizer_state():
+    """With several ranks on a node, each state array is the node's shared window (held by node rank
+    0; the others allocate nothing), not a private copy per rank."""
+    t = trainer_on(COMM, "adam")
+    t.start()
+    steps(t, 0, 2)
+    if COMM.size > 1:
+        sh = t.comm.shared
+        arrays = t.optimizer.arrays
+        agree(t.shared_params and len(sh.state_wins) == len(arrays) == 3)       # m, v, t_row
+        for win, arr in zip(sh.state_wins, arrays.values()):
+            mem, _ = win.Shared_query(0)
+            agree(np.frombuffer(mem, dtype=np.uint8).ctypes.data == arr.ctypes.data, "not the window")
+            agree(len(win.Shared_query(COMM.rank)[0]) == (arr.nbytes if COMM.rank == 0 else 0))
+    t.release_()
