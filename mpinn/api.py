@@ -93,7 +93,7 @@ def default_loss(task):
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
                      "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot", "input",
-                     "no_prefetch", "compress", "timeline", "device", "comm"}  # (towers: no resume)
+                     "no_prefetch", "compress", "timeline", "device", "comm", "table"}  # (towers: no resume)
 
 
 def resume_config(args):
@@ -149,10 +149,15 @@ def train_from_args(args, comm=None):
     run = build(args, comm, info, towers)
     trainer, curve = make_trainer(args, comm, run, towers, watchdog)
     trainer.start()
-    if comm.size > 1 and comm.transport_note:
+    if comm.size > 1 and run.table == "sharded":
+        say("gradients: hashed table sharded by rows over %d ranks (%s): each batch's rows fetched from their "
+            "owners and its gradient rows sent back (Alltoallv), each rank stepping its own rows; dense layers "
+            "MPI_Allreduce" % (comm.size, run.table_why))
+    elif comm.size > 1 and comm.transport_note:
         say("gradients: %s" % comm.transport_note + (
             "; parameters and optimizer state: one copy per node, each rank steps its part"
-            if trainer.shared_params else ""))
+            if trainer.shared_params else "") + ("; table replicated (%s)" % run.table_why
+                                                 if run.spec.n_sparse and not towers else ""))
     watchdog.disarm()
     say(describe_run(args, comm, run, towers))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
@@ -161,7 +166,7 @@ def train_from_args(args, comm=None):
         trainer.write_timeline(args.timeline)
     summary = trainer.summary()
     trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
-    params = trainer.gather_towers() if towers else run.model.params
+    params = trainer.gather_towers() if towers else trainer.final_params()
     summary = comm.bcast_obj(summary)
     result = TrainResult(history, history[-1].get("valid", {}) if history else {}, summary, run.model,
                          args.model_out, run.spec, run.meta, comm.rank)
@@ -255,6 +260,8 @@ class Run:
     lr_at: object           # global step -> learning rate, or None (constant)
     batch: int              # the global batch
     n_train: int
+    table: str = "replicated"   # the hashed block: replicated or sharded (--table)
+    table_why: str = ""
 
 
 def build(args, comm, info, towers):
@@ -271,7 +278,7 @@ def build(args, comm, info, towers):
         raise MpinnError("--loss softmax needs a multiclass task (task is %s)" % meta["task"], collective=True)
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
-    model = MLP(spec, comm.backend).init_(args.seed + (comm.rank if towers else 0))
+    model = MLP(spec, comm.backend)
     base_lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
     batch = args.batch_per_rank * comm.size if args.batch_per_rank else args.batch_size
     lr_at, lr = lr_schedule(base_lr, batch, args.lr_base_batch or args.batch_per_rank, args.lr_scaling,
@@ -279,8 +286,15 @@ def build(args, comm, info, towers):
     opt = create_optimizer(args.optimizer, model.size, comm.backend.xp, lr, args.weight_decay, model.weight_slices,
                            args.momentum, table=model.table, hashed_update=args.hashed_update,
                            adagrad_rowwise=args.adagrad_rowwise, l1=args.l1, l2=args.l2, ftrl_beta=args.ftrl_beta)
+    from mpinn.training.sharded import choose_table, own_rows
+    table, why = choose_table(args.table, comm, spec, len(opt.element_state), towers, args.reduce,
+                              args.compress, args.overlap, args.average_every)
+    # a sharded table: each rank writes only its own rows (the others' pages are never touched)
+    model.init_(args.seed + (comm.rank if towers else 0),
+                rows=own_rows(comm, spec.n_sparse) if table == "sharded" else None)
     return Run(layout, meta, loss, spec, model, opt, base_lr, lr,
-               lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None, batch, info["n_train"])
+               lr_at if (args.lr_scaling != "none" or args.warmup_steps) else None, batch, info["n_train"],
+               table, why)
 
 
 def make_trainer(args, comm, run, towers, watchdog):
@@ -296,7 +310,8 @@ def make_trainer(args, comm, run, towers, watchdog):
                       lr_at=run.lr_at, on_epoch=curve.add if curve else None, towers=towers,
                       tower_mix=args.tower_mix, prefetch=not args.no_prefetch, read_local=args.input == "local",
                       shuffle_block=args.shuffle_block,
-                      average_every=args.average_every, timeline=bool(args.timeline), overlap=args.overlap)
+                      average_every=args.average_every, timeline=bool(args.timeline), overlap=args.overlap,
+                      table=run.table)
     config = resume_config(args)
     if args.resume:
         def load_checkpoint_checked():

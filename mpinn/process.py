@@ -32,6 +32,18 @@ def run_one_process(run, args):
         return e.code
 
 
+def mem_available():
+    """Bytes of memory this machine can still give (MemAvailable in /proc/meminfo); None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 # ---------------------------------------------------------------- the process's heap (glibc)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 

@@ -27,9 +27,10 @@ class Trainer:
     def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
                  on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False, shuffle_block=1,
-                 average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16):
+                 average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16, table="replicated"):
         self.model, self.optimizer, self.comm = model, optimizer, comm
-        comm.adopt_(model)            # e.g. gradients in a shared-memory window (--comm shm)
+        if table != "sharded":        # a sharded table's dense part is small: MPI_Allreduce, no window slots
+            comm.adopt_(model)        # e.g. gradients in a shared-memory window (--comm shm)
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
         self.verbose = verbose and self.rank0
@@ -45,7 +46,8 @@ class Trainer:
         self.average_every, self.overlap = int(average_every), bool(overlap)
         self.timeline = Timeline(keep=timeline)
         self.stepper = choose_step(model, optimizer, comm, faults or Faults(), self.timeline, grad_accum, towers,
-                                   average_every, overlap, overlap_bucket)
+                                   average_every, overlap, overlap_bucket, table)
+        self.table = table
         self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
         self.history = []
         # where training stands (saved in checkpoints)
@@ -191,7 +193,7 @@ class Trainer:
     def evaluate(self, data, chunk=65536):
         """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only."""
         if not self.towers:
-            return evaluate(self.model, self.comm, self.layout, data, chunk)
+            return evaluate(self.model, self.comm, self.layout, data, chunk, predict=self.stepper.predict)
         out = evaluate_towers(self.model, self.comm, self.layout, data, self.tower_mix, chunk)
         self.tower_weights = out["weights"]
         return out
@@ -220,9 +222,8 @@ class Trainer:
         """Rank 0 writes parameters, optimizer state and position; every rank waits for it under
         the deadline, so a slow disk is not mistaken for a stuck step."""
         self.watchdog.arm("checkpoint at step %d" % self.global_step)
+        arrays = self.stepper.saved_arrays()        # collective: a sharded table is gathered to rank 0
         if self.rank0:
-            arrays = {"params": self.model.params}
-            arrays.update({"opt_" + k: v for k, v in self.optimizer.state().items()})
             header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
             self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.global_step, arrays, header,
                                                    self.ckpt_keep)
@@ -233,25 +234,22 @@ class Trainer:
         """Continue from a checkpoint that rank 0 has loaded (arrays/header None elsewhere): the
         parameters reach the other ranks in start(); the optimizer state and position here."""
         header = self.comm.bcast_obj(header)
-        if self.rank0:
-            params = arrays["params"]
-            if params.shape != self.model.params.shape or params.dtype != self.model.params.dtype:
-                raise MpinnError("%s: parameters %s %s do not fit this model (%s %s)" % (
-                    header.get("path"), params.dtype, params.shape, self.model.params.dtype,
-                    self.model.params.shape))
-            self.model.params[...] = self.model.xp.asarray(params)
-        shapes = self.comm.bcast_obj({k[4:]: (v.shape, str(v.dtype)) for k, v in arrays.items()
-                                      if k.startswith("opt_")} if self.rank0 else None)
-        state = {}
-        for k, (shape, dt) in shapes.items():
-            buf = np.ascontiguousarray(arrays["opt_" + k]) if self.rank0 else np.empty(shape, dtype=dt)
-            state[k] = self.comm.Bcast_(buf, root=0, what="optimizer state %s" % k)
-        self.optimizer.load_state(state)
+        self.stepper.restore_(arrays, header.get("path"))   # a sharded table: each rank takes its rows
         pos = header["position"]
         self.epoch, self.next_step, self.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
         self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
         self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
         self.last_checkpoint = header.get("path")
+
+    def load_params_(self, params):
+        """Before start(): rank 0's whole flat parameters (None elsewhere) become the model's on every
+        rank (with a sharded table, each rank keeps its own rows of them)."""
+        self.stepper.load_params_(params)
+
+    def final_params(self):
+        """Collective, after training: the whole flat parameters on rank 0 (gathered from the ranks
+        for a sharded table), None elsewhere."""
+        return self.stepper.final_params()
 
     def release_(self):
         """Collective, after training: the model's and the optimizer's arrays become this rank's own
@@ -267,9 +265,11 @@ class Trainer:
 
     def summary(self):
         """Gather every rank's phase times; rank 0 returns the summary dict."""
-        per_rank = self.comm.gather_obj(dict(self.times))
+        per_rank = self.comm.gather_obj((dict(self.times), dict(self.timeline.parts)))
         if not self.rank0:
             return None
+        parts = {k: sum(p.get(k, 0.0) for _, p in per_rank) / len(per_rank) for k in per_rank[0][1]}
+        per_rank = [t for t, _ in per_rank]
         total = self.elapsed
         done = self.samples - self.samples_at_start      # by this run (a resumed one counts its own)
         mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in PHASES}
@@ -277,4 +277,5 @@ class Trainer:
                 "seconds": total, "samples_per_s": done / total if total else 0.0,
                 "phase_s_mean": mean, "phase_s_per_rank": per_rank, "skipped_steps": self.skipped,
                 "data_wait_s_per_step": mean["data"] / max(self.global_step - self.steps_at_start, 1),
-                "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None)}
+                "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None),
+                "table": self.table, "comm_parts_s_mean": parts}
