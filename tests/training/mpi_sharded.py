@@ -189,14 +189,15 @@ def resident_bytes(a):
 
 @pytest.mark.parametrize("optimizer", ["adam", "adam-dense"])
 def test_no_rank_touches_another_ranks_rows(optimizer):
-    """A 2^16 x 16 table (8 MiB, float64), Adam, sharded: each rank's parameter pages in memory are its
+    """A 2^19 x 8 table (32 MiB, float64: above the 32 MiB from which the heap maps fresh pages, see
+    process.reusing_heap, so no page comes in touched by an earlier test), Adam, sharded: each rank's parameter pages in memory are its
     own rows' (to a few pages), its gradient buffer's table part (lazy; with --hashed-update dense, but
     for its own rows) and its moments' other rows are never touched (with 4 KiB pages: numpy's
     huge-page advice is turned off here to count exactly)."""
     from numpy._core.multiarray import _set_madvise_hugepage
     was = _set_madvise_hugepage(False)
     try:
-        n_rows, page = 1 << 16, 4096
+        n_rows, page = 1 << 19, 4096
         t = make_trainer("sharded", optimizer, 12, n_sparse=n_rows)
         t.start()
         steps(t, data_for(n_rows), 12, 0, 4)
@@ -205,10 +206,11 @@ def test_no_rank_touches_another_ranks_rows(optimizer):
         table = slice(0, t.model.dense_start)
         got = [resident_bytes(t.model.params[table]), resident_bytes(t.model.grad_buffer[table])]
         got += [resident_bytes(t.optimizer.arrays[k][table]) for k in ("m", "v")]
-        # slack: the partial pages at the ends of the own rows, and the allocator's header page
-        agree(own <= got[0] <= own + 3 * page, "parameters: %d resident bytes, own rows %d" % (got[0], own))
+        # slack: the partial pages at the ends of the own rows, the allocator's header page at the start
+        # and the page the table shares with the dense layers at the end
+        agree(own <= got[0] <= own + 4 * page, "parameters: %d resident bytes, own rows %d" % (got[0], own))
         dense = optimizer == "adam-dense"
-        agree(got[1] <= own * dense + 3 * page and max(got[2:]) <= own + 3 * page,
+        agree(got[1] <= own * dense + 4 * page and max(got[2:]) <= own + 4 * page,
               "gradient %d, moments %s" % (got[1], got[2:]))
     finally:
         _set_madvise_hugepage(was)
