@@ -5,6 +5,7 @@ import numpy as np
 
 from mpinn.backend import get_backend
 from mpinn.batch import SparseRows, densify_
+from mpinn.process import small_pages_at
 
 
 def _act(name, xp, z):
@@ -101,6 +102,8 @@ class MLP:
         temporary is the size of the parameters."""
         rng = np.random.default_rng(seed)
         width = self.table[1]
+        if rows is not None and isinstance(self.params, np.ndarray):
+            small_pages_at(self.params, (rows[0] * width, rows[1] * width))     # resident: the rows, to a page
         for l, (o, s) in enumerate(zip(self.offsets, self.shapes)):
             fan_in = self.shapes[2 * (l // 2)][0]
             if l < 2 and self.spec.n_sparse:

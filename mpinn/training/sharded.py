@@ -8,7 +8,7 @@ from mpinn.batch import Batch
 from mpinn.comm import split_counts
 from mpinn.comm.shard import TableShards
 from mpinn.config import MpinnError
-from mpinn.process import mem_available
+from mpinn.process import mem_available, small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
 
 TABLES = ("auto", "replicated", "sharded")
@@ -78,6 +78,9 @@ class ShardedStep(Step):
         self.shards = TableShards(comm, self.n_rows, self.width)
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
         self._acc = None
+        for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
+            if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends
+                small_pages_at(a, self.own)
 
     @property
     def table(self):
