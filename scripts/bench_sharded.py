@@ -54,7 +54,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--setups", nargs="+", default=["node-2", "hosts-2x2"],
                     choices=["node-2", "node-3", "hosts-2x2", "hosts-2x1"])
+    ap.add_argument("--quiet-wait", type=float, default=20.0,
+                    help="before each run, wait up to this many seconds for an idle machine (shared machine)")
     args = ap.parse_args()
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_scaling import wait_quiet
     tmp = tempfile.mkdtemp(prefix="bench-sharded-")
     cluster = None
     if any(s.startswith("hosts") for s in args.setups):
@@ -70,6 +74,7 @@ def main():
         for rep in range(args.reps):
             for setup, table in recs:
                 out = os.path.join(tmp, "%s-%s-%d.jsonl" % (setup, table, rep))
+                wait_quiet(args.quiet_wait)
                 if setup.startswith("node"):
                     run_node(int(setup[-1]), table, out)
                 else:

@@ -5,7 +5,8 @@
 Inputs, all measured on this machine (no number is taken from a table):
   * Allreduce and Allgatherv latency alpha and bandwidth B: the fit t = alpha + n / B over the
     256 B .. 16 MiB sweep that scripts/bench_scaling.py runs at np = 2 (in its JSON);
-  * Alltoallv latency and bandwidth (the same fit) and the latency of an Alltoall of P counts, from
+  * Alltoallv latency and bandwidth (the same fit), the latency of an Alltoall of P counts, and the
+    cost of each further message in flight (persistent sends posted together), from
     scripts/bench_alltoallv.py at np = 2 (its JSON), for the sharded table;
   * the rows a sharded table's owners receive per step: W2's own data (the peers' generator, hashed),
     P slices of 512 rows, each slice's unique ids sent to their owners, counted at every P (the hot
@@ -41,14 +42,18 @@ Assumptions (the model is only as good as these):
      is), and no rank is slower than another (no stragglers, no noise).
   7. sharded (W2, --table sharded): per step an Alltoall of P counts (MPICH's Bruck algorithm for short
      messages: ceil(log2 P) rounds of the measured Alltoall latency), three Alltoallv (ids, rows,
-     gradient rows) each costing (P - 1) x the measured Alltoallv latency (one message per peer, no
-     overlap between them: pessimistic, as the ring terms above) plus the busiest rank's bytes
-     (max(own ids, rows its owner part receives) x 8 or 256 bytes) at the measured Alltoallv bandwidth,
-     the dense tail's Allreduce by recursive doubling (ceil(log2 P) x (alpha + 520 B / B), MPICH's
-     algorithm for short messages), and on the busiest owner the gather of the rows it sends and the
-     update of the rows beyond one slice's (both at the measured per-row update cost). Rows per rank
-     per step and bytes per rank then stay flat in P; only the latency terms and the hot-row
-     imbalance grow.
+     gradient rows), the dense tail's Allreduce by recursive doubling (ceil(log2 P) x (alpha + 520 B /
+     B), MPICH's algorithm for short messages), and on the busiest owner the gather of the rows it
+     sends (measured per-row np.take) and the update of the rows beyond one slice's (measured per-row
+     update). An Alltoallv costs the busiest rank's bytes (max(own ids, rows its owner part receives)
+     x 8 or 256 bytes) at the measured Alltoallv bandwidth, plus its messages to the P - 1 peers:
+       sharded              the measured Alltoallv latency for the first peer and the measured cost of
+                            a further message in flight for each other: MPICH posts an Alltoallv's
+                            messages together (blocks of 32), so they overlap as in the probe
+       sharded, no overlap  the measured Alltoallv latency for every peer, one after another (the
+                            bound: no two messages overlap; the ring terms above assume the same)
+     Rows per rank per step and bytes per rank stay flat in P; the per-peer message costs and the
+     hot-row imbalance (the busiest owner's rows, from W2's data) are what grows.
 Horovod's published point: ~90% scaling efficiency at 512 GPUs for Inception V3 and ResNet-101
 (Sergeev & Del Balso 2018, "Horovod: fast and easy distributed deep learning in TensorFlow",
 arXiv:1802.05799), on 25 GbE RoCE with NVLink-local GPUs and compute of ~100s of ms per step: a
@@ -87,7 +92,8 @@ def ring_allgather(total_bytes, P, alpha, B):
 
 def update_times():
     """(seconds per gradient row of the sparse SGD update (fancy-indexed, random rows), seconds of
-    one dense SGD update of the whole 2^18 x 64 table)."""
+    one dense SGD update of the whole 2^18 x 64 table, seconds per row of gathering random rows
+    (np.take: what an owner does to answer a fetch))."""
     rng = np.random.default_rng(0)
     table = np.zeros((1 << 18, W2_H), np.float32)
     ids = np.unique(rng.integers(0, 1 << 18, 4000))[:W2_ROWS_PER_RANK]
@@ -97,12 +103,17 @@ def update_times():
         t = time.perf_counter()
         table[ids] -= np.float32(0.1) * rows
         ts.append(time.perf_counter() - t)
+    takes = []
+    for _ in range(30):
+        t = time.perf_counter()
+        np.take(table, ids, axis=0)
+        takes.append(time.perf_counter() - t)
     grad, dense = np.ones_like(table), []
     for _ in range(5):
         t = time.perf_counter()
         table -= np.float32(0.1) * grad
         dense.append(time.perf_counter() - t)
-    return float(np.median(ts)) / ids.size, float(np.median(dense))
+    return float(np.median(ts)) / ids.size, float(np.median(dense)), float(np.median(takes)) / ids.size
 
 
 def owner_loads(ranks, per_rank=512):
@@ -125,19 +136,21 @@ def owner_loads(ranks, per_rank=512):
     return out
 
 
-def w2_sharded_terms(P, net, loads, t_row):
-    """The sharded step's exchange terms at P ranks (seconds), see assumption 7."""
+def w2_sharded_terms(P, net, loads, t_take, t_row):
+    """The sharded step's exchange terms at P ranks (seconds), see assumption 7; net's per_message
+    None: no overlap between an Alltoallv's messages."""
     if P == 1:
         return {}
-    a_a2a, a_v, b_v, a_ar, b_ar = net
+    a_a2a, a_v, b_v, a_ar, b_ar, per_message = net
     k, r_max = loads[P]
     busiest = max(k, r_max)
     rounds = int(np.ceil(np.log2(P)))
+    peers = (P - 1) * a_v if per_message is None else a_v + (P - 2) * per_message
     return {"counts (Alltoall)": rounds * a_a2a,
-            "Alltoallv latency (3 x (P-1) alpha)": 3 * (P - 1) * a_v,
+            "Alltoallv messages (3 calls x P-1 peers)": 3 * peers,
             "Alltoallv bytes (ids, rows, gradient rows)": busiest * (8 + 2 * W2_H * 4) / b_v,
             "dense Allreduce": rounds * (a_ar + W2_DENSE_TAIL * 4 / b_ar),
-            "owner's extra rows (gather + update)": (r_max + max(r_max - k, 0)) * t_row}
+            "busiest owner's rows (gather, update beyond a slice's)": r_max * t_take + max(r_max - k, 0) * t_row}
 
 
 def predict(compute_s, exchange_s):
@@ -152,15 +165,18 @@ def model(doc, a2a):
     a_ag, b_ag = fit_alpha_beta(probe["allgatherv"])
     p2 = a2a["probes"]["2"]
     a_v, b_v = fit_alpha_beta(p2["alltoallv"])
-    t_row, dense_update = update_times()
+    t_row, dense_update, t_take = update_times()
     loads = owner_loads(RANKS)
     # compute per rank per step at the fixed per-rank batch, from np = 1 (compute_ms covers the global batch)
     comp = {wl: rows[(wl, 1)]["compute_ms_median"] / 1e3 * PER_RANK[wl] / {"W1": 256, "W2": 1024}[wl]
             for wl in ("W1", "W2")}
     # W2 at np = 1 updates ~one slice's worth of rows inside compute_ms; the model adds the rest per P
     nets = {"measured": (a_ar, b_ar, a_ag, b_ag), "10GbE (assumed)": NET_10GBE * 2}
-    sharded_nets = {"measured": (p2["alltoall"], a_v, b_v, a_ar, b_ar),
-                    "10GbE (assumed)": (NET_10GBE[0], NET_10GBE[0], NET_10GBE[1]) + NET_10GBE}
+    measured = (p2["alltoall"], a_v, b_v, a_ar, b_ar)
+    sharded_nets = {("sharded", "measured"): measured + (p2["fit"]["per_message_s"],),
+                    ("sharded, no overlap", "measured"): measured + (None,),
+                    ("sharded, no overlap", "10GbE (assumed)"): (NET_10GBE[0], NET_10GBE[0], NET_10GBE[1])
+                    + NET_10GBE + (None,)}
     curves, terms = {}, {}
     for net, (aa, ba, ag, bg) in nets.items():
         w1 = W1_PARAMS * 4
@@ -179,15 +195,18 @@ def model(doc, a2a):
         curves[("W2", "dense", net)] = predict(comp["W2"], lambda P: ring_allreduce(dense2, P, aa, ba) + dense_update)
         curves[("W2", "fp16", net)] = predict(comp["W2"], lambda P: ring_allreduce(dense2 / 2, P, aa, ba) + dense_update)
         curves[("W2", "sparse", net)] = predict(comp["W2"], w2_sparse)
-        sn = sharded_nets[net]
-        curves[("W2", "sharded", net)] = predict(comp["W2"], lambda P: sum(w2_sharded_terms(P, sn, loads, t_row).values()))
-        terms[net] = {P: w2_sharded_terms(P, sn, loads, t_row) for P in (64, 1024)}
+        for (how, n), sn in sharded_nets.items():
+            if n == net:
+                curves[("W2", how, net)] = predict(
+                    comp["W2"], lambda P: sum(w2_sharded_terms(P, sn, loads, t_take, t_row).values()))
+                terms["%s, %s" % (how, net)] = {P: w2_sharded_terms(P, sn, loads, t_take, t_row) for P in (64, 1024)}
     inputs = {"allreduce_alpha_us": a_ar * 1e6, "allreduce_GBps": b_ar / 1e9, "allgatherv_alpha_us": a_ag * 1e6,
               "allgatherv_GBps": b_ag / 1e9, "w1_compute_ms_per_rank_step": comp["W1"] * 1e3,
               "w2_compute_ms_per_rank_step": comp["W2"] * 1e3, "w2_row_update_us": t_row * 1e6,
               "w2_dense_update_ms": dense_update * 1e3,
               "net_10gbe_assumed": {"alpha_us": NET_10GBE[0] * 1e6, "GBps": NET_10GBE[1] / 1e9},
               "alltoallv_alpha_us": a_v * 1e6, "alltoallv_GBps": b_v / 1e9, "alltoall_counts_us": p2["alltoall"] * 1e6,
+              "message_in_flight_us": p2["fit"]["per_message_s"] * 1e6, "w2_row_take_us": t_take * 1e6,
               "w2_owner_loads": {str(P): {"unique_ids_per_rank": k, "busiest_owner_rows": m}
                                  for P, (k, m) in loads.items()}}
     return curves, inputs, terms
@@ -225,8 +244,8 @@ def main():
         print("| %s | %s | %s | %s |" % (wl, ex, net, " | ".join("%.0f%%" % (100 * eff[RANKS.index(P)]) for P in show)))
     print("| Horovod (Inception V3 / ResNet-101, 25 GbE, GPUs) | fp32 ring allreduce | published | - | - | ~90% | - |")
     print("\nW2 sharded, per step (ms) against compute %.2f ms per rank:" % inputs["w2_compute_ms_per_rank_step"])
-    names = list(next(iter(terms["measured"].values())))
-    print("| network | P | " + " | ".join(names) + " |")
+    names = list(next(iter(next(iter(terms.values())).values())))
+    print("| exchange, network | P | " + " | ".join(names) + " |")
     print("|---|---|" + "---|" * len(names))
     for net, by_p in terms.items():
         for P, t in by_p.items():
