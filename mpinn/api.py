@@ -364,11 +364,13 @@ def write_results(args, comm, run, trainer, params, history, summary, towers, sa
     save_model(args.model_out, params, run.spec, meta)
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
+    parts = summary.get("comm_parts_s_mean") or {}      # a sharded table's exchanges
     say("done: %d samples in %.1f s, %.0f samples/s over %d ranks; time split (mean over ranks): "
-        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%, update %.0f%%" % (
+        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%%s, update %.0f%%" % (
             summary["samples"], summary["seconds"], summary["samples_per_s"], comm.size,
-            100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"],
-            100 * ph["compute"] / busy, 100 * ph["comm"] / busy, 100 * ph["update"] / busy))
+            100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"], 100 * ph["compute"] / busy,
+            100 * ph["comm"] / busy, " (%s)" % ", ".join("%s %.0f%%" % (k, 100 * v / busy) for k, v in parts.items())
+            if parts else "", 100 * ph["update"] / busy))
     if args.timeline:
         say("timeline written to %s" % args.timeline)
     say("model written to %s" % args.model_out)
