@@ -107,17 +107,18 @@ def test_sharded_equals_replicated_and_one_process(optimizer, batch):
     agree(np.max(np.abs(got - ref)) < 1e-12, "sharded vs one process: max diff %g" % np.max(np.abs(got - ref)))
 
 
-@pytest.mark.parametrize("case", ["one-owner", "empty-slice", "micro-batches"])
+@pytest.mark.parametrize("case", ["one-owner", "empty-slice", "no-rows", "micro-batches"])
 def test_one_owner_an_empty_slice_and_micro_batches(case):
     """one-owner: every id in rank 0's rows (0..1: rank 0's at any np <= 3), the others asked for
-    nothing; empty-slice: a 2-row table, so at np 3 rank 2 owns no row; micro-batches: --grad-accum 3
+    nothing; empty-slice: a 2-row table, so at np 3 rank 2 owns no row; no-rows: 2-row batches, so at
+    np 3 rank 2 has no rows to train on (it still answers for its rows); micro-batches: --grad-accum 3
     (the fetched rows' gradient summed over micro-batches) against the replicated --grad-accum 3."""
-    n_sparse, only, accum = {"one-owner": (5, (0, 2), 1), "empty-slice": (2, None, 1),
-                             "micro-batches": (64, None, 3)}[case]
+    n_sparse, only, accum, batch = {"one-owner": (5, (0, 2), 1, 12), "empty-slice": (2, None, 1, 12),
+                                    "no-rows": (64, None, 1, 2), "micro-batches": (64, None, 3, 12)}[case]
     data = data_for(n_sparse, only)
-    got, t = trained("sharded", "adam", 12, n_sparse=n_sparse, data=data, grad_accum=accum)
-    rep, _ = trained("replicated", "adam", 12, n_sparse=n_sparse, data=data, grad_accum=accum)
-    ref = one_process("adam", 12, 6, data, n_sparse)
+    got, t = trained("sharded", "adam", batch, n_sparse=n_sparse, data=data, grad_accum=accum)
+    rep, _ = trained("replicated", "adam", batch, n_sparse=n_sparse, data=data, grad_accum=accum)
+    ref = one_process("adam", batch, 6, data, n_sparse)
     if case == "empty-slice" and COMM.size == 3:
         agree(t.stepper.shards.hi == t.stepper.shards.lo if COMM.rank == 2 else True)
     agree(np.max(np.abs(got - rep)) <= (0 if accum == 1 else 1e-12), "vs replicated %g" % np.max(np.abs(got - rep)))
@@ -165,11 +166,11 @@ def test_evaluation_fetches_the_rows_it_needs():
     steps(t, data_for(), 12, 0, 4)
     Xs, Xd, y = data_for()
     data = Dataset(Xs, Xd, y, {"task": "multiclass", "classes": [0, 1, 2]})
-    got = t.evaluate(data if COMM.rank == 0 else None, chunk=17)
+    got = t.evaluate(data if COMM.rank == 0 else None, chunk=13)     # 13, 13, 13, 1: ranks with no rows
     one = MLP(spec_for())
     one.params[...] = COMM.bcast(t.final_params())
     alone = COMM.Split(COMM.rank, 0)
-    ref = evaluate(one, NullCommunicator(alone), LAYOUT, data, chunk=17)
+    ref = evaluate(one, NullCommunicator(alone), LAYOUT, data, chunk=13)
     alone.Free()
     agree(all(abs(got[k] - ref[k]) < 1e-12 for k in ("accuracy", "logloss")), "%s vs %s" % (got, ref))
 
