@@ -16,9 +16,8 @@ TABLES = ("auto", "replicated", "sharded")
 
 def own_rows(comm, n_rows):
     """(lo, hi): the table rows this rank owns when the table is sharded (see TableShards)."""
-    counts = split_counts(n_rows, comm.size)
-    lo = int(counts[:comm.rank].sum())
-    return lo, lo + int(counts[comm.rank])
+    shards = TableShards(comm, n_rows, 1)
+    return shards.lo, shards.hi
 
 
 def choose_table(asked, comm, spec, state_arrays=0, towers=None, reduce="allreduce", compress=None,
@@ -65,12 +64,14 @@ class ShardedStep(Step):
     forward and backward on those k rows; the k gradient rows go back to their owners along the same
     counts (Alltoallv); the dense layers' gradient and the loss are summed by one Allreduce; then each
     owner steps its own rows (their segments in rank order: the arithmetic of the replicated exchange)
-    and every rank the dense layers. The skip verdict rides in that Allreduce: an owner whose summed
-    rows are not finite writes NaN into the loss slot before it, NaN survives a sum, so every rank
-    sees the same verdict before anything is stepped and a skipped step changes nothing anywhere.
+    and every rank the dense layers. The skip verdict rides in that Allreduce: an owner that received
+    a gradient row that is not finite writes NaN into the loss slot before it, NaN survives a sum, so
+    every rank sees the same verdict before anything is stepped and a skipped step changes nothing
+    anywhere (the replicated exchange checks the same rows, unsummed, as they arrive).
 
-    Per rank and step, the bytes moved and the rows updated depend on the rank's own batch, not on
-    the number of ranks (the replicated exchange gathers every rank's rows on every rank)."""
+    Per rank and step, the bytes moved and the rows updated stay about constant as the ranks grow
+    (the rank's own batch's rows, and about as many as its owner part receives; the replicated
+    exchange gathers every rank's rows on every rank)."""
 
     def __init__(self, model, optimizer, comm, **kw):
         super().__init__(model, optimizer, comm, **kw)
