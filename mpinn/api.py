@@ -288,7 +288,7 @@ def build(args, comm, info, towers):
                            adagrad_rowwise=args.adagrad_rowwise, l1=args.l1, l2=args.l2, ftrl_beta=args.ftrl_beta)
     from mpinn.training.sharded import choose_table, own_rows
     table, why = choose_table(args.table, comm, spec, len(opt.element_state), towers, args.reduce,
-                              args.compress, args.overlap, args.average_every)
+                              args.compress, args.overlap, args.average_every, args.comm)
     # a sharded table: each rank writes only its own rows (the others' pages are never touched)
     model.init_(args.seed + (comm.rank if towers else 0),
                 rows=own_rows(comm, spec.n_sparse) if table == "sharded" else None)

@@ -102,7 +102,8 @@ def run(args):
                            table=model.table)
     from mpinn.training.sharded import choose_table
     table, _ = choose_table(args.hashed_table, comm, wl.spec, len(opt.element_state), reduce=args.reduce,
-                            compress=args.compress, overlap=args.overlap, average_every=args.average_every)
+                            compress=args.compress, overlap=args.overlap, average_every=args.average_every,
+                            transport=args.comm)
     # a sharded table: rank 0 holds the peers' whole init only until each rank has its rows
     start = MLP(wl.spec).set_params(wl.init()) if rank0 and table == "sharded" else model
     if rank0 and table != "sharded":

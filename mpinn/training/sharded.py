@@ -21,7 +21,7 @@ def own_rows(comm, n_rows):
 
 
 def choose_table(asked, comm, spec, state_arrays=0, towers=None, reduce="allreduce", compress=None,
-                 overlap=False, average_every=0):
+                 overlap=False, average_every=0, transport="auto"):
     """("replicated" or "sharded", why) for --table `asked` (collective: every rank reaches the same
     choice). auto shards a hashed table when the job spans several nodes (a replicated table's
     exchange gathers every rank's gradient rows on every rank, traffic and update work growing with
@@ -29,7 +29,7 @@ def choose_table(asked, comm, spec, state_arrays=0, towers=None, reduce="allredu
     state (state_arrays of them) would take more than half of the memory a node has available."""
     others = [flag for flag, on in (("--parallel tower", towers), ("--reduce gather", reduce != "allreduce"),
                                     ("--compress", compress), ("--overlap", overlap),
-                                    ("--average-every", average_every),
+                                    ("--average-every", average_every), ("--comm shm", transport == "shm"),
                                     ("--device gpu", comm.backend.device is not None)) if on]
     if asked not in TABLES:
         raise MpinnError("--table must be one of %s, not %r" % ("|".join(TABLES), asked), collective=True)

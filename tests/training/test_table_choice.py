@@ -31,11 +31,12 @@ def test_auto_shards_across_nodes_and_when_replicas_do_not_fit():
     assert choose_table("auto", Comm(size=1, nodes=1, per_node=1), WIDE)[0] == "replicated"
     assert choose_table("auto", Comm(nodes=2), DENSE)[0] == "replicated"
     assert choose_table("auto", Comm(nodes=2), WIDE, towers="shard") == ("replicated", "auto, with --parallel tower")
+    assert choose_table("auto", Comm(nodes=2), WIDE, transport="shm") == ("replicated", "auto, with --comm shm")
 
 
 @pytest.mark.parametrize("kw,flag", [(dict(towers="shard"), "--parallel tower"), (dict(reduce="gather"), "--reduce gather"),
                                      (dict(compress="fp16"), "--compress"), (dict(overlap=True), "--overlap"),
-                                     (dict(average_every=4), "--average-every")])
+                                     (dict(average_every=4), "--average-every"), (dict(transport="shm"), "--comm shm")])
 def test_sharded_refuses_what_it_cannot_do(kw, flag):
     with pytest.raises(MpinnError, match="--table sharded does not combine with %s" % flag) as e:
         choose_table("sharded", Comm(), WIDE, **kw)
