@@ -194,7 +194,7 @@ def run(args):
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
-    variant = (" " + getattr(comm, "transport", "") if args.reduce == "allreduce" else "") + (
+    variant = (" " + getattr(comm, "transport", "") if args.reduce == "allreduce" and table != "sharded" else "") + (
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "") + (
         " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "")
