@@ -8,7 +8,6 @@ Run a script that calls it under `mpirun -np N python -m mpi4py script.py`: ever
 same call; `-m mpi4py` turns an unhandled exception on one rank into an abort of the whole job."""
 import json
 import os
-import time
 from dataclasses import dataclass
 
 from mpinn.process import pin_threads
@@ -93,7 +92,7 @@ def default_loss(task):
 RESUME_MAY_CHANGE = {"epochs", "resume", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "step_timeout", "start_timeout", "max_bad_steps", "model_out", "metrics_out",
                      "no_progress", "quiet", "reduce", "sparse_threshold", "curve", "plot", "input",
-                     "no_prefetch", "compress", "timeline", "device", "comm", "early_stop", "keep"}
+                     "no_prefetch", "compress", "timeline", "device", "comm", "early_stop", "keep", "table"}
 # (towers: no resume)
 
 
@@ -157,10 +156,15 @@ def train_from_args(args, comm=None):
     run = build(args, comm, info, towers)
     trainer, curve = make_trainer(args, comm, run, towers, watchdog)
     trainer.start()
-    if comm.size > 1 and comm.transport_note:
+    if comm.size > 1 and run.table == "sharded":
+        say("gradients: hashed table sharded by rows over %d ranks (%s): each batch's rows fetched from their "
+            "owners and its gradient rows sent back (Alltoallv), each rank stepping its own rows; dense layers "
+            "MPI_Allreduce" % (comm.size, run.table_why))
+    elif comm.size > 1 and comm.transport_note:
         say("gradients: %s" % comm.transport_note + (
             "; parameters and optimizer state: one copy per node, each rank steps its part"
-            if trainer.shared_params else ""))
+            if trainer.shared_params else "") + ("; table replicated (%s)" % run.table_why
+                                                 if run.spec.n_sparse and not towers else ""))
     watchdog.disarm()
     say(describe_run(args, comm, run, towers))
     history = trainer.fit(train, valid, args.epochs, progress=not (args.no_progress or args.quiet))
@@ -169,11 +173,13 @@ def train_from_args(args, comm=None):
         trainer.write_timeline(args.timeline)
     summary = trainer.summary()
     trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
+    params = trainer.gather_towers() if towers else trainer.final_params()
     kept = len(history)           # the epoch whose parameters are kept: the best one with --keep best
-    if trainer.best_params is not None and args.keep == "best":
-        run.model.params[...] = trainer.best_params
+    if trainer.best is not None and trainer.keep_best:
         kept = trainer.best["epoch"]
-    params = trainer.gather_towers() if towers else run.model.params
+        if trainer.best_params is not None:     # every rank, or rank 0 alone with a sharded table
+            run.model.params[...] = trainer.best_params
+            params = params if towers else run.model.params
     summary = comm.bcast_obj(summary)
     summary["kept_epoch"] = kept
     final = next((r.get("valid", {}) for r in history if r["epoch"] == kept), {})
@@ -227,6 +233,8 @@ class Run:
     lr_at: object           # global step -> learning rate, or None (constant)
     batch: int              # the global batch
     n_train: int
+    table: str = "replicated"   # the hashed block: replicated or sharded (--table)
+    table_why: str = ""
 
 
 def build(args, comm, info, towers):
@@ -245,7 +253,7 @@ def build(args, comm, info, towers):
         raise MpinnError("--loss softmax needs a multiclass task (task is %s)" % meta["task"], collective=True)
     spec = ModelSpec(layout.n_sparse, layout.n_dense, args.hidden, info["n_out"], args.activation, loss,
                      args.dtype, sparse_fan_in=info["fan_in"])
-    model = MLP(spec, comm.backend).init_(args.seed + (comm.rank if towers else 0))
+    model = MLP(spec, comm.backend)
     filled = resolve(args, model_shape(layout.n_sparse, meta["task"]), info["n_train"], DEFAULT_LR)
     if towers or not info["has_valid"]:     # nothing to pick the best epoch by: the last one, no stopping
         if args.early_stop and "early_stop" not in filled:
@@ -262,8 +270,15 @@ def build(args, comm, info, towers):
     opt = create_optimizer(args.optimizer, model.size, comm.backend.xp, lr, args.weight_decay, model.weight_slices,
                            args.momentum, table=model.table, hashed_update=args.hashed_update,
                            adagrad_rowwise=args.adagrad_rowwise, l1=args.l1, l2=args.l2, ftrl_beta=args.ftrl_beta)
+    from mpinn.training.sharded import choose_table, own_rows
+    table, why = choose_table(args.table, comm, spec, len(opt.element_state), towers, args.reduce,
+                              args.compress, args.overlap, args.average_every, args.comm)
+    # a sharded table: each rank writes only its own rows (the others' pages are never touched)
+    model.init_(args.seed + (comm.rank if towers else 0),
+                rows=own_rows(comm, spec.n_sparse) if table == "sharded" else None)
     varies = args.lr_scaling != "none" or args.warmup_steps or args.lr_decay != "none"
-    return Run(layout, meta, loss, spec, model, opt, base_lr, lr, lr_at if varies else None, batch, info["n_train"])
+    return Run(layout, meta, loss, spec, model, opt, base_lr, lr, lr_at if varies else None, batch, info["n_train"],
+               table, why)
 
 
 def stop_metric(name, task):
@@ -293,7 +308,7 @@ def make_trainer(args, comm, run, towers, watchdog):
                       shuffle_block=args.shuffle_block,
                       average_every=args.average_every, timeline=bool(args.timeline), overlap=args.overlap,
                       early_stop=args.early_stop, keep_best=args.keep == "best", stop_metric=args.stop_metric,
-                      target_scale=target["scale"] if target else 1.0)
+                      target_scale=target["scale"] if target else 1.0, table=run.table)
     config = resume_config(args)
     if args.resume:
         def load_checkpoint_checked():
@@ -352,11 +367,13 @@ def write_results(args, comm, run, trainer, params, result, towers, say):
     save_model(args.model_out, params, run.spec, meta)
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
+    parts = summary.get("comm_parts_s_mean") or {}      # a sharded table's exchanges
     say("done: %d samples in %.1f s, %.0f samples/s over %d ranks; time split (mean over ranks): "
-        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%, update %.0f%%" % (
+        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%%s, update %.0f%%" % (
             summary["samples"], summary["seconds"], summary["samples_per_s"], comm.size,
-            100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"],
-            100 * ph["compute"] / busy, 100 * ph["comm"] / busy, 100 * ph["update"] / busy))
+            100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"], 100 * ph["compute"] / busy,
+            100 * ph["comm"] / busy, " (%s)" % ", ".join("%s %.0f%%" % (k, 100 * v / busy) for k, v in parts.items())
+            if parts else "", 100 * ph["update"] / busy))
     if args.timeline:
         say("timeline written to %s" % args.timeline)
     kept = summary["kept_epoch"]

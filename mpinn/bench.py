@@ -97,13 +97,22 @@ def run(args):
     local_input = args.input == "local"
     data = wl.make() if rank0 or local_input else None   # local: every rank has the data (as DDP's do)
     model = MLP(wl.spec)
-    if rank0:
-        model.set_params(wl.init())
     lr = args.lr or (wl.lr if args.optimizer == "sgd" else DEFAULT_LR[args.optimizer])
     opt = create_optimizer(args.optimizer, model.size, model.xp, lr, weight_slices=model.weight_slices,
                            table=model.table)
+    from mpinn.training.sharded import choose_table
+    table, _ = choose_table(args.hashed_table, comm, wl.spec, len(opt.element_state), reduce=args.reduce,
+                            compress=args.compress, overlap=args.overlap, average_every=args.average_every,
+                            transport=args.comm)
+    # a sharded table: rank 0 holds the peers' whole init only until each rank has its rows
+    start = MLP(wl.spec).set_params(wl.init()) if rank0 and table == "sharded" else model
+    if rank0 and table != "sharded":
+        model.set_params(wl.init())
+    loss0 = start.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
     trainer = Trainer(model, opt, comm, wl.layout, B, verbose=False, average_every=args.average_every,
-                      overlap=args.overlap)
+                      overlap=args.overlap, table=table)
+    trainer.load_params_(start.params if rank0 else None)
+    del start
     trainer.start()
     n_batches = wl.n // B
 
@@ -121,7 +130,6 @@ def run(args):
     def eval_loss():
         return model.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
 
-    loss0 = eval_loss()
     setup_s = time.perf_counter() - t_start
 
     layout, rec_phase = wl.layout, trainer.timeline
@@ -162,6 +170,8 @@ def run(args):
     own_cpu = lw.stop()
     measured = steps - warmup
     per = {k: v / measured * 1e3 for k, v in trainer.times.items()}
+    parts = {k: v / measured * 1e3 for k, v in trainer.timeline.parts.items()}
+    trainer.final_params()      # collective: a sharded table whole again on rank 0, for the final loss
     loss_final = eval_loss()
 
     # compute alone: more steps with no gradient exchange (the batch is still scattered);
@@ -179,14 +189,15 @@ def run(args):
         null_ms = (time.perf_counter() - tc) / args.timing_steps * 1e3
         comm.barrier()
 
-    infos = comm.gather_obj({"rss": peak_rss_mb(), "pss": pss_mb(), "per": per, "own_cpu": own_cpu, "null_ms": null_ms})
+    infos = comm.gather_obj({"rss": peak_rss_mb(), "pss": pss_mb(), "per": per, "own_cpu": own_cpu, "null_ms": null_ms,
+                             "parts": parts})
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
-    variant = (" " + getattr(comm, "transport", "") if args.reduce == "allreduce" else "") + (
+    variant = (" " + getattr(comm, "transport", "") if args.reduce == "allreduce" and table != "sharded" else "") + (
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "") + (
-        " " + args.optimizer if args.optimizer != "sgd" else "")
+        " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
@@ -202,7 +213,8 @@ def run(args):
                              "exchange (incl. coalescing sparse rows) "
                              "+ param sync (include waiting for peers); phase_ms_rank0.other = rank-0 "
                              "batch slicing + loop overhead",
-        "phase_ms_rank0": per, "phase_ms_per_rank": [i["per"] for i in infos],
+        "phase_ms_rank0": per, "phase_ms_per_rank": [i["per"] for i in infos], "table": table,
+        "comm_parts_ms_per_rank": [i["parts"] for i in infos],
         "null_comm_step_ms": None if null_ms is None else max(i["null_ms"] for i in infos),
         "null_comm_step_ms_per_rank": [i["null_ms"] for i in infos], "timing_steps": args.timing_steps,
         "grad_exchange": comm.last_exchange,
@@ -288,6 +300,8 @@ def build_parser():
                    help="local SGD: average the parameters every K steps instead of reducing gradients")
     p.add_argument("--overlap", action="store_true",
                    help="Iallreduce the later layers' gradients while earlier layers back-propagate")
+    p.add_argument("--hashed-table", default="auto", choices=["auto", "replicated", "sharded"],
+                   help="the hashed block (W2): replicated, sharded over the ranks, or auto: as training's --table")
     p.add_argument("--input", default="scatter", choices=["scatter", "local"],
                    help="scatter (default): rank 0 holds the data and scatters each batch (Iscatterv, "
                         "posted a step ahead); local: every rank holds the data and takes its own slice "

@@ -150,6 +150,10 @@ def time_step(comm, args, spec, repeats):
     if comm.rank == 0:
         batch = load_default(args.batch_size, 0, args.hash_bits).take(np.arange(args.batch_size), args.dtype)
     layout = Layout(spec.n_sparse, spec.n_dense, args.dtype, args.dtype)
+    from mpinn.training.sharded import choose_table
+    table, why = choose_table(args.table, comm, spec, 0, reduce=comm.name)
+    if table == "sharded":
+        return time_sharded_step(comm, args, spec, repeats, batch, layout, why)
     model = MLP(spec).init_(0)
     want_rows = bool(spec.n_sparse) and not comm.wants_dense
     mine = []
@@ -173,10 +177,58 @@ def time_step(comm, args, spec, repeats):
     comm_s = phases["scatter_s"] + phases["exchange_s"]
     return dict(phases, step_s=total, comm_share=comm_s / total if total else 0.0,
                 exchange=per_rank[0][1] or "dense", repeats=repeats, batch_size=args.batch_size,
-                rows_per_rank=-(-args.batch_size // comm.size), reduce=comm.name,
-                model="%d hashed + %d dense -> %s (%s, sigmoid head), %s" % (
-                    spec.n_sparse, spec.n_dense, "-".join(map(str, spec.hidden + (spec.n_out,))),
-                    spec.activation, spec.dtype))
+                rows_per_rank=-(-args.batch_size // comm.size), reduce=comm.name, table="replicated",
+                table_why=why, model=describe_spec(spec))
+
+
+def describe_spec(spec):
+    return "%d hashed + %d dense -> %s (%s, sigmoid head), %s" % (
+        spec.n_sparse, spec.n_dense, "-".join(map(str, spec.hidden + (spec.n_out,))), spec.activation, spec.dtype)
+
+
+SHARDED_PHASES = (("scatter", None), ("compute", "compute"), ("fetch", "fetch rows (Alltoallv)"),
+                  ("return", "gradient rows to owners (Alltoallv)"), ("allreduce", "dense Allreduce"),
+                  ("update", "update"))
+
+
+def time_sharded_step(comm, args, spec, repeats, batch, layout, why):
+    """time_step for a sharded table: real steps of the trainer's ShardedStep (SGD), its phases from
+    the step's own timeline: scatter, compute, the two Alltoallv exchanges, the dense Allreduce and
+    the update of the rank's own rows."""
+    from mpinn.model import MLP
+    from mpinn.optim import create_optimizer
+    from mpinn.training.faults import Faults
+    from mpinn.training.sharded import own_rows
+    from mpinn.training.steps import choose_step
+    from mpinn.training.timeline import Timeline
+    model = MLP(spec).init_(0, rows=own_rows(comm, spec.n_sparse))
+    opt = create_optimizer("sgd", model.size, np, 0.1, weight_slices=model.weight_slices, table=model.table)
+    timeline = Timeline(keep=True)
+    step = choose_step(model, opt, comm, Faults(), timeline, table="sharded")
+    step.broadcast_params_()
+    names = {name: key for key, name in SHARDED_PHASES if name}
+    mine = []
+    for s in range(repeats + 1):             # the first step is a warm-up
+        comm.barrier()
+        timeline.events = []
+        t0 = time.perf_counter()
+        local = comm.scatter_batch(batch, layout)
+        t1 = time.perf_counter()
+        step(local, args.batch_size, s + 1)
+        took = dict.fromkeys(names.values(), 0.0)
+        took["scatter"] = t1 - t0
+        for name, start, end, _, _ in timeline.events:
+            took[names[name]] += end - start
+        if s:
+            mine.append(took)
+    per_rank = comm.allgather_obj(mine)
+    phases = {k + "_s": _median([np.mean([ts[i][k] for ts in per_rank]) for i in range(repeats)])
+              for k, _ in SHARDED_PHASES}
+    total = sum(phases.values())
+    comm_s = sum(phases[k + "_s"] for k in ("scatter", "fetch", "return", "allreduce"))
+    return dict(phases, step_s=total, comm_share=comm_s / total if total else 0.0, exchange="sharded",
+                repeats=repeats, batch_size=args.batch_size, rows_per_rank=-(-args.batch_size // comm.size),
+                reduce=comm.name, table="sharded", table_why=why, model=describe_spec(spec))
 
 
 # ---------------------------------------------------------------- the report
@@ -216,11 +268,18 @@ def format_report(rep):
         ", bus bandwidth %.2f GB/s" % bw if bw else "", _ms(lat["median_s"])))
     st = rep.get("step")
     if st:
-        lines.append("step estimate: %s, global batch %d (%d rows/rank), --reduce %s, embedded click-log rows:"
-                     % (st["model"], st["batch_size"], st["rows_per_rank"], st["reduce"]))
-        lines.append("  scatter %s + compute %s + gradient exchange %s (%s) = %s per step: communication %.0f%%"
-                     % (_ms(st["scatter_s"]), _ms(st["compute_s"]), _ms(st["exchange_s"]), st["exchange"],
-                        _ms(st["step_s"]), 100 * st["comm_share"]))
+        lines.append("step estimate: %s, global batch %d (%d rows/rank), --reduce %s, table %s (%s), "
+                     "embedded click-log rows:" % (st["model"], st["batch_size"], st["rows_per_rank"], st["reduce"],
+                                                   st.get("table", "replicated"), st.get("table_why", "")))
+        if st.get("table") == "sharded":
+            lines.append("  scatter %s + compute %s + fetch rows %s (Alltoallv) + gradient rows to owners %s "
+                         "(Alltoallv) + dense Allreduce %s + update of own rows %s = %s per step: communication %.0f%%"
+                         % tuple([_ms(st[k + "_s"]) for k in ("scatter", "compute", "fetch", "return", "allreduce",
+                                                              "update")] + [_ms(st["step_s"]), 100 * st["comm_share"]]))
+        else:
+            lines.append("  scatter %s + compute %s + gradient exchange %s (%s) = %s per step: communication %.0f%%"
+                         % (_ms(st["scatter_s"]), _ms(st["compute_s"]), _ms(st["exchange_s"]), st["exchange"],
+                            _ms(st["step_s"]), 100 * st["comm_share"]))
         dense = ar["median_s"] + st["scatter_s"]
         lines.append("  with the whole gradient allreduced instead: communication %.0f%%"
                      % (100 * dense / (dense + st["compute_s"])))
@@ -305,6 +364,8 @@ def build_parser():
     m.add_argument("--batch-size", type=positive_int, default=1024, help="GLOBAL batch (default 1024)")
     m.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"])
     m.add_argument("--sparse-threshold", type=nonneg_float, default=0.25)
+    m.add_argument("--table", default="auto", choices=["auto", "replicated", "sharded"],
+                   help="the hashed block as training would hold it (see mpinn.train --table; default auto)")
     return p
 
 

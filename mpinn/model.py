@@ -5,6 +5,7 @@ import numpy as np
 
 from mpinn.backend import get_backend
 from mpinn.batch import SparseRows, densify_
+from mpinn.process import small_pages_at
 
 
 def _act(name, xp, z):
@@ -92,18 +93,34 @@ class MLP:
         """What must match on every rank and in every model file."""
         return {"shapes": [list(s) for s in self.shapes], "size": self.size, "dtype": self.dtype.name}
 
-    def init_(self, seed):
+    def init_(self, seed, rows=None, chunk=1 << 20):
         """U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases, drawn in float64 from seed.
-        The sparse block's fan-in is the number of active inputs per row, not its column count."""
+        The sparse block's fan-in is the number of active inputs per row, not its column count.
+        rows=(lo, hi): of the hashed block, only rows lo:hi are written (a sharded table: the other
+        rows' pages are never touched), with the values a whole init gives them (the generator is
+        advanced past the others: one 64-bit draw per value). Written chunk values at a time, so no
+        temporary is the size of the parameters."""
         rng = np.random.default_rng(seed)
-        host = np.empty(self.size, dtype=np.float64)
+        width = self.table[1]
+        if rows is not None and isinstance(self.params, np.ndarray):
+            small_pages_at(self.params, (rows[0] * width, rows[1] * width))     # resident: the rows, to a page
         for l, (o, s) in enumerate(zip(self.offsets, self.shapes)):
             fan_in = self.shapes[2 * (l // 2)][0]
             if l < 2 and self.spec.n_sparse:
                 fan_in = self.spec.sparse_fan_in + self.spec.n_dense
             bound = 1.0 / math.sqrt(max(fan_in, 1))
-            host[o:o + math.prod(s)] = rng.uniform(-bound, bound, math.prod(s))
-        self.params[...] = self.xp.asarray(host.astype(self.dtype))
+            n = math.prod(s)
+            keep = [(0, n)]
+            if l == 0 and rows is not None:     # this rank's table rows, then W0's dense-input rows
+                keep = [(rows[0] * width, rows[1] * width), (self.dense_start, n)]
+            at = 0
+            for a, b in keep:
+                rng.bit_generator.advance(a - at)
+                for c in range(a, b, chunk):
+                    d = min(c + chunk, b)
+                    self.params[o + c:o + d] = self.xp.asarray(rng.uniform(-bound, bound, d - c).astype(self.dtype))
+                at = b
+            rng.bit_generator.advance(n - at)
         return self
 
     def set_params(self, arrays):
@@ -116,21 +133,23 @@ class MLP:
         return self
 
     # ---------------------------------------------------------------- forward
-    def _first_layer(self, batch):
+    def _first_layer(self, batch, table=None):
         spec, xp = self.spec, self.xp
         n = batch.n
         z = xp.zeros((n, spec.layer_sizes[1]), dtype=self.dtype)
         if spec.n_sparse:
-            z += batch.Xs @ self.W[0][:spec.n_sparse]
+            z += batch.Xs @ (self.W[0][:spec.n_sparse] if table is None else table)
         if spec.n_dense:
             z += batch.Xd @ self.W[0][spec.n_sparse:]
         z += self.b[0]
         return z
 
-    def forward(self, batch):
-        """Activations of every layer; the last is the head's raw output (logits / values)."""
+    def forward(self, batch, table=None):
+        """Activations of every layer; the last is the head's raw output (logits / values).
+        table: the hashed block's rows this batch uses, in place of W0[:n_sparse], when batch.Xs's
+        columns number those rows 0..k-1 (a compact CSR: a sharded table's fetched rows)."""
         acts = []
-        z = self._first_layer(batch)
+        z = self._first_layer(batch, table)
         for l in range(1, self.n_layers):
             a = _act(self.spec.activation, self.xp, z)
             acts.append(a)
@@ -139,10 +158,11 @@ class MLP:
         acts.append(z)
         return acts
 
-    def predict(self, batch):
+    def predict(self, batch, table=None):
         """Class probabilities (softmax / one-vs-all sigmoid), P(y=1) for binary, or values; on
-        the host (an edge: the rows may come from the host, the predictions go back there)."""
-        z = self.forward(self.backend.batch_to_device(batch))[-1]
+        the host (an edge: the rows may come from the host, the predictions go back there).
+        table: see forward."""
+        z = self.forward(self.backend.batch_to_device(batch), table)[-1]
         return self.backend.asnumpy(head_output(self.spec.loss, self.xp, z))
 
     # ---------------------------------------------------------------- loss and backward
@@ -154,14 +174,16 @@ class MLP:
         loss, _ = head_loss_delta(self.spec.loss, self.xp, self.forward(batch)[-1], batch.y, False)
         return float(loss)
 
-    def loss_grad_(self, batch, scale, sparse_grad=False, on_ready=None):
+    def loss_grad_(self, batch, scale, sparse_grad=False, on_ready=None, table=None):
         """Write scale * d(sum of row losses)/d(params) into self.grads, and the row-loss sum into
         the buffer's trailing slot. With sparse_grad, the sparse block of W0 is returned as
         SparseRows instead of being written (its slice of self.grads is then left untouched).
         on_ready(start), if given, is called as soon as grad_buffer[start:] holds its final values:
         after each layer's gW/gb, from the last layer down (start = that layer's offset; the loss
         slot is already written), so a caller can reduce the later layers while the earlier ones
-        back-propagate. Not called for a rank with no rows."""
+        back-propagate. Not called for a rank with no rows.
+        table (with sparse_grad): the batch's rows of the hashed block, batch.Xs a compact CSR over
+        them (see forward); the gradient rows then come back for all k of them, ids 0..k-1."""
         spec, xp = self.spec, self.xp
         batch = self.backend.batch_to_device(batch)     # the same batch unless it is still on the host
         self.grad_buffer[-1] = 0
@@ -169,7 +191,7 @@ class MLP:
             self.grads[self.dense_start if sparse_grad else 0:] = 0
             return (SparseRows(xp.zeros(0, np.int64), xp.zeros((0, spec.layer_sizes[1]), self.dtype),
                                spec.n_sparse) if sparse_grad and spec.n_sparse else None)
-        acts = self.forward(batch)
+        acts = self.forward(batch, table)
         loss, d = head_loss_delta(spec.loss, xp, acts[-1], batch.y, True)
         self.grad_buffer[-1] = loss
         if scale != 1:
@@ -189,6 +211,10 @@ class MLP:
             if on_ready is not None:
                 on_ready(0)
             return None
+        if table is not None:       # the columns are the rows already: X^T d, as sparse_rows_grad's
+            if on_ready is not None:
+                on_ready(self.dense_start)
+            return SparseRows(xp.arange(table.shape[0]), xp.ascontiguousarray(batch.Xs.T @ d), spec.n_sparse)
         rows = sparse_rows_grad(self.backend, batch.Xs, d, spec.n_sparse)
         if sparse_grad:
             if on_ready is not None:

@@ -215,6 +215,12 @@ def build_train_parser():
                         "on one node), mpi (MPI_Allreduce); auto: shm when every rank is on one node, "
                         "else mpi. GPU: nccl, cuda-aware (cupy arrays straight to MPI), staged (through "
                         "pinned host buffers); auto: cuda-aware when MPI says so, else staged")
+    c.add_argument("--table", default="auto", choices=["auto", "replicated", "sharded"],
+                   help="the hashed block of the first layer: replicated (every rank, or with shared memory "
+                        "every node, holds it all), sharded (split by rows over the ranks; each rank holds "
+                        "and steps its own rows, a batch's rows are fetched from their owners and their "
+                        "gradient rows sent back, with Alltoallv); auto (default): sharded when the job "
+                        "spans several nodes or the node's replicas would not fit in half its memory")
     c.add_argument("--input", default="scatter", choices=["scatter", "local"],
                    help="scatter: rank 0 reads (and hashes) the rows and scatters each batch; local: "
                         "every rank reads its own rows of a packed file (python -m mpinn.prepare)")

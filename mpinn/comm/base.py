@@ -36,6 +36,18 @@ class Communicator:
     def barrier(self):
         self.comm.Barrier()
 
+    def node_shape(self):
+        """(nodes, the most ranks on one node), from MPI's shared-memory split (collective)."""
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            first, here = int(node.Get_rank() == 0), node.Get_size()
+        finally:
+            node.Free()
+        return self.comm.allreduce(first), self.comm.allreduce(here, op=MPI.MAX)
+
+    def allreduce_min_obj(self, value):
+        return self.comm.allreduce(value, op=MPI.MIN)
+
     # ------------------------------------------------------------ checked buffers
     def Bcast_(self, buf, root=0, what="Bcast buffer"):
         check_buffer(buf, buf.dtype, buf.size, what)
@@ -76,6 +88,23 @@ class Communicator:
         check_buffer(send, recv.dtype, int(counts[self.rank]), what + " send buffer")
         check_buffer(recv, recv.dtype, int(counts.sum()), what + " receive buffer")
         self.comm.Allgatherv(send, [recv, (counts, displs(counts))])
+        return recv
+
+    def Alltoall_(self, send, recv, what="Alltoall"):
+        """send[r * m:(r + 1) * m] to rank r; recv[r * m:(r + 1) * m] from rank r (m elements each)."""
+        check_buffer(recv, recv.dtype, recv.size, what + " receive buffer")
+        check_buffer(send, recv.dtype, recv.size, what + " send buffer")
+        if recv.size % self.size:
+            raise ValueError("%s: %d elements do not split over %d ranks" % (what, recv.size, self.size))
+        self.comm.Alltoall(send, recv)
+        return recv
+
+    def Alltoallv_(self, send, send_counts, recv, recv_counts, what="Alltoallv"):
+        """send_counts[r] elements of send (laid end to end in rank order) to rank r; recv_counts[r]
+        from rank r into recv, in rank order."""
+        check_buffer(send, recv.dtype, int(send_counts.sum()), what + " send buffer")
+        check_buffer(recv, recv.dtype, int(recv_counts.sum()), what + " receive buffer")
+        self.comm.Alltoallv([send, (send_counts, displs(send_counts))], [recv, (recv_counts, displs(recv_counts))])
         return recv
 
     # ------------------------------------------------------------ start-up agreement

@@ -13,7 +13,7 @@ class Optimizer:
     step_(params, grads, rows=None, lo=0, hi=None) updates elements lo:hi of the flat buffers (all of
     them by default; with rows, everything after the hashed block) and the hashed block's rows in
     `rows` (SparseRows), so a node's ranks can each take their part of one step on one shared copy
-    of the parameters and of the state. `grads` (and the rows) are scratch: a step may overwrite them.
+    of the parameters and of the state, and a rank of a sharded table its own rows. `grads` (and the rows) are scratch: a step may overwrite them.
 
     The hashed block (the first n_rows x width elements: the table of the wide layer) is updated
     lazily by default (hashed_update="lazy"): only the rows a batch touched move, and only their
@@ -113,7 +113,9 @@ class Optimizer:
         return buf[:n].reshape(shape)
 
     # ---------------------------------------------------------------- the step
-    def step_(self, params, grads, rows=None, lo=0, hi=None):
+    def step_(self, params, grads, rows=None, lo=0, hi=None, regions=None):
+        """regions: [(lo, hi), ...] in place of lo:hi, e.g. a sharded table's own rows and the dense
+        layers (one step: the count t advances once)."""
         if self.arrays is None:
             self.allocate_(dtype=params.dtype)
         if rows is not None and not self.table_size:     # made without table=: learn it from the rows
@@ -123,11 +125,11 @@ class Optimizer:
         self.t += 1
         if self.t == 1:
             self.first_step_(params)
-        hi = self.size if hi is None else hi
-        if rows is not None:
-            lo = max(lo, self.table_size)
-        if hi > lo:
-            self.dense_(params, grads, lo, hi)
+        for lo, hi in regions if regions is not None else [(lo, self.size if hi is None else hi)]:
+            if rows is not None:
+                lo = max(lo, self.table_size)
+            if hi > lo:
+                self.dense_(params, grads, lo, hi)
         if rows is not None and rows.ids.shape[0]:
             self.rows_(params[:self.table_size].reshape(self.n_rows, self.width), rows)
 

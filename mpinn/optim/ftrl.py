@@ -31,8 +31,8 @@ class FTRL(Optimizer):
     def first_step_(self, params):
         self._fresh = True
 
-    def step_(self, params, grads, rows=None, lo=0, hi=None):
-        super().step_(params, grads, rows, lo, hi)
+    def step_(self, params, grads, rows=None, lo=0, hi=None, regions=None):
+        super().step_(params, grads, rows, lo, hi, regions)
         self._fresh = False
 
     def _start_z(self, w, z, l1, l2):

@@ -14,11 +14,14 @@ def task_of(spec):
     return "binary" if spec.loss == "sigmoid" and spec.n_out == 1 else "multiclass"
 
 
-def evaluate(model, comm, layout, data, chunk=65536):
+def evaluate(model, comm, layout, data, chunk=65536, predict=None):
     """Held-out metrics over ALL rows: rank 0 scatters the rows chunk by chunk, each rank scores its
     share, the per-rank sums are added (Allreduce), so each rank's share counts by its number of rows;
     binary AUC, which is not a sum, is computed on rank 0 from the gathered predictions. Collective:
-    call on every rank (data on rank 0 only). Returns the same metrics dict on every rank."""
+    call on every rank (data on rank 0 only). Returns the same metrics dict on every rank.
+    predict: this rank's rows -> predictions (default model.predict; a sharded table's fetches its
+    rows, a collective every rank makes once per chunk, whatever its share)."""
+    predict = predict or model.predict
     rank0 = comm.rank == 0
     task = task_of(model.spec)
     k = model.spec.n_out if task == "multiclass" else 2
@@ -28,7 +31,7 @@ def evaluate(model, comm, layout, data, chunk=65536):
     for s in range(0, n, chunk):
         rows = np.arange(s, min(s + chunk, n))
         local = comm.scatter_batch(data.take(rows, model.dtype) if rank0 else None, layout)
-        pred = np.ascontiguousarray(model.predict(local), dtype=np.float64)
+        pred = np.ascontiguousarray(predict(local), dtype=np.float64)
         sums += metric_sums(task, local.y, pred, k)
         if task == "binary":
             counts = split_counts(len(rows), comm.size)

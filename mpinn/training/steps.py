@@ -5,6 +5,7 @@ object per way of doing it, chosen once (choose_step) so the trainer's loop has 
     OverlapStep   the same, with the dense Allreduce posted in buckets during backward (--overlap)
     SharedStep    one parameter copy per node: each rank sums and steps its part (SGD, hashed inputs)
     LocalSGDStep  each rank steps on its own gradient, parameters averaged every K steps (--average-every)
+    ShardedStep   the hashed table split by rows over the ranks (--table sharded; training/sharded.py)
 
 Every strategy returns (mean loss, ok); ok is False when the step was skipped for a non-finite loss or
 gradient on some rank, and every rank reaches the same verdict, so a skipped step changes nothing."""
@@ -12,27 +13,20 @@ import time
 
 import numpy as np
 
-from mpinn.batch import coalesce
-from mpinn.comm import split_counts
 from mpinn.config import MpinnError
 from mpinn.optim import rows_of_parts
-
-
-def all_finite(a):
-    """Is every element of a finite? A NaN or Inf anywhere makes the sum of |a| non-finite (so does
-    a sum of |a| past the float range: a gradient no step should take either). On the host the sum
-    is BLAS's asum, 5x faster than numpy's sum: 10 against 54 us for W1's gradient."""
-    if isinstance(a, np.ndarray) and a.dtype in (np.float32, np.float64) and a.flags.c_contiguous and a.size:
-        from scipy.linalg import blas
-        return bool(np.isfinite((blas.sasum if a.dtype == np.float32 else blas.dasum)(a.reshape(-1))))
-    return bool(np.isfinite(float(a.sum())))
+from mpinn.training.step_base import Step, all_finite  # noqa: F401 (all_finite: for the step modules)
 
 
 def choose_step(model, optimizer, comm, faults, timeline, grad_accum=1, towers=None, average_every=0,
-                overlap=False, overlap_bucket=1 << 16):
+                overlap=False, overlap_bucket=1 << 16, table="replicated"):
     """The step strategy for this run (collective: SharedStep asks every rank to share the parameters),
-    with the optimizer's state made where that strategy keeps it."""
+    with the optimizer's state made where that strategy keeps it. table: "sharded" (its option
+    checks are choose_table's) or "replicated"."""
     kw = dict(faults=faults, timeline=timeline, grad_accum=grad_accum, towers=towers)
+    if table == "sharded":
+        from mpinn.training.sharded import ShardedStep
+        return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
     if overlap and (grad_accum > 1 or average_every or towers or not hasattr(comm, "overlap_")):
         raise MpinnError("--overlap needs --reduce allreduce and data parallelism, without "
                          "--grad-accum, --average-every or towers", collective=True)
@@ -54,73 +48,6 @@ def choose_step(model, optimizer, comm, faults, timeline, grad_accum=1, towers=N
         optimizer.allocate_(comm.shared_zeros, model.dtype)
         return SharedStep(model, optimizer, comm, **kw)
     return ReduceStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
-
-
-class Step:
-    """What every strategy shares: this rank's gradient (in micro-batches with grad_accum), the
-    finiteness verdict, and the step's phases on the timeline."""
-
-    shares_params = False       # do the node's ranks hold one copy of the parameters?
-
-    def __init__(self, model, optimizer, comm, faults, timeline, grad_accum=1, towers=None):
-        self.model, self.optimizer, self.comm = model, optimizer, comm
-        self.faults, self.timeline = faults, timeline
-        self.grad_accum, self._acc = int(grad_accum), None
-        self.towers = towers        # tower mode: None (data parallel), "shard" or "same" data
-        self.want_rows = bool(model.spec.n_sparse) and (not comm.wants_dense or optimizer.needs_touched_rows)
-
-    def __call__(self, local, n_global, step):
-        raise NotImplementedError
-
-    def broadcast_params_(self):
-        """At start: every rank takes rank 0's parameters (initial or restored)."""
-        if not self.towers:         # towers start different on purpose (a seed per rank)
-            self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
-
-    def settle_(self, step):
-        """Before an evaluation or a checkpoint: make the parameters the ones to evaluate and save."""
-
-    def local_gradient(self, local, scale, want_rows):
-        """This rank's share of the step's gradient; with grad_accum K, computed over K
-        micro-batches one after another (activations for a K-th of the rows at a time) and summed,
-        which equals the gradient of the whole slice up to the order of the additions."""
-        model, K = self.model, self.grad_accum
-        if K == 1:
-            return model.loss_grad_(local, scale, sparse_grad=want_rows)
-        start = model.dense_start if want_rows else 0    # a rows-exchange leaves the sparse block stale
-        if self._acc is None:
-            self._acc = np.zeros_like(model.grad_buffer)
-        acc = self._acc[start:]
-        acc.fill(0)
-        parts = []
-        bounds = np.r_[0, np.cumsum(split_counts(local.n, K))]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            rows = model.loss_grad_(local.slice(a, b), scale, sparse_grad=want_rows)
-            acc += model.grad_buffer[start:]
-            if rows is not None:
-                parts.append(rows)
-        model.grad_buffer[start:] = acc
-        if not parts:
-            return None
-        return coalesce(np.concatenate([p.ids for p in parts]), np.concatenate([p.rows for p in parts]),
-                        parts[0].n_rows)
-
-    def finite(self, reduced):
-        """Is the reduced gradient (and the loss in its last slot) finite? One pass per buffer."""
-        buf = self.model.grad_buffer
-        if reduced is not None:   # the sparse block travelled as rows; its slice of the buffer is stale
-            buf = buf[reduced.n_rows * reduced.width:]
-            if not all_finite(reduced.rows):
-                return False
-        return all_finite(buf)
-
-    def account(self, step, t1, t2, t3, t4, t5):
-        """A step's phases on the timeline: compute t1-t2, communication t2-t3 and t4-t5, update t3-t4."""
-        rec = self.timeline.add
-        rec("compute", t1, t2, step)
-        rec("comm", t2, t3, step)
-        rec("update", t3, t4, step)
-        rec("comm", t4, t5, step)
 
 
 class ReduceStep(Step):

@@ -17,20 +17,24 @@ class Timeline:
 
     def reset(self):
         self.totals = dict.fromkeys(PHASES, 0.0)
+        self.parts = {}         # named parts of a phase (a sharded table's Alltoallv's): seconds
         self.events = []
         self.origin = time.perf_counter()
 
-    def add(self, phase, start, end, step):
+    def add(self, phase, start, end, step, name=None):
+        """A record of phase; name: which part of it (its own totals in .parts, its own name in the trace)."""
         self.totals[phase] += end - start
+        if name:
+            self.parts[name] = self.parts.get(name, 0.0) + end - start
         if self.keep:
-            self.events.append((phase, start, end, step))
+            self.events.append((name or phase, start, end, step, phase))
 
     def trace_events(self, rank):
         """This rank's records as Chrome-trace complete events ("X", microseconds), one track."""
         out = [{"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "rank %d" % rank}},
                {"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "steps"}}]
-        for phase, start, end, step in self.events:
-            out.append({"name": phase, "cat": phase, "ph": "X", "pid": rank, "tid": 0,
+        for name, start, end, step, phase in self.events:
+            out.append({"name": name, "cat": phase, "ph": "X", "pid": rank, "tid": 0,
                         "ts": (start - self.origin) * 1e6, "dur": (end - start) * 1e6, "args": {"step": step}})
         return out
 

@@ -28,9 +28,10 @@ class Trainer:
                  watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
                  on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False, shuffle_block=1,
                  average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16,
-                 early_stop=0, keep_best=False, stop_metric="logloss", target_scale=1.0):
+                 early_stop=0, keep_best=False, stop_metric="logloss", target_scale=1.0, table="replicated"):
         self.model, self.optimizer, self.comm = model, optimizer, comm
-        comm.adopt_(model)            # e.g. gradients in a shared-memory window (--comm shm)
+        if table != "sharded":        # a sharded table's dense part is small: MPI_Allreduce, no window slots
+            comm.adopt_(model)        # e.g. gradients in a shared-memory window (--comm shm)
         self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
         self.rank0 = comm.rank == 0
         self.verbose = verbose and self.rank0
@@ -46,12 +47,13 @@ class Trainer:
         self.average_every, self.overlap = int(average_every), bool(overlap)
         self.timeline = Timeline(keep=timeline)
         self.stepper = choose_step(model, optimizer, comm, faults or Faults(), self.timeline, grad_accum, towers,
-                                   average_every, overlap, overlap_bucket)
+                                   average_every, overlap, overlap_bucket, table)
+        self.table = table
         # the best epoch by the held-out metric: kept (keep_best) and counted from (early_stop)
         self.early_stop, self.keep_best, self.stop_metric = int(early_stop), bool(keep_best), stop_metric
         self.target_scale = float(target_scale)     # regression: held-out RMSE in the label's units
         self.best = None              # {"epoch", "value", "bad_epochs"} once an epoch was scored
-        self.best_params = None       # a copy of the best epoch's parameters (keep_best)
+        self.best_params = None       # a copy of the best epoch's parameters (keep_best; rank 0 alone when sharded)
         self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
         self.history = []
         # where training stands (saved in checkpoints)
@@ -193,13 +195,13 @@ class Trainer:
         if better:
             self.best = {"epoch": record["epoch"], "value": float(value), "bad_epochs": 0}
             if self.keep_best:
-                self.best_params = self.model.params.copy()
+                self.best_params = self.stepper.whole_params()
         elif self.best is not None:
             self.best["bad_epochs"] += 1
         else:       # no finite metric yet: the first epoch stands in
             self.best = {"epoch": record["epoch"], "value": float("nan"), "bad_epochs": 1}
             if self.keep_best:
-                self.best_params = self.model.params.copy()
+                self.best_params = self.stepper.whole_params()
         record["best_epoch"] = self.best["epoch"]
 
     def tally(self, loss, ok, n_global, epoch):
@@ -226,7 +228,7 @@ class Trainer:
     def evaluate(self, data, chunk=65536):
         """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only."""
         if not self.towers:
-            out = evaluate(self.model, self.comm, self.layout, data, chunk)
+            out = evaluate(self.model, self.comm, self.layout, data, chunk, predict=self.stepper.predict)
             if "rmse" in out:
                 out["rmse"] *= self.target_scale
             return out
@@ -258,9 +260,8 @@ class Trainer:
         """Rank 0 writes parameters, optimizer state and position; every rank waits for it under
         the deadline, so a slow disk is not mistaken for a stuck step."""
         self.watchdog.arm("checkpoint at step %d" % self.global_step)
+        arrays = self.stepper.saved_arrays()        # collective: a sharded table is gathered to rank 0
         if self.rank0:
-            arrays = {"params": self.model.params}
-            arrays.update({"opt_" + k: v for k, v in self.optimizer.state().items()})
             if self.best_params is not None:
                 arrays["best_params"] = self.best_params
             header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
@@ -273,30 +274,30 @@ class Trainer:
         """Continue from a checkpoint that rank 0 has loaded (arrays/header None elsewhere): the
         parameters reach the other ranks in start(); the optimizer state and position here."""
         header = self.comm.bcast_obj(header)
-        if self.rank0:
-            params = arrays["params"]
-            if params.shape != self.model.params.shape or params.dtype != self.model.params.dtype:
-                raise MpinnError("%s: parameters %s %s do not fit this model (%s %s)" % (
-                    header.get("path"), params.dtype, params.shape, self.model.params.dtype,
-                    self.model.params.shape))
-            self.model.params[...] = self.model.xp.asarray(params)
-        shapes = self.comm.bcast_obj({k[4:]: (v.shape, str(v.dtype)) for k, v in arrays.items()
-                                      if k.startswith("opt_")} if self.rank0 else None)
-        state = {}
-        for k, (shape, dt) in shapes.items():
-            buf = np.ascontiguousarray(arrays["opt_" + k]) if self.rank0 else np.empty(shape, dtype=dt)
-            state[k] = self.comm.Bcast_(buf, root=0, what="optimizer state %s" % k)
-        self.optimizer.load_state(state)
+        self.stepper.restore_(arrays, header.get("path"))   # a sharded table: each rank takes its rows
         pos = header["position"]
         self.best = pos.get("best")
         if self.comm.bcast_obj("best_params" in arrays if self.rank0 else None):
-            buf = np.ascontiguousarray(arrays["best_params"]) if self.rank0 else np.empty_like(
-                self.model.backend.asnumpy(self.model.params))
-            self.best_params = self.model.xp.asarray(self.comm.Bcast_(buf, root=0, what="best parameters"))
+            if self.table == "sharded":     # whole parameters: rank 0 alone holds them (see whole_params)
+                self.best_params = self.model.xp.asarray(arrays["best_params"]) if self.rank0 else None
+            else:
+                buf = np.ascontiguousarray(arrays["best_params"]) if self.rank0 else np.empty_like(
+                    self.model.backend.asnumpy(self.model.params))
+                self.best_params = self.model.xp.asarray(self.comm.Bcast_(buf, root=0, what="best parameters"))
         self.epoch, self.next_step, self.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
         self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
         self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
         self.last_checkpoint = header.get("path")
+
+    def load_params_(self, params):
+        """Before start(): rank 0's whole flat parameters (None elsewhere) become the model's on every
+        rank (with a sharded table, each rank keeps its own rows of them)."""
+        self.stepper.load_params_(params)
+
+    def final_params(self):
+        """Collective, after training: the whole flat parameters on rank 0 (gathered from the ranks
+        for a sharded table), None elsewhere."""
+        return self.stepper.final_params()
 
     def release_(self):
         """Collective, after training: the model's and the optimizer's arrays become this rank's own
@@ -312,9 +313,11 @@ class Trainer:
 
     def summary(self):
         """Gather every rank's phase times; rank 0 returns the summary dict."""
-        per_rank = self.comm.gather_obj(dict(self.times))
+        per_rank = self.comm.gather_obj((dict(self.times), dict(self.timeline.parts)))
         if not self.rank0:
             return None
+        parts = {k: sum(p.get(k, 0.0) for _, p in per_rank) / len(per_rank) for k in per_rank[0][1]}
+        per_rank = [t for t, _ in per_rank]
         total = self.elapsed
         done = self.samples - self.samples_at_start      # by this run (a resumed one counts its own)
         mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in PHASES}
@@ -322,4 +325,5 @@ class Trainer:
                 "seconds": total, "samples_per_s": done / total if total else 0.0,
                 "phase_s_mean": mean, "phase_s_per_rank": per_rank, "skipped_steps": self.skipped,
                 "data_wait_s_per_step": mean["data"] / max(self.global_step - self.steps_at_start, 1),
-                "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None)}
+                "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None),
+                "table": self.table, "comm_parts_s_mean": parts}

@@ -333,8 +333,8 @@ def test_training_across_hosts_matches_one_process(hosts, reference, per_host):
     n = 2 * per_host
     model = os.path.join(hosts.out_dir, "model-%d.npz" % n)
     before = hosts.counters()
-    job = hosts.mpich(n, TRAIN + ["--model-out", model], hosts.hostfile("two-nodes.mpich", per_host),
-                      name="train-%d" % n)
+    job = hosts.mpich(n, TRAIN + ["--table", "replicated", "--model-out", model],
+                      hosts.hostfile("two-nodes.mpich", per_host), name="train-%d" % n)
     rc, out, err = finished(job, 90)
     assert rc == 0, out + err
     assert "%d ranks" % n in out
@@ -348,12 +348,31 @@ def test_training_across_hosts_matches_one_process(hosts, reference, per_host):
 
 
 @pytest.mark.mpi
+def test_sharded_table_across_hosts_matches_one_process(hosts, reference):
+    """2 hosts x 2 ranks, --table auto: the job spans hosts, so the hashed table is sharded (each rank
+    holds a quarter of it); the same parameters as one process, and the table never crosses the
+    network whole: host 2 receives far less than the 134 MB of float64 parameters a replicated start
+    broadcasts to it."""
+    model = os.path.join(hosts.out_dir, "model-sharded.npz")
+    before = hosts.counters()
+    job = hosts.mpich(4, TRAIN + ["--model-out", model], hosts.hostfile("two-nodes.mpich", 2), name="train-sharded")
+    rc, out, err = finished(job, 90)
+    assert rc == 0, out + err
+    assert "hashed table sharded by rows over 4 ranks (auto: the job spans 2 nodes)" in out
+    after = hosts.counters()
+    assert_same_params(model, reference)
+    assert_crossed(before, after, 1 << 16)          # rows and gradient rows cross both ways
+    rx_h2 = after[hosts.hosts[1]][0] - before[hosts.hosts[1]][0]
+    assert rx_h2 < reference.nbytes / 4, (rx_h2, reference.nbytes)
+
+
+@pytest.mark.mpi
 def test_shared_memory_sum_across_hosts_matches_one_process(hosts):
     """2 hosts x 2 ranks, the whole gradient exchanged dense (--sparse-threshold 0: 2^18 x 64 float64,
     134 MB a step). --comm shm sums on each host in shared memory and only the hosts' first ranks
     Allreduce: the same parameters as one process, and no more bytes over the network than one flat
     MPI_Allreduce (MPICH's own Allreduce is already node-aware: the bytes came out equal)."""
-    args = ["--default-rows", "6000", "--sparse-threshold", "0"]
+    args = ["--default-rows", "6000", "--sparse-threshold", "0", "--table", "replicated"]
     one = os.path.join(hosts.out_dir, "flat-one.npz")
     r = subprocess.run([sys.executable] + TRAIN + args + ["--model-out", one], capture_output=True, text=True,
                        timeout=180, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -383,7 +402,7 @@ def test_optimizer_state_once_per_host_matches_one_process(hosts):
     """2 hosts x 2 ranks with Adam and --comm shm: each host holds one copy of the parameters and of
     Adam's moments, each rank steps its part, the parts are completed across hosts: the same
     parameters as one process."""
-    args = ["--default-rows", "6000", "--optimizer", "adam"]
+    args = ["--default-rows", "6000", "--optimizer", "adam", "--table", "replicated"]
     one = os.path.join(hosts.out_dir, "adam-one.npz")
     r = subprocess.run([sys.executable] + TRAIN + args + ["--model-out", one], capture_output=True, text=True,
                        timeout=180, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -518,7 +537,7 @@ def test_openmpi_training_across_hosts_matches_one_process(hosts, reference, ope
     model = os.path.join(hosts.out_dir, "model-ompi.npz")
     hf = hosts.hostfile("two-nodes.openmpi", 1)
     before = hosts.counters()
-    job = hosts.openmpi(openmpi, 2, TRAIN + ["--model-out", model], hf, name="ompi-train")
+    job = hosts.openmpi(openmpi, 2, TRAIN + ["--table", "replicated", "--model-out", model], hf, name="ompi-train")
     rc, out, err = finished(job, 90)
     # Open MPI can exit 0 after losing a host: the model file, not the status alone, proves success
     assert rc == 0 and "model written to" in out, out + err

@@ -137,6 +137,21 @@ def test_doctor_on_two_ranks_writes_the_report(tmp_path, launcher):
 
 
 @pytest.mark.mpi
+def test_doctor_estimates_a_sharded_step(tmp_path, launcher):
+    """--table sharded: the step estimate runs the trainer's ShardedStep and shows its exchanges."""
+    out = str(tmp_path / "doctor.json")
+    r = mpirun(2, ["-m", "mpinn.doctor", "--json", out, "--repeats", "2", "--hash-bits", "12", "--table", "sharded"],
+               timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    step = json.load(open(out))["step"]
+    assert step["table"] == "sharded" and step["fetch_s"] > 0 and step["return_s"] > 0 and step["compute_s"] > 0
+    assert abs(step["step_s"] - sum(step[k + "_s"] for k in ("scatter", "compute", "fetch", "return", "allreduce",
+                                                            "update"))) < 1e-12
+    for text in ("table sharded (asked for)", "fetch rows", "gradient rows to owners", "(Alltoallv)"):
+        assert text in r.stdout, r.stdout
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("text,message", [
     (None, "hostfile {path} does not exist"),
     ("localhost:2\nlocalhost:two\n", "hostfile {path} line 2: slots must be a positive integer, not 'two'"),

@@ -1,0 +1,249 @@
+"""--table sharded: the hashed block's rows split over the ranks, each rank holding and stepping only its own
+(ShardedStep), and the choice between that and a replicated table (choose_table)."""
+import time
+
+import numpy as np
+
+from mpinn.batch import Batch
+from mpinn.comm import split_counts
+from mpinn.comm.shard import TableShards
+from mpinn.config import MpinnError
+from mpinn.process import mem_available, small_pages_at
+from mpinn.training.step_base import Step, all_finite, check_params
+
+TABLES = ("auto", "replicated", "sharded")
+
+
+def own_rows(comm, n_rows):
+    """(lo, hi): the table rows this rank owns when the table is sharded (see TableShards)."""
+    shards = TableShards(comm, n_rows, 1)
+    return shards.lo, shards.hi
+
+
+def choose_table(asked, comm, spec, state_arrays=0, towers=None, reduce="allreduce", compress=None,
+                 overlap=False, average_every=0, transport="auto"):
+    """("replicated" or "sharded", why) for --table `asked` (collective: every rank reaches the same
+    choice). auto shards a hashed table when the job spans several nodes (a replicated table's
+    exchange gathers every rank's gradient rows on every rank, traffic and update work growing with
+    the ranks: scripts/cluster_model.py) or when the node's replicas of the table and its optimizer
+    state (state_arrays of them) would take more than half of the memory a node has available."""
+    others = [flag for flag, on in (("--parallel tower", towers), ("--reduce gather", reduce != "allreduce"),
+                                    ("--compress", compress), ("--overlap", overlap),
+                                    ("--average-every", average_every), ("--comm shm", transport == "shm"),
+                                    ("--device gpu", comm.backend.device is not None)) if on]
+    if asked not in TABLES:
+        raise MpinnError("--table must be one of %s, not %r" % ("|".join(TABLES), asked), collective=True)
+    if asked == "sharded" and not spec.n_sparse:
+        raise MpinnError("--table sharded splits the hashed block of the first layer: this model has no "
+                         "hashed inputs", collective=True)
+    if asked == "sharded" and others:
+        raise MpinnError("--table sharded does not combine with %s (yet)" % ", ".join(others), collective=True)
+    if asked != "auto":
+        return asked, "asked for"
+    if not spec.n_sparse or comm.size == 1 or others:
+        return "replicated", ("one rank" if comm.size == 1 else "no hashed inputs" if not spec.n_sparse
+                              else "auto, with %s" % others[0])
+    nodes, per_node = comm.node_shape()
+    if nodes > 1:
+        return "sharded", "auto: the job spans %d nodes" % nodes
+    table_bytes = spec.n_sparse * spec.layer_sizes[1] * np.dtype(spec.dtype).itemsize * (1 + state_arrays)
+    room = comm.allreduce_min_obj(mem_available() or 1 << 62)
+    if per_node * table_bytes > room // 2:
+        return "sharded", "auto: %d replicas of the table (%.0f MiB each) would take over half of the node's " \
+                          "%.0f MiB available" % (per_node, table_bytes / 2**20, room / 2**20)
+    return "replicated", "auto: one node, with room for the replicas"
+
+
+class ShardedStep(Step):
+    """The hashed block's rows split over the ranks in contiguous id ranges (TableShards); each rank
+    holds, writes and steps only its own (with their optimizer state), while the flat buffers keep
+    their full size in virtual memory only: the other ranks' rows are pages never touched.
+
+    A step: this rank's batch as a compact CSR over its k unique ids; the ids go to their owners and
+    the rows' current values come back (Alltoall of counts, Alltoallv of ids, Alltoallv of rows);
+    forward and backward on those k rows; the k gradient rows go back to their owners along the same
+    counts (Alltoallv); the dense layers' gradient and the loss are summed by one Allreduce; then each
+    owner steps its own rows (their segments in rank order: the arithmetic of the replicated exchange)
+    and every rank the dense layers. The skip verdict rides in that Allreduce: an owner that received
+    a gradient row that is not finite writes NaN into the loss slot before it, NaN survives a sum, so
+    every rank sees the same verdict before anything is stepped and a skipped step changes nothing
+    anywhere (the replicated exchange checks the same rows, unsummed, as they arrive).
+
+    Per rank and step, the bytes moved and the rows updated stay about constant as the ranks grow
+    (the rank's own batch's rows, and about as many as its owner part receives; the replicated
+    exchange gathers every rank's rows on every rank)."""
+
+    def __init__(self, model, optimizer, comm, **kw):
+        super().__init__(model, optimizer, comm, **kw)
+        self.n_rows, self.width = model.table
+        self.shards = TableShards(comm, self.n_rows, self.width)
+        self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
+        self._acc = None
+        for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
+            if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends
+                small_pages_at(a, self.own)
+
+    @property
+    def table(self):
+        """This rank's (n_rows, width) view of the table (only its own rows are right)."""
+        return self.model.params[:self.n_rows * self.width].reshape(self.n_rows, self.width)
+
+    def compact(self, local):
+        """(the batch's sorted unique row ids, the batch with Xs over them: columns 0..k-1). The same
+        compact CSR the replicated backward builds (sparse_rows_grad), so the sums are the same."""
+        import scipy.sparse as sp
+        Xs = local.Xs
+        ids, inverse = np.unique(Xs.indices, return_inverse=True)
+        Xc = sp.csr_matrix((Xs.data, inverse.ravel().astype(Xs.indices.dtype), Xs.indptr),
+                           shape=(Xs.shape[0], ids.shape[0]))
+        return ids.astype(np.int64), Batch(Xc, local.Xd, local.y)
+
+    def __call__(self, local, n_global, step):
+        model, comm, rec = self.model, self.comm, self.timeline.add
+        t0 = time.perf_counter()
+        ids, batch = self.compact(local)
+        t1 = time.perf_counter()
+        rows, plan = self.shards.fetch(self.table, ids)
+        t2 = time.perf_counter()
+        grad_rows = self.gradient_rows(batch, 1.0 / (n_global or 1), rows)
+        self.faults.fire(step, model.grad_buffer)
+        t3 = time.perf_counter()
+        mine = self.shards.send_back(plan, grad_rows)
+        t4 = time.perf_counter()
+        dense = model.grad_buffer[model.dense_start:]
+        if not all_finite(mine.rows):
+            dense[-1] = np.nan
+        comm.Allreduce_sum_(dense, "dense gradient and loss")
+        ok = all_finite(dense)
+        t5 = time.perf_counter()
+        if ok:
+            self.update_(mine)
+        t6 = time.perf_counter()
+        rec("compute", t0, t1, step)
+        rec("comm", t1, t2, step, "fetch rows (Alltoallv)")
+        rec("compute", t2, t3, step)
+        rec("comm", t3, t4, step, "gradient rows to owners (Alltoallv)")
+        rec("comm", t4, t5, step, "dense Allreduce")
+        rec("update", t5, t6, step)
+        return float(dense[-1]) / (n_global or 1), ok
+
+    def gradient_rows(self, batch, scale, rows):
+        """This rank's (k, width) gradient rows of its k fetched rows, and its dense gradient in the
+        buffer; with grad_accum K, over K micro-batches summed in order (as Step.local_gradient)."""
+        model, K = self.model, self.grad_accum
+        if K == 1:
+            return model.loss_grad_(batch, scale, sparse_grad=True, table=rows).rows
+        dense = model.grad_buffer[model.dense_start:]
+        if self._acc is None:
+            self._acc = np.zeros_like(dense)
+        acc, racc = self._acc, np.zeros_like(rows)
+        acc.fill(0)
+        bounds = np.r_[0, np.cumsum(split_counts(batch.n, K))]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            got = model.loss_grad_(batch.slice(a, b), scale, sparse_grad=True, table=rows)
+            acc += dense
+            if got.rows.shape[0]:
+                racc += got.rows
+        dense[...] = acc
+        return racc
+
+    def update_(self, mine):
+        """Step this rank's own rows (from every rank's gradient rows for them) and the dense layers."""
+        model, opt = self.model, self.optimizer
+        if opt.sparse_ok:       # lazy: the touched rows; rows given, step_ leaves the rest of the table alone
+            opt.step_(model.params, model.grads, mine)
+            return
+        # --hashed-update dense: every own row every step, with the summed rows written into their place
+        lo, hi = self.own
+        g = model.grads[lo:hi].reshape(-1, self.width)
+        g.fill(0)
+        summed = mine.coalesced()
+        g[summed.ids - self.shards.lo] = summed.rows
+        opt.step_(model.params, model.grads, None, regions=[self.own, (model.dense_start, model.size)])
+
+    def predict(self, local):
+        """Predictions for this rank's rows (collective: the rows are fetched from their owners)."""
+        ids, batch = self.compact(local)
+        rows, _ = self.shards.fetch(self.table, ids)
+        return self.model.predict(batch, table=rows)
+
+    # ------------------------------------------------------------ start, checkpoints, the model file
+    def broadcast_params_(self):
+        """At start: the dense layers are rank 0's; each rank made its own rows (MLP.init_ with rows,
+        every rank from the same seed) or was sent them (load_params_)."""
+        dense = self.model.params[self.model.dense_start:]
+        self.comm.Bcast_(dense, 0, "initial parameters (dense layers)")
+
+    def load_params_(self, params, where="parameters"):
+        """Rank 0's whole flat parameters: each rank receives its rows (Scatterv), the dense part
+        follows at start (broadcast_params_)."""
+        model = self.model
+        if self.comm.rank == 0:
+            check_params(params, model, where)
+            model.params[model.dense_start:] = params[model.dense_start:]
+        self.shards.scatter_(params, model.params, self.width, what="table rows")
+
+    def restore_(self, arrays, where):
+        """A checkpoint (arrays on rank 0): every rank takes its rows of the parameters and of the
+        optimizer state, and the dense part of the state; the written run's rank count does not matter."""
+        rank0, opt, start = self.comm.rank == 0, self.optimizer, self.model.dense_start
+        self.load_params_(arrays["params"] if rank0 else None, where)
+        shapes = self.comm.bcast_obj({k[4:]: (v.shape, str(v.dtype)) for k, v in arrays.items()
+                                      if k.startswith("opt_")} if rank0 else None)
+        t = self.comm.bcast_obj(int(arrays["opt_t"][0]) if rank0 else None)
+        names = opt.element_state + opt.row_state
+        opt.t = t
+        if not t or not names:
+            return
+        for k in names:
+            want = (opt.size,) if k in opt.element_state else (self.n_rows,)
+            if k not in shapes:
+                raise MpinnError("the checkpoint holds no %s state %r for --optimizer %s" % (opt.name, k, opt.name),
+                                 collective=True)
+            if tuple(shapes[k][0]) != want:
+                raise MpinnError("the checkpoint's optimizer state %r has shape %s, this run needs %s"
+                                 % (k, tuple(shapes[k][0]), want), collective=True)
+            saved = arrays["opt_" + k] if rank0 else None
+            if k in opt.element_state:
+                self.shards.scatter_(saved, opt.arrays[k], self.width, what="optimizer state %s" % k)
+                tail = opt.arrays[k][start:]
+                if rank0:
+                    tail[...] = saved[start:]
+                self.comm.Bcast_(tail, 0, "optimizer state %s (dense layers)" % k)
+            else:
+                self.shards.scatter_(saved, opt.arrays[k], 1, what="optimizer state %s" % k)
+
+    def saved_arrays(self):
+        """The checkpoint's arrays on rank 0, each whole (gathered from the ranks' rows: rank 0 holds
+        the whole table and its state while the checkpoint is written); None elsewhere."""
+        opt = self.optimizer
+        out = {"params": self.gather_flat(self.model.params)}
+        state = opt.state()
+        for k, v in state.items():
+            if k in opt.element_state:
+                state[k] = self.gather_flat(v)
+            elif k in opt.row_state:
+                state[k] = self.shards.gather(v, 1, what="optimizer state %s" % k)
+        out.update({"opt_" + k: v for k, v in state.items()})
+        return out if self.comm.rank == 0 else None
+
+    def gather_flat(self, flat):
+        """A flat buffer whole on rank 0: its table rows from their owners, the rest from rank 0."""
+        whole = np.empty(flat.shape, flat.dtype) if self.comm.rank == 0 else None
+        self.shards.gather(flat, self.width, out=whole, what="table rows")
+        if whole is not None:
+            whole[self.model.dense_start:] = flat[self.model.dense_start:]
+        return whole
+
+    def whole_params(self):
+        """A copy of the whole parameters on rank 0 (gathered), None elsewhere."""
+        return self.gather_flat(self.model.params)
+
+    def final_params(self):
+        """The whole parameters on rank 0, which keeps them in its model (None elsewhere: the other
+        ranks' models hold their own rows of the table only)."""
+        whole = self.gather_flat(self.model.params)
+        if whole is not None:
+            self.model.use_param_buffer(whole)
+        return whole
+

@@ -1,0 +1,49 @@
+"""--table sharded end to end: checkpoints hold the whole table, a resume at the same rank count is bitwise,
+on another rank count (or replicated) it re-shards and goes on; predict needs only the model file."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import mpirun, run
+import sys
+
+# 2^12 hashed columns, 5400 training rows, global batch 256: 22 steps per epoch
+BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
+        "--dtype", "float64", "--no-progress", "--optimizer", "adam", "--epochs", "1"]
+
+
+def params(path):
+    with np.load(path, allow_pickle=False) as z:
+        return z["params"]
+
+
+@pytest.mark.mpi
+def test_checkpoint_on_3_ranks_resumes_on_3_bitwise_and_on_2_resharded(tmp_path, launcher):
+    ck, out = tmp_path / "ck", str(tmp_path / "%s.npz")
+    r = mpirun(3, BASE + ["--table", "sharded", "--checkpoint-dir", str(ck), "--checkpoint-every", "9",
+                          "--model-out", out % "a"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "hashed table sharded by rows over 3 ranks (asked for)" in r.stdout
+    with np.load(ck / "ckpt-000000018.npz") as z:      # whole arrays, gathered from the 3 ranks' rows
+        assert z["params"].shape == params(out % "a").shape and z["opt_m"].shape == z["params"].shape
+        assert z["opt_t_row"].shape == (1 << 12,) and np.count_nonzero(z["params"][:(1 << 12) * 16]) > 60000
+    os.remove(ck / "ckpt-000000022.npz")               # back to step 18, mid-epoch
+    runs = {"b": (3, "sharded"), "c": (2, "sharded"), "e": (2, "replicated")}
+    for name, (n, table) in runs.items():
+        r = mpirun(n, BASE + ["--table", table, "--resume", str(ck), "--checkpoint-dir", str(tmp_path / name),
+                              "--model-out", out % name, "--metrics-out", str(tmp_path / (name + ".json"))],
+                   timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "epoch 1, step 18" in r.stdout
+    a = params(out % "a")
+    assert np.array_equal(params(out % "b"), a)                             # same rank count: bitwise
+    assert np.max(np.abs(params(out % "c") - a)) < 1e-10                    # 2 ranks: the sums' order only
+    assert np.max(np.abs(params(out % "e") - params(out % "c"))) < 1e-12    # the same on a replicated table
+    reported = json.load(open(tmp_path / "c.json"))["valid"]
+    p = run([sys.executable, "-m", "mpinn.predict", "--model", out % "c", "--metrics-out", str(tmp_path / "p.json")])
+    assert p.returncode == 0, p.stderr
+    again = json.load(open(tmp_path / "p.json"))
+    for k in ("accuracy", "auc", "logloss"):
+        assert again[k] == pytest.approx(reported[k], abs=1e-9)

@@ -1,0 +1,267 @@
+"""--table sharded: the same parameters as the replicated table (bit for bit: the same sums in the same
+order) and as one process; every optimizer; uneven splits, a rank owning no rows, a batch touching one
+rank's rows only; a NaN on one owner skips the step everywhere; checkpoints across rank counts;
+evaluation; and no rank writes another rank's rows."""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from ranks import COMM, OPTIMIZERS, agree, make_optimizer, toy_data
+from mpinn.batch import Batch, Layout
+from mpinn.checkpoint import load_checkpoint
+from mpinn.comm import create_communicator
+from mpinn.config import ModelSpec
+from mpinn.model import MLP
+from mpinn.training import Trainer
+from mpinn.training.evaluate import evaluate
+from mpinn.training.sharded import own_rows
+
+LAYOUT = Layout(64, 3, "float64", "int64")
+
+
+def spec_for(n_sparse=64):
+    return ModelSpec(n_sparse, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
+
+
+def data_for(n_sparse=64, only=None):
+    """The toy rows, over a table of n_sparse rows; only=(a, b): every column id moved into a:b."""
+    Xs, Xd, y = toy_data(n_sparse=n_sparse)
+    if only is not None:
+        Xs = sp.csr_matrix((Xs.data, only[0] + Xs.indices % (only[1] - only[0]), Xs.indptr), shape=Xs.shape)
+    return Xs, Xd, y
+
+
+def make_trainer(table, optimizer, batch, mpi_comm=None, n_sparse=64, grad_accum=1, **kw):
+    spec = spec_for(n_sparse)
+    comm = create_communicator("allreduce", mpi_comm, sparse_threshold=10.0, transport="mpi")
+    # sharded: each rank makes only its own rows, as training does (the other rows stay zero)
+    model = MLP(spec).init_(0, rows=own_rows(comm, n_sparse) if table == "sharded" else None)
+    return Trainer(model, make_optimizer(optimizer, model), comm, Layout(n_sparse, 3, "float64", "int64"), batch,
+                   verbose=False, table=table, grad_accum=grad_accum, **kw)
+
+
+def steps(trainer, data, batch, start, stop, skip=()):
+    Xs, Xd, y = data
+    verdicts = []
+    for s in range(start, stop):
+        if s + 1 in skip:
+            continue
+        rows = np.arange(s * batch, (s + 1) * batch) % len(y)
+        trainer.global_step = s
+        _, ok = trainer.step(Batch(Xs[rows], Xd[rows], y[rows]) if trainer.rank0 else None, batch)
+        verdicts.append(ok)
+    trainer.global_step = stop
+    return verdicts
+
+
+def one_process(optimizer, batch, n, data, n_sparse=64):
+    model = MLP(spec_for(n_sparse)).init_(0)
+    opt = make_optimizer(optimizer, model)
+    Xs, Xd, y = data
+    for s in range(n):
+        rows = np.arange(s * batch, (s + 1) * batch) % len(y)
+        touched = model.loss_grad_(Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows]), 1.0 / batch,
+                                   sparse_grad=opt.sparse_ok)
+        opt.step_(model.params, model.grads, touched)
+    return model.params
+
+
+def trained(table, optimizer, batch, n=6, n_sparse=64, data=None, **kw):
+    """The whole parameters after n steps, on every rank (gathered to rank 0, then broadcast)."""
+    t = make_trainer(table, optimizer, batch, n_sparse=n_sparse, **kw)
+    t.start()
+    steps(t, data or data_for(n_sparse), batch, 0, n)
+    return COMM.bcast(t.final_params()), t
+
+
+def only_own_rows_written(t):
+    """Every rank's flat buffers (parameters, gradient, optimizer state) are zero outside its own rows
+    of the table: no rank ever wrote another rank's rows (those pages stay untouched)."""
+    lo, hi = t.stepper.own
+    size = t.model.dense_start
+    arrays = [t.model.params, t.model.grad_buffer] + [a for k, a in t.optimizer.arrays.items()
+                                                      if k in t.optimizer.element_state]
+    outside = [np.r_[a[:lo], a[hi:size]] for a in arrays]
+    rows = [a for k, a in t.optimizer.arrays.items() if k in t.optimizer.row_state]
+    rlo, rhi = t.stepper.shards.lo, t.stepper.shards.hi
+    return all(not o.any() for o in outside) and all(not np.r_[r[:rlo], r[rhi:]].any() for r in rows)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("batch", [7, 12])          # uneven at np 2 and 3; 64 rows split 22/21/21 at np 3
+def test_sharded_equals_replicated_and_one_process(optimizer, batch):
+    got, t = trained("sharded", optimizer, batch)
+    if COMM.size > 1:       # the final gather made rank 0's model whole: look at the other ranks' buffers
+        agree(COMM.rank == 0 or only_own_rows_written(t), "a rank wrote rows it does not own")
+    rep, _ = trained("replicated", optimizer, batch)
+    ref = one_process(optimizer, batch, 6, data_for())
+    # the lazy update sums each row's gradient rows in rank order on the owner, as the replicated
+    # exchange does on every rank: the same bits. --hashed-update dense (adam-dense) sums the
+    # replicated table's rows inside MPI_Allreduce, in MPI's order
+    same = np.array_equal(got, rep) if optimizer != "adam-dense" else np.max(np.abs(got - rep)) < 1e-12
+    agree(same, "sharded vs replicated: max diff %g" % np.max(np.abs(got - rep)))
+    agree(np.max(np.abs(got - ref)) < 1e-12, "sharded vs one process: max diff %g" % np.max(np.abs(got - ref)))
+
+
+@pytest.mark.parametrize("case", ["one-owner", "empty-slice", "no-rows", "micro-batches"])
+def test_one_owner_an_empty_slice_and_micro_batches(case):
+    """one-owner: every id in rank 0's rows (0..1: rank 0's at any np <= 3), the others asked for
+    nothing; empty-slice: a 2-row table, so at np 3 rank 2 owns no row; no-rows: 2-row batches, so at
+    np 3 rank 2 has no rows to train on (it still answers for its rows); micro-batches: --grad-accum 3
+    (the fetched rows' gradient summed over micro-batches) against the replicated --grad-accum 3."""
+    n_sparse, only, accum, batch = {"one-owner": (5, (0, 2), 1, 12), "empty-slice": (2, None, 1, 12),
+                                    "no-rows": (64, None, 1, 2), "micro-batches": (64, None, 3, 12)}[case]
+    data = data_for(n_sparse, only)
+    got, t = trained("sharded", "adam", batch, n_sparse=n_sparse, data=data, grad_accum=accum)
+    rep, _ = trained("replicated", "adam", batch, n_sparse=n_sparse, data=data, grad_accum=accum)
+    ref = one_process("adam", batch, 6, data, n_sparse)
+    if case == "empty-slice" and COMM.size == 3:
+        agree(t.stepper.shards.hi == t.stepper.shards.lo if COMM.rank == 2 else True)
+    agree(np.max(np.abs(got - rep)) <= (0 if accum == 1 else 1e-12), "vs replicated %g" % np.max(np.abs(got - rep)))
+    agree(np.max(np.abs(got - ref)) < 1e-12, "vs one process %g" % np.max(np.abs(got - ref)))
+
+
+@pytest.mark.parametrize("where", ["rows", "dense"])
+def test_a_nan_on_one_rank_skips_the_step_everywhere(where):
+    """A NaN in the gradient rows one rank sends (its owners see it, the others do not), or in its dense
+    gradient: the step is skipped on every rank, exactly as if the batch had not been seen."""
+    def poison(t):
+        if where == "dense":
+            from mpinn.training import Faults
+            t.stepper.faults = Faults("nan:%d:3" % (COMM.size - 1), COMM.rank)
+        elif COMM.rank == COMM.size - 1:
+            real = t.model.loss_grad_
+
+            def loss_grad_(batch, scale, **kw):
+                rows = real(batch, scale, **kw)
+                if t.global_step == 2 and rows.rows.shape[0]:
+                    rows.rows[-1, 0] = np.nan
+                return rows
+            t.model.loss_grad_ = loss_grad_
+        return t
+    data = data_for()
+    t = poison(make_trainer("sharded", "adam", 7))
+    t.start()
+    verdicts = steps(t, data, 7, 0, 6)
+    poisoned = COMM.bcast(t.final_params())
+    c = make_trainer("sharded", "adam", 7)
+    c.start()
+    steps(c, data, 7, 0, 6, skip=(3,))
+    clean = COMM.bcast(c.final_params())
+    agree(verdicts == [True, True, False, True, True, True], "verdicts %s" % verdicts)
+    agree(np.isfinite(poisoned).all() and np.array_equal(poisoned, clean))
+
+
+def test_evaluation_fetches_the_rows_it_needs():
+    """Held-out metrics with a sharded table (every rank fetching its rows, chunk by chunk, uneven
+    shares) equal one process's."""
+    from mpinn.comm.null import NullCommunicator
+    from mpinn.data.base import Dataset
+    t = make_trainer("sharded", "sgd", 12)
+    t.start()
+    steps(t, data_for(), 12, 0, 4)
+    Xs, Xd, y = data_for()
+    data = Dataset(Xs, Xd, y, {"task": "multiclass", "classes": [0, 1, 2]})
+    got = t.evaluate(data if COMM.rank == 0 else None, chunk=13)     # 13, 13, 13, 1: ranks with no rows
+    one = MLP(spec_for())
+    one.params[...] = COMM.bcast(t.final_params())
+    alone = COMM.Split(COMM.rank, 0)
+    ref = evaluate(one, NullCommunicator(alone), LAYOUT, data, chunk=13)
+    alone.Free()
+    agree(all(abs(got[k] - ref[k]) < 1e-12 for k in ("accuracy", "logloss")), "%s vs %s" % (got, ref))
+
+
+def resident_bytes(a):
+    """Bytes of a's pages that are in memory (mincore; page granularity): pages never touched are not."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    page = mmap.PAGESIZE
+    start = a.ctypes.data // page * page
+    n = (a.ctypes.data + a.nbytes - start + page - 1) // page
+    vec = (ctypes.c_ubyte * n)()
+    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(n * page), vec) == 0, ctypes.get_errno()
+    return page * sum(v & 1 for v in vec)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adam-dense"])
+def test_no_rank_touches_another_ranks_rows(optimizer):
+    """A 2^19 x 8 table (32 MiB, float64: above the 32 MiB from which the heap maps fresh pages, see
+    process.reusing_heap, so no page comes in touched by an earlier test), Adam, sharded: each rank's parameter pages in memory are its
+    own rows' (to a few pages), its gradient buffer's table part (lazy; with --hashed-update dense, but
+    for its own rows) and its moments' other rows are never touched (with 4 KiB pages: numpy's
+    huge-page advice is turned off here to count exactly)."""
+    from numpy._core.multiarray import _set_madvise_hugepage
+    was = _set_madvise_hugepage(False)
+    try:
+        n_rows, page = 1 << 19, 4096
+        t = make_trainer("sharded", optimizer, 12, n_sparse=n_rows)
+        t.start()
+        steps(t, data_for(n_rows), 12, 0, 4)
+        lo, hi = t.stepper.own
+        own = (hi - lo) * 8
+        table = slice(0, t.model.dense_start)
+        got = [resident_bytes(t.model.params[table]), resident_bytes(t.model.grad_buffer[table])]
+        got += [resident_bytes(t.optimizer.arrays[k][table]) for k in ("m", "v")]
+        # slack: the partial pages at the ends of the own rows, the allocator's header page at the start
+        # and the page the table shares with the dense layers at the end
+        agree(own <= got[0] <= own + 4 * page, "parameters: %d resident bytes, own rows %d" % (got[0], own))
+        dense = optimizer == "adam-dense"
+        agree(got[1] <= own * dense + 4 * page and max(got[2:]) <= own + 4 * page,
+              "gradient %d, moments %s" % (got[1], got[2:]))
+    finally:
+        _set_madvise_hugepage(was)
+
+
+def shared_dir():
+    d = tempfile.mkdtemp(prefix="mpinn-shard-") if COMM.rank == 0 else None
+    return COMM.bcast(d)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad-rowwise", "ftrl"])
+def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
+    """At np 3: 3 steps sharded over 3 ranks, a checkpoint (the whole table and state, gathered),
+    resumed sharded over 2 ranks (re-sharded from the file): the restored state is the saved one bit
+    for bit, and the rest of the run equals an uninterrupted run on 2 ranks (1e-10: the first steps
+    summed over 3 ranks). At np 2: 2 -> 1; at np 1: 1 -> 1."""
+    second = max(COMM.size - 1, 1)
+    d, data = shared_dir(), data_for()
+    sub = COMM.Split(0 if COMM.rank < second else 1, COMM.rank)
+    ref = None
+    if COMM.rank < second:
+        t = make_trainer("sharded", optimizer, 12, sub)
+        t.start()
+        steps(t, data, 12, 0, 6)
+        ref = t.final_params()
+    sub.Free()
+    t = make_trainer("sharded", optimizer, 12)
+    t.enable_checkpoints(os.path.join(d, "a"))
+    t.start()
+    steps(t, data, 12, 0, 3)
+    t.checkpoint("step")
+    sub = COMM.Split(0 if COMM.rank < second else 1, COMM.rank)
+    if COMM.rank < second:
+        t = make_trainer("sharded", optimizer, 12, sub)
+        loaded = load_checkpoint(os.path.join(d, "a")) if t.rank0 else (None, None)
+        t.restore(*loaded)
+        t.enable_checkpoints(os.path.join(d, "b"))
+        t.start()
+        t.checkpoint("step")
+        if t.rank0:
+            again, before = load_checkpoint(os.path.join(d, "b"))[0], loaded[0]
+            assert sorted(again) == sorted(before)
+            assert any(k.startswith("opt_") and k != "opt_t" for k in before) or optimizer == "sgd"
+            for k in before:
+                assert np.array_equal(again[k], before[k]), k
+        steps(t, data, 12, 3, 6)
+        got = t.final_params()
+        if t.rank0:
+            assert np.max(np.abs(got - ref)) < 1e-10, np.max(np.abs(got - ref))
+    sub.Free()
+    agree(True)
+    if COMM.rank == 0:
+        shutil.rmtree(d)
