@@ -17,9 +17,13 @@ from slurm_cluster import PMIX_LIBRARY, Slurm, ensure_packages, mentioning, remo
 from test_multihost import remove_stale as remove_stale_namespaces
 
 TEMPLATE = os.path.join(ROOT, "scripts", "slurm", "train.sbatch")
+# the replicated table (auto shards it across nodes): what these tests check is the launch, and that
+# rank 0's initial parameters cross to the other node
 TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "1", "--dtype", "float64",
-         "--no-progress"]
-LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "100000", "--no-progress"]
+         "--no-progress", "--table", "replicated"]
+# a job that runs until it is ended (no early stop)
+LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "100000",
+              "--early-stop", "0", "--no-progress"]
 # the batch jobs: 8 epochs of 15 steps, a checkpoint every 5 (mid-epoch), about 2 s of training here
 BATCH_ARGS = ["--default-rows", "4000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
               "--dtype", "float64", "--epochs", "8", "--checkpoint-every", "5", "--no-progress"]
