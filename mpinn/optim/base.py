@@ -162,21 +162,38 @@ class Optimizer:
         The table's rows are weights: lazy L2 adds lam * w to the touched rows' gradient."""
         rows = rows.coalesced()
         ids, g = rows.ids, rows.rows
-        xp, k, shape = self.xp, ids.shape[0], (self.n_rows, self.width)
-        p = xp.take(table, ids, axis=0, out=self.scratch("rows_p", (k, self.width), table.dtype))
+        full = {name: self.arrays[name][:self.table_size].reshape(self.n_rows, self.width)
+                for name in self.element_state}
+        p = self.gather(table, ids, "rows_p")
         if self.weight_decay:
             g += p.dtype.type(self.weight_decay) * p
-        st = {}
-        for name in self.element_state:
-            full = self.arrays[name][:self.table_size].reshape(shape)
-            st[name] = xp.take(full, ids, axis=0, out=self.scratch("rows_" + name, (k, self.width), full.dtype))
+        st = {name: self.gather(arr, ids, "rows_" + name) for name, arr in full.items()}
         rst = {name: self.arrays[name][ids] for name in self.row_state}
         self.update_(p, g, st, True, rst)
-        table[ids] = p
-        for name in self.element_state:
-            self.arrays[name][:self.table_size].reshape(shape)[ids] = st[name]
+        self.scatter(table, ids, p)
+        for name, arr in full.items():
+            self.scatter(arr, ids, st[name])
         for name in self.row_state:
             self.arrays[name][ids] = rst[name]
+
+    def gather(self, a, ids, key):
+        """Rows ids of the 2-D array a, into a reusable buffer. On the host each row moves as one
+        opaque item (a void view): 2x faster than numpy's row-by-row indexing of a 2-D array."""
+        out = self.scratch(key, (ids.shape[0], a.shape[1]), a.dtype)
+        if self.xp is np:
+            item = np.dtype((np.void, a.shape[1] * a.dtype.itemsize))
+            np.take(a.view(item).reshape(-1), ids, out=out.view(item).reshape(-1))
+        else:
+            self.xp.take(a, ids, axis=0, out=out)
+        return out
+
+    def scatter(self, a, ids, rows):
+        """a[ids] = rows (see gather)."""
+        if self.xp is np:
+            item = np.dtype((np.void, a.shape[1] * a.dtype.itemsize))
+            np.put(a.view(item).reshape(-1), ids, rows.view(item).reshape(-1))
+        else:
+            a[ids] = rows
 
     def update_(self, p, g, st, weight, row_st):
         """The optimizer's formula, in place on p and on its state views st (and, for table rows,
