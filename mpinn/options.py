@@ -152,7 +152,7 @@ def build_train_parser():
                         "correction counts those steps). adagrad: per element (--adagrad-rowwise: one "
                         "accumulator per hashed row). ftrl: FTRL-Proximal per coordinate (McMahan et al. "
                         "2013; --lr is its alpha, --ftrl-beta, --l1, --l2), the classic click-through-rate "
-                        "optimizer; --l1 makes hashed weights exactly zero. Every optimizer updates only the "
+                        "optimizer; --l1 keeps weights the gradients push to zero at exactly zero (sparse hashed weights). Every optimizer updates only the "
                         "rows of the hashed block a batch touched (see --hashed-update); with several ranks "
                         "on a node, the parameters and the optimizer state are held once for the node and "
                         "each rank updates its part")
@@ -170,7 +170,7 @@ def build_train_parser():
     o.add_argument("--adagrad-rowwise", action="store_true",
                    help="adagrad: one accumulator per row of the hashed block (the mean of the row's squared "
                         "gradient is added to it, as FBGEMM's row-wise Adagrad): 1/width of the state")
-    o.add_argument("--l1", type=nonneg_float, default=0.0, help="ftrl: L1 strength on the weights (default 0)")
+    o.add_argument("--l1", type=nonneg_float, default=0.0, help="ftrl: L1 strength on the weights, a dead zone |z| <= l1 that holds a weight at exactly zero (default 0)")
     o.add_argument("--l2", type=nonneg_float, default=0.0, help="ftrl: L2 strength on the weights (default 0)")
     o.add_argument("--ftrl-beta", type=nonneg_float, default=1.0, help="ftrl: beta of the per-coordinate "
                    "learning rate alpha / (beta + sqrt(n)) (default 1)")
