@@ -47,6 +47,9 @@ class SparseRows:
     def width(self):
         return int(self.rows.shape[1])
 
+    def __len__(self):
+        return int(self.ids.shape[0])
+
     def parts(self):
         """(ids, rows) of each segment, each with unique ids; one part when not segmented."""
         if self.segments is None:
@@ -59,6 +62,27 @@ class SparseRows:
         if self.segments is None:
             return self
         return coalesce(self.ids, self.rows, self.n_rows)
+
+
+class RowParts:
+    """The same gradient as SparseRows with segments, kept as its (ids, rows) parts in order without
+    copying them together: e.g. the slices of every rank's rows that fall in a node rank's part of the
+    table. SGD applies the parts in turn; the other updates coalesce them."""
+
+    def __init__(self, parts, n_rows, width):
+        self._parts, self.n_rows, self.width = list(parts), int(n_rows), int(width)
+
+    def __len__(self):
+        return sum(int(ids.shape[0]) for ids, _ in self._parts)
+
+    def parts(self):
+        return self._parts
+
+    def coalesced(self):
+        if len(self._parts) == 1:
+            return SparseRows(self._parts[0][0], self._parts[0][1], self.n_rows)
+        return coalesce(np.concatenate([i for i, _ in self._parts]), np.concatenate([r for _, r in self._parts]),
+                        self.n_rows)
 
 
 def coalesce(ids, rows, n_rows):

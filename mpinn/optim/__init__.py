@@ -10,7 +10,7 @@
 A new optimizer: a module with an Optimizer subclass (update_, and its state's names), added to
 OPTIMIZERS and DEFAULT_LR here and to --optimizer's help in mpinn/options.py."""
 from mpinn.config import MpinnError
-from mpinn.optim.base import HASHED_UPDATES, Optimizer, rows_of_parts  # noqa: F401
+from mpinn.optim.base import HASHED_UPDATES, Optimizer  # noqa: F401
 from mpinn.optim.schedule import lr_schedule  # noqa: F401
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adagrad", "ftrl")

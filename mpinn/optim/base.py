@@ -1,7 +1,6 @@
 """What every optimizer shares: its state arrays, the flat buffer's regions, L2 decay, the lazy row update."""
 import numpy as np
 
-from mpinn.batch import SparseRows
 from mpinn.config import MpinnError
 
 HASHED_UPDATES = ("lazy", "dense")
@@ -28,6 +27,7 @@ class Optimizer:
     memory, see training/steps.py); state() and load_state() are the checkpoint's view of them."""
 
     name = None
+    weights_matter = False      # does the update differ between weights and biases (beyond decay)?
     element_state = ()          # state arrays of params.size elements
     lazy_row_state = ()         # state arrays of one value per row of the hashed block, when lazy
     row_state_dtype = None      # their dtype (None: the parameters')
@@ -130,7 +130,7 @@ class Optimizer:
                 lo = max(lo, self.table_size)
             if hi > lo:
                 self.dense_(params, grads, lo, hi)
-        if rows is not None and rows.ids.shape[0]:
+        if rows is not None and len(rows):
             self.rows_(params[:self.table_size].reshape(self.n_rows, self.width), rows)
 
     def first_step_(self, params):
@@ -148,8 +148,10 @@ class Optimizer:
         return out
 
     def dense_(self, params, grads, lo, hi):
-        """Elements lo:hi, segment by segment: L2 decay on the weights, then update_."""
-        for a, b, weight in self.segments(lo, hi):
+        """Elements lo:hi, segment by segment: L2 decay on the weights, then update_ (one segment
+        where weights and biases are updated alike)."""
+        parts = self.segments(lo, hi) if self.weight_decay or self.weights_matter else [(lo, hi, True)]
+        for a, b, weight in parts:
             p, g = params[a:b], grads[a:b]
             if weight and self.weight_decay:
                 tmp = self.scratch("decay", (b - a,), p.dtype)
@@ -199,16 +201,3 @@ class Optimizer:
         """The optimizer's formula, in place on p and on its state views st (and, for table rows,
         row_st: the rows' per-row state; None for dense elements). weight: are these weights?"""
         raise NotImplementedError
-
-
-def rows_of_parts(parts, n_rows, width, dtype, xp=np):
-    """SparseRows holding (ids, rows) parts in order (one segment each), e.g. every rank's rows of a
-    node's part of the table; ids unique within a part."""
-    parts = list(parts)
-    if not parts:
-        return SparseRows(xp.zeros(0, np.int64), xp.zeros((0, width), dtype), n_rows)
-    if len(parts) == 1:
-        return SparseRows(parts[0][0], parts[0][1], n_rows)
-    bounds = np.r_[0, np.cumsum([len(i) for i, _ in parts])]
-    return SparseRows(xp.concatenate([i for i, _ in parts]), xp.concatenate([r for _, r in parts]), n_rows,
-                      bounds)

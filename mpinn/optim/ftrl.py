@@ -19,6 +19,7 @@ class FTRL(Optimizer):
     hashed block equals the dense one."""
 
     name = "ftrl"
+    weights_matter = True               # l1 and l2 on the weights only
     element_state = ("z", "n")
     lazy_row_state = ("started",)       # has z been set from the row's weights?
     row_state_dtype = np.int8

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
+from mpinn.batch import RowParts
 from mpinn.config import MpinnError
-from mpinn.optim import rows_of_parts
 from mpinn.training.step_base import Step, all_finite  # noqa: F401 (all_finite: for the step modules)
 
 
@@ -150,7 +150,7 @@ class SharedStep(Step):
         ok = verdict[0] == 0
         t3 = time.perf_counter()
         if ok:
-            rows = rows_of_parts(mine, block[0], block[1], model.dtype) if block[0] else None
+            rows = RowParts(mine, *block) if block[0] else None
             opt.step_(model.params, model.grads, rows, lo=lo, hi=min(hi, model.size))
         t4 = time.perf_counter()
         comm.fence_params()
