@@ -1,7 +1,7 @@
 """Benchmark: the peers' workloads W1/W2/W3 (exact data, init, batch order, timed window) as peer-format records."""
 import os
 
-from mpinn.process import pin_threads
+from mpinn.process import memory_mb, pin_threads
 
 pin_threads(1)      # one BLAS thread per rank, as every peer runs (before numpy loads)
 
@@ -19,18 +19,6 @@ from mpinn.workloads import WORKLOADS  # noqa: E402
 
 # ---------------------------------------------------------------- measuring
 _CLK = os.sysconf("SC_CLK_TCK")
-
-
-def pss_mb():
-    """This process's proportional set size: shared pages counted in part, so the ranks' sum is the
-    node's memory (Linux; None elsewhere)."""
-    try:
-        with open("/proc/self/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
 
 
 def peak_rss_mb():
@@ -189,7 +177,7 @@ def run(args):
         null_ms = (time.perf_counter() - tc) / args.timing_steps * 1e3
         comm.barrier()
 
-    infos = comm.gather_obj({"rss": peak_rss_mb(), "pss": pss_mb(), "per": per, "own_cpu": own_cpu, "null_ms": null_ms,
+    infos = comm.gather_obj({"rss": peak_rss_mb(), "pss": memory_mb()[1], "per": per, "own_cpu": own_cpu, "null_ms": null_ms,
                              "parts": parts})
     if not rank0:
         return 0

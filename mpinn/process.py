@@ -136,3 +136,33 @@ def follow_umask(fd):
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
+
+
+def resident_bytes(a):
+    """Bytes of the pages under host array a that are in memory (mincore; page granularity): pages
+    never touched take none. Linux."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    page = mmap.PAGESIZE
+    start = a.ctypes.data // page * page
+    n = (a.ctypes.data + a.nbytes - start + page - 1) // page
+    vec = (ctypes.c_ubyte * n)()
+    if libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(n * page), vec) != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return page * sum(v & 1 for v in bytes(vec))
+
+
+def memory_mb():
+    """(RSS, PSS) of this process in MB, from /proc/self/smaps_rollup (PSS counts shared pages in part,
+    so the ranks' sum is the node's memory); (None, None) where there is no such file."""
+    out = {}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                key = line.split(":")[0]
+                if key in ("Rss", "Pss"):
+                    out[key] = int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return out.get("Rss"), out.get("Pss")

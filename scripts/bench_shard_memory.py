@@ -27,31 +27,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 
-def resident_bytes(a):
-    """Bytes of the pages under array a that are in memory (mincore)."""
-    import ctypes
-    import mmap
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    page = mmap.PAGESIZE
-    start = a.ctypes.data // page * page
-    n = (a.ctypes.data + a.nbytes - start + page - 1) // page
-    vec = (ctypes.c_ubyte * n)()
-    if libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(n * page), vec) != 0:
-        raise OSError(ctypes.get_errno(), "mincore")
-    return page * sum(v & 1 for v in bytes(vec))
-
-
-def rollup():
-    """(Rss, Pss) of this process in MB."""
-    out = {}
-    with open("/proc/self/smaps_rollup") as f:
-        for line in f:
-            k = line.split(":")[0]
-            if k in ("Rss", "Pss"):
-                out[k] = int(line.split()[1]) / 1024
-    return out["Rss"], out["Pss"]
-
-
 def w2_rows(bits, n):
     """W2's rows (the peers' generator) with their 20 columns hashed into 2^bits rows: (idx, y)."""
     import numpy as np
@@ -73,6 +48,7 @@ def probe(args):
     from mpinn.model import MLP
     from mpinn.optim import create_optimizer
     from mpinn.training import Trainer
+    from mpinn.process import memory_mb, resident_bytes
     from mpinn.training.sharded import own_rows
     comm = create_communicator("allreduce", transport=args.comm)
     n_rows, width, B = 1 << args.bits[0], 64, 1024
@@ -96,7 +72,7 @@ def probe(args):
     del data
     table = model.params[:n_rows * width]
     own = own_rows(comm, n_rows)
-    rss, pss = rollup()
+    rss, pss = memory_mb()
     state = {k: resident_bytes(v[:n_rows * width]) / 2**20 for k, v in (opt.arrays or {}).items()
              if k in opt.element_state}
     rec = {"rank": comm.rank, "table_resident_mb": resident_bytes(table) / 2**20,

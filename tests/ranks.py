@@ -39,3 +39,29 @@ def make_optimizer(name, model, lr=0.05, weight_decay=0.0):
           "ftrl": dict(l1=1e-3, l2=1e-2)}.get(name, {})
     return create_optimizer(name.split("-")[0], model.size, np, lr, weight_decay, model.weight_slices,
                             table=model.table, **kw)
+
+
+def shared_dir(prefix="mpinn-test-"):
+    """A temporary directory rank 0 makes and every rank knows."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix=prefix) if COMM.rank == 0 else None
+    return COMM.bcast(d)
+
+
+def restore_then_start(trainer, directory, optimizer):
+    """Restore trainer from the checkpoint in directory/a, start it, and write a checkpoint at once to
+    directory/b: the arrays written must be the ones read, bit for bit (the optimizer's state as well,
+    whatever rank count wrote it and however this one holds it)."""
+    import os
+    from mpinn.checkpoint import load_checkpoint
+    loaded = load_checkpoint(os.path.join(directory, "a")) if trainer.rank0 else (None, None)
+    trainer.restore(*loaded)
+    trainer.enable_checkpoints(os.path.join(directory, "b"))
+    trainer.start()
+    trainer.checkpoint("step")
+    if trainer.rank0:
+        again, before = load_checkpoint(os.path.join(directory, "b"))[0], loaded[0]
+        assert sorted(again) == sorted(before)
+        assert any(k.startswith("opt_") and k != "opt_t" for k in before) or optimizer == "sgd"
+        for k in before:
+            assert np.array_equal(again[k], before[k]), k

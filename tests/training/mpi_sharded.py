@@ -4,15 +4,14 @@ rank's rows only; a NaN on one owner skips the step everywhere; checkpoints acro
 evaluation; and no rank writes another rank's rows."""
 import os
 import shutil
-import tempfile
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ranks import COMM, OPTIMIZERS, agree, make_optimizer, toy_data
+from ranks import COMM, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data
 from mpinn.batch import Batch, Layout
-from mpinn.checkpoint import load_checkpoint
+from mpinn.process import resident_bytes
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.model import MLP
@@ -175,19 +174,6 @@ def test_evaluation_fetches_the_rows_it_needs():
     agree(all(abs(got[k] - ref[k]) < 1e-12 for k in ("accuracy", "logloss")), "%s vs %s" % (got, ref))
 
 
-def resident_bytes(a):
-    """Bytes of a's pages that are in memory (mincore; page granularity): pages never touched are not."""
-    import ctypes
-    import mmap
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    page = mmap.PAGESIZE
-    start = a.ctypes.data // page * page
-    n = (a.ctypes.data + a.nbytes - start + page - 1) // page
-    vec = (ctypes.c_ubyte * n)()
-    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(n * page), vec) == 0, ctypes.get_errno()
-    return page * sum(v & 1 for v in vec)
-
-
 @pytest.mark.parametrize("optimizer", ["adam", "adam-dense"])
 def test_no_rank_touches_another_ranks_rows(optimizer):
     """A 2^19 x 8 table (32 MiB, float64: above the 32 MiB from which the heap maps fresh pages, see
@@ -217,11 +203,6 @@ def test_no_rank_touches_another_ranks_rows(optimizer):
         _set_madvise_hugepage(was)
 
 
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="mpinn-shard-") if COMM.rank == 0 else None
-    return COMM.bcast(d)
-
-
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad-rowwise", "ftrl"])
 def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
     """At np 3: 3 steps sharded over 3 ranks, a checkpoint (the whole table and state, gathered),
@@ -229,7 +210,7 @@ def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
     for bit, and the rest of the run equals an uninterrupted run on 2 ranks (1e-10: the first steps
     summed over 3 ranks). At np 2: 2 -> 1; at np 1: 1 -> 1."""
     second = max(COMM.size - 1, 1)
-    d, data = shared_dir(), data_for()
+    d, data = shared_dir("mpinn-shard-"), data_for()
     sub = COMM.Split(0 if COMM.rank < second else 1, COMM.rank)
     ref = None
     if COMM.rank < second:
@@ -246,17 +227,7 @@ def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
     sub = COMM.Split(0 if COMM.rank < second else 1, COMM.rank)
     if COMM.rank < second:
         t = make_trainer("sharded", optimizer, 12, sub)
-        loaded = load_checkpoint(os.path.join(d, "a")) if t.rank0 else (None, None)
-        t.restore(*loaded)
-        t.enable_checkpoints(os.path.join(d, "b"))
-        t.start()
-        t.checkpoint("step")
-        if t.rank0:
-            again, before = load_checkpoint(os.path.join(d, "b"))[0], loaded[0]
-            assert sorted(again) == sorted(before)
-            assert any(k.startswith("opt_") and k != "opt_t" for k in before) or optimizer == "sgd"
-            for k in before:
-                assert np.array_equal(again[k], before[k]), k
+        restore_then_start(t, d, optimizer)
         steps(t, data, 12, 3, 6)
         got = t.final_params()
         if t.rank0:
