@@ -8,6 +8,7 @@ from mpinn.batch import Batch
 from mpinn.comm import split_counts
 from mpinn.comm.shard import TableShards
 from mpinn.config import MpinnError
+from mpinn.model import compact_csr
 from mpinn.process import mem_available, small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
 
@@ -92,11 +93,8 @@ class ShardedStep(Step):
         """(the batch's sorted unique row ids, the batch with Xs over them: columns 0..k-1). The same
         compact CSR the replicated backward builds (sparse_rows_grad), so the sums are the same."""
         import scipy.sparse as sp
-        Xs = local.Xs
-        ids, inverse = np.unique(Xs.indices, return_inverse=True)
-        Xc = sp.csr_matrix((Xs.data, inverse.ravel().astype(Xs.indices.dtype), Xs.indptr),
-                           shape=(Xs.shape[0], ids.shape[0]))
-        return ids.astype(np.int64), Batch(Xc, local.Xd, local.y)
+        ids, Xc = compact_csr(np, sp, local.Xs)
+        return ids, Batch(Xc, local.Xd, local.y)
 
     def __call__(self, local, n_global, step):
         model, comm, rec = self.model, self.comm, self.timeline.add
