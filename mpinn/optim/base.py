@@ -1,6 +1,7 @@
 """What every optimizer shares: its state arrays, the flat buffer's regions, L2 decay, the lazy row update."""
 import numpy as np
 
+from mpinn.batch import put_rows, take_rows
 from mpinn.config import MpinnError
 
 HASHED_UPDATES = ("lazy", "dense")
@@ -170,30 +171,26 @@ class Optimizer:
         if self.weight_decay:
             g += p.dtype.type(self.weight_decay) * p
         st = {name: self.gather(arr, ids, "rows_" + name) for name, arr in full.items()}
-        rst = {name: self.arrays[name][ids] for name in self.row_state}
+        rst = {name: self.gather(self.arrays[name], ids, "rows_" + name) for name in self.row_state}
         self.update_(p, g, st, True, rst)
         self.scatter(table, ids, p)
         for name, arr in full.items():
             self.scatter(arr, ids, st[name])
         for name in self.row_state:
-            self.arrays[name][ids] = rst[name]
+            self.scatter(self.arrays[name], ids, rst[name])
 
     def gather(self, a, ids, key):
-        """Rows ids of the 2-D array a, into a reusable buffer. On the host each row moves as one
-        opaque item (a void view): 2x faster than numpy's row-by-row indexing of a 2-D array."""
-        out = self.scratch(key, (ids.shape[0], a.shape[1]), a.dtype)
+        """Rows ids of the 2-D array a, into a reusable buffer (on the host, batch.take_rows)."""
+        out = self.scratch(key, (ids.shape[0],) + a.shape[1:], a.dtype)
         if self.xp is np:
-            item = np.dtype((np.void, a.shape[1] * a.dtype.itemsize))
-            np.take(a.view(item).reshape(-1), ids, out=out.view(item).reshape(-1))
-        else:
-            self.xp.take(a, ids, axis=0, out=out)
+            return take_rows(a, ids, out)
+        self.xp.take(a, ids, axis=0, out=out)
         return out
 
     def scatter(self, a, ids, rows):
         """a[ids] = rows (see gather)."""
         if self.xp is np:
-            item = np.dtype((np.void, a.shape[1] * a.dtype.itemsize))
-            np.put(a.view(item).reshape(-1), ids, rows.view(item).reshape(-1))
+            put_rows(a, ids, rows)
         else:
             a[ids] = rows
 

@@ -47,31 +47,33 @@ class FTRL(Optimizer):
         z, n = st["z"], st["n"]
         l1, l2 = (self.l1, self.l2) if weight else (0.0, 0.0)
         if row_st is not None:
-            new = row_st["started"] == 0
-            if new.any():
+            new = xp.flatnonzero(row_st["started"] == 0)
+            if new.shape[0]:
                 zn = z[new]
                 self._start_z(p[new], zn, l1, l2)
                 z[new] = zn
                 row_st["started"][...] = 1
         elif self._fresh:
             self._start_z(p, z, l1, l2)
-        s_old = self.scratch("ftrl0", p.shape, p.dtype)
-        s_new = self.scratch("ftrl1", p.shape, p.dtype)
-        xp.sqrt(n, out=s_old)
-        xp.multiply(g, g, out=s_new)
-        n += s_new
-        xp.sqrt(n, out=s_new)
-        xp.subtract(s_new, s_old, out=s_old)
-        s_old *= f(1.0 / self.lr)           # sigma
-        s_old *= p                          # sigma w
-        z += g
-        z -= s_old
-        s_new += f(self.beta)               # (beta + sqrt(n)) / alpha + l2
-        s_new *= f(1.0 / self.lr)
-        s_new += f(l2)
-        xp.abs(z, out=s_old)                # sign(z) max(|z| - l1, 0)
-        s_old -= f(l1)
-        xp.maximum(s_old, f(0), out=s_old)
-        xp.copysign(s_old, z, out=s_old)
-        xp.divide(s_old, s_new, out=s_old)
-        xp.negative(s_old, out=p)
+        s = self.scratch("ftrl", p.shape, p.dtype)
+        xp.sqrt(n, out=s)                   # sqrt(n) before the step
+        z += g                              # z += g - sigma w, in two halves
+        xp.multiply(g, g, out=g)            # g is scratch: now g^2
+        n += g
+        xp.sqrt(n, out=g)                   # sqrt(n) after
+        xp.subtract(g, s, out=s)
+        s *= f(1.0 / self.lr)               # sigma
+        s *= p                              # sigma w
+        z -= s
+        g += f(self.beta)                   # -((beta + sqrt(n)) / alpha + l2)
+        g *= f(-1.0 / self.lr)
+        if l2:
+            g -= f(l2)
+        if l1:                              # sign(z) max(|z| - l1, 0); with l1 = 0, z itself
+            xp.abs(z, out=s)
+            s -= f(l1)
+            xp.maximum(s, f(0), out=s)
+            xp.copysign(s, z, out=s)
+            xp.divide(s, g, out=p)
+        else:
+            xp.divide(z, g, out=p)

@@ -104,8 +104,7 @@ class Step:
         model.grad_buffer[start:] = acc
         if not parts:
             return None
-        return coalesce(np.concatenate([p.ids for p in parts]), np.concatenate([p.rows for p in parts]),
-                        parts[0].n_rows)
+        return coalesce([(p.ids, p.rows) for p in parts], parts[0].n_rows)
 
     def finite(self, reduced):
         """Is the reduced gradient (and the loss in its last slot) finite? One pass per buffer."""
