@@ -1,4 +1,6 @@
 """SGD and momentum."""
+import numpy as np
+
 from mpinn.optim.base import Optimizer
 
 
@@ -19,7 +21,12 @@ class SGD(Optimizer):
         lr = table.dtype.type(self.lr)
         for ids, g in rows.parts():
             g *= lr
-            table[ids] -= g
+            if self.xp is np:           # gathered, stepped and written back whole rows at a time
+                p = self.gather(table, ids, "rows_p")
+                p -= g
+                self.scatter(table, ids, p)
+            else:
+                table[ids] -= g
 
 
 class Momentum(Optimizer):
