@@ -14,6 +14,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mpinn import __version__  # noqa: E402
+from mpinn.optim import fused  # noqa: E402
 from mpinn.workloads import WORKLOADS  # noqa: E402
 
 
@@ -213,7 +214,7 @@ def run(args):
         "train_loss_last10_mean_rank0": float(np.mean(last)) if last else None,
         "load": lw.summary(sum(i["own_cpu"] for i in infos)), "setup_s": setup_s,
         "mpinn_version": __version__, "mpi_library": mpi_library_version(),
-        "threadpools": thread_info(),
+        "threadpools": thread_info(), "fused_kernels": fused.library() is not None,
     }
     write_result(rec, args.out or os.environ.get("PEERS_RESULTS") or "bench-results.jsonl")
     print("mpinn %s np=%d %s: %.0f samples/s, %.2f ms/step (compute %.2f, comm %.2f), "

@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 from mpinn import __version__  # noqa: E402
 from mpinn.config import ModelSpec, MpinnError  # noqa: E402
 from mpinn.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
+from mpinn.optim import fused  # noqa: E402
 from mpinn.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
 
 # what must be the same on every host (the rest of a rank's record may differ: host, local rank, GPU)
@@ -68,7 +69,7 @@ def rank_record(comm):
             "mpi4py": node.mpi4py_version(), "mpi": short_library(node.mpi_library_version()),
             "mpinn": __version__, "cupy": cupy, "gpu": gpu, "cpus": len(os.sched_getaffinity(0)),
             "blas_threads": os.environ.get("OMP_NUM_THREADS", "default"),
-            "executable": sys.executable}
+            "executable": sys.executable, "fused": fused.status()}
 
 
 def differences(records):
@@ -260,6 +261,10 @@ def format_report(rep):
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
     if not rep["differences"]:
         lines.append("software: the same on every host (%s)" % ", ".join(COMPARED))
+    off = sorted({r["host"] + ": " + r.get("fused", "?") for r in records
+                  if not r.get("fused", "").startswith("compiled")})
+    lines.append("fused update kernels: " + ("compiled on every host" if not off else "; ".join(off) +
+                                             " (the numpy passes run there, with the same bits)"))
     ar, lat = rep["allreduce"], rep["latency"]
     bw = rep["allreduce"].get("bus_gb_s")
     lines.append("allreduce: %d x %s (%s, %s): %s (median of %d, min %s)%s; 1 element: %s" % (

@@ -15,12 +15,14 @@ class Adagrad(Optimizer):
     state; the other elements keep element-wise accumulators."""
 
     name = "adagrad"
+    kernel = "adagrad"
     element_state = ("acc",)
 
     def __init__(self, size, xp, lr, eps=1e-10, initial=0.0, rowwise=False, **kw):
         super().__init__(size, xp, lr, **kw)
         self.eps, self.initial, self.rowwise = float(eps), float(initial), bool(rowwise)
         self.lazy_row_state = ("acc_row",) if self.rowwise else ()
+        self.fused_rows = not self.rowwise      # the row-wise mean is numpy's pairwise sum: not fused
         if self.rowwise and not self.sparse_ok:
             raise MpinnError("--adagrad-rowwise updates the touched rows of the hashed block (its dense form is "
                              "the same update): leave out --hashed-update dense")
@@ -31,6 +33,9 @@ class Adagrad(Optimizer):
             for k in ("acc",) + self.row_state:
                 self.arrays[k][...] = self.initial
         return self
+
+    def consts(self, weight, rows):
+        return (self.lr, self.eps, self.weight_decay if rows else 0.0)
 
     def update_(self, p, g, st, weight, row_st):
         xp, f = self.xp, p.dtype.type

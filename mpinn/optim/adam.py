@@ -20,6 +20,7 @@ class Adam(Optimizer):
     sqrt(1 - b2)), the same formula to rounding."""
 
     name = "adam"
+    kernel = "adam"
     element_state = ("m", "v")
     lazy_row_state = ("t_row",)         # steps that touched the row
     row_state_dtype = np.int64
@@ -28,6 +29,14 @@ class Adam(Optimizer):
         super().__init__(size, xp, lr, **kw)
         self.b1, self.b2, self.eps = float(beta1), float(beta2), float(eps)
         self.scale = self.lr * (1 - self.b1) / np.sqrt(1 - self.b2)     # folds the state's scaling back
+        self.eps_scaled = self.eps / np.sqrt(1 - self.b2)
+
+    def consts(self, weight, rows):
+        return (self.b1, self.b2, self.eps_scaled, 0.0 if rows else self._step(self.t),
+                self.weight_decay if rows else 0.0)
+
+    def row_steps(self, dtype):
+        return self._steps(self.t, dtype)       # a row's count is at most the global step count
 
     def _step(self, t):
         return self.scale * np.sqrt(1 - self.b2 ** t) / (1 - self.b1 ** t)
@@ -57,7 +66,7 @@ class Adam(Optimizer):
         xp.multiply(g, g, out=g)
         v += g
         xp.sqrt(v, out=g)
-        g += f(self.eps / np.sqrt(1 - self.b2))
+        g += f(self.eps_scaled)
         xp.divide(m, g, out=g)
         g *= step
         p -= g

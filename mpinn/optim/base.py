@@ -3,6 +3,7 @@ import numpy as np
 
 from mpinn.batch import put_rows, take_rows
 from mpinn.config import MpinnError
+from mpinn.optim import fused
 
 HASHED_UPDATES = ("lazy", "dense")
 
@@ -158,7 +159,12 @@ class Optimizer:
                 tmp = self.scratch("decay", (b - a,), p.dtype)
                 self.xp.multiply(p, p.dtype.type(self.weight_decay), out=tmp)
                 g += tmp
-            self.update_(p, g, {k: self.arrays[k][a:b] for k in self.element_state}, weight, None)
+            st = {k: self.arrays[k][a:b] for k in self.element_state}
+            lib = self.fused_library(p.dtype)
+            if lib is not None:
+                self.fused_dense_(lib, p, g, st, weight)
+            else:
+                self.update_(p, g, st, weight, None)
 
     def rows_(self, table, rows):
         """The touched rows (coalesced: one gradient row per id): gathered, updated, written back.
@@ -167,6 +173,12 @@ class Optimizer:
         ids, g = rows.ids, rows.rows
         full = {name: self.arrays[name][:self.table_size].reshape(self.n_rows, self.width)
                 for name in self.element_state}
+        lib = self.fused_library(table.dtype) if self.fused_rows else None
+        if lib is not None:         # in place, row by row, by id: no gather, no write-back
+            fused.rows(lib, self.kernel, table, ids.astype(np.int64, copy=False), np.ascontiguousarray(g),
+                       *full.values(), row_state=self.arrays[self.row_state[0]] if self.row_state else None,
+                       consts=self.consts(True, True), steps=self.row_steps(table.dtype))
+            return
         p = self.gather(table, ids, "rows_p")
         if self.weight_decay:
             g += p.dtype.type(self.weight_decay) * p
@@ -178,6 +190,28 @@ class Optimizer:
             self.scatter(arr, ids, st[name])
         for name in self.row_state:
             self.scatter(self.arrays[name], ids, rst[name])
+
+    # ---------------------------------------------------------------- fused kernels (optim/fused.py)
+    kernel = None               # the name of the optimizer's kernels in fused.SOURCE
+    fused_rows = True           # is there a row kernel for this configuration?
+
+    def fused_library(self, dtype):
+        """The compiled kernels when they serve this update (host arrays of float32/64), else None:
+        the numpy passes of update_ run, with the same bits."""
+        if self.kernel is None or self.xp is not np or np.dtype(dtype) not in fused.TYPES:
+            return None
+        return fused.library()
+
+    def consts(self, weight, rows):
+        """The kernel's constants (see fused.SOURCE) for weights or biases, dense elements or rows."""
+        raise NotImplementedError
+
+    def row_steps(self, dtype):
+        """A table indexed by a row's step count (Adam's step factor); None for the others."""
+        return None
+
+    def fused_dense_(self, lib, p, g, st, weight):
+        fused.dense(lib, self.kernel, p, g, *(st[k] for k in self.element_state), consts=self.consts(weight, False))
 
     def gather(self, a, ids, key):
         """Rows ids of the 2-D array a, into a reusable buffer (on the host, batch.take_rows)."""

@@ -19,6 +19,7 @@ class FTRL(Optimizer):
     hashed block equals the dense one."""
 
     name = "ftrl"
+    kernel = "ftrl"
     weights_matter = True               # l1 and l2 on the weights only
     element_state = ("z", "n")
     lazy_row_state = ("started",)       # has z been set from the row's weights?
@@ -35,6 +36,16 @@ class FTRL(Optimizer):
     def step_(self, params, grads, rows=None, lo=0, hi=None, regions=None):
         super().step_(params, grads, rows, lo, hi, regions)
         self._fresh = False
+
+    def consts(self, weight, rows):
+        l1, l2 = (self.l1, self.l2) if weight else (0.0, 0.0)
+        return (1.0 / self.lr, -1.0 / self.lr, self.beta, l1, l2, -(self.beta / self.lr + l2),
+                self.weight_decay if rows else 0.0)
+
+    def fused_dense_(self, lib, p, g, st, weight):
+        if self._fresh:
+            self._start_z(p, st["z"], *((self.l1, self.l2) if weight else (0.0, 0.0)))
+        super().fused_dense_(lib, p, g, st, weight)
 
     def _start_z(self, w, z, l1, l2):
         xp = self.xp

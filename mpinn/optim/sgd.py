@@ -1,6 +1,7 @@
 """SGD and momentum."""
 import numpy as np
 
+from mpinn.optim import fused
 from mpinn.optim.base import Optimizer
 
 
@@ -8,6 +9,10 @@ class SGD(Optimizer):
     """p -= lr * g. Lazy on the hashed block without decay is exactly the dense update."""
 
     name = "sgd"
+    kernel = "sgd"
+
+    def consts(self, weight, rows):
+        return (self.lr, self.weight_decay if rows else 0.0)
 
     def update_(self, p, g, st, weight, row_st):
         g *= p.dtype.type(self.lr)      # the gradient is scratch: scaled in place (no temporary)
@@ -19,7 +24,12 @@ class SGD(Optimizer):
         # each rank's rows in rank order, no coalescing: the ids are unique within a part, so the
         # fancy-indexed update is exact; rounding differs from p - lr (a + b) only in summation order
         lr = table.dtype.type(self.lr)
+        lib = self.fused_library(table.dtype)
         for ids, g in rows.parts():
+            if lib is not None:
+                fused.rows(lib, "sgd", table, ids.astype(np.int64, copy=False), np.ascontiguousarray(g),
+                           consts=(self.lr, 0.0))
+                continue
             g *= lr
             if self.xp is np:           # gathered, stepped and written back whole rows at a time
                 p = self.gather(table, ids, "rows_p")
@@ -34,11 +44,15 @@ class Momentum(Optimizer):
     a row's velocity decays and moves it only on the steps that touch it."""
 
     name = "momentum"
+    kernel = "momentum"
     element_state = ("v",)
 
     def __init__(self, size, xp, lr, momentum=0.9, **kw):
         super().__init__(size, xp, lr, **kw)
         self.mu = float(momentum)
+
+    def consts(self, weight, rows):
+        return (self.lr, self.mu, self.weight_decay if rows else 0.0)
 
     def update_(self, p, g, st, weight, row_st):
         v = st["v"]

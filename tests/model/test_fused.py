@@ -1,0 +1,71 @@
+"""The compiled one-pass kernels (mpinn/optim/fused.py) against the numpy passes of each optimizer's
+update_: the same bits for every optimizer, dense elements and table rows, float32 and float64, with
+lazy decay, FTRL's l1/l2 and rows touched for the first time, Adam's per-row step counts."""
+import shutil
+
+import numpy as np
+import pytest
+
+from mpinn.batch import SparseRows
+from mpinn.optim import create_optimizer, fused
+
+N_ROWS, WIDTH, N_DENSE = 60, 8, 37
+SIZE = N_ROWS * WIDTH + N_DENSE
+WEIGHTS = [(0, N_ROWS * WIDTH + 25)]
+
+CASES = [("sgd", {}), ("sgd", {"weight_decay": 0.01}), ("momentum", {"weight_decay": 0.01}), ("adam", {}),
+         ("adam", {"weight_decay": 0.02}), ("adagrad", {}), ("adagrad", {"weight_decay": 0.01}), ("ftrl", {}),
+         ("ftrl", {"l1": 0.05, "l2": 0.1, "ftrl_beta": 0.5, "weight_decay": 0.01})]
+
+
+@pytest.fixture(scope="module")
+def lib():
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler: the fused kernels are not built here")
+    got = fused.library()
+    assert got is not None, fused.why_not
+    return got
+
+
+def run(name, kw, dtype, use_fused, steps=7, seed=0):
+    rng = np.random.default_rng(seed)
+    opt = create_optimizer(name, SIZE, np, kw.get("lr", 0.05), kw.get("weight_decay", 0.0), WEIGHTS,
+                           table=(N_ROWS, WIDTH), l1=kw.get("l1", 0.0), l2=kw.get("l2", 0.0),
+                           ftrl_beta=kw.get("ftrl_beta", 1.0))
+    if not use_fused:
+        opt.fused_library = lambda dt: None
+    p = rng.standard_normal(SIZE).astype(dtype)
+    for _ in range(steps):
+        ids = np.sort(rng.choice(N_ROWS, 15, replace=False))
+        rows = (rng.standard_normal((15, WIDTH)) * 10.0 ** rng.integers(-3, 2, (15, 1))).astype(dtype)
+        rows[0] = 0.0
+        g = np.zeros(SIZE + 1, dtype)
+        g[N_ROWS * WIDTH:SIZE] = rng.standard_normal(N_DENSE)
+        opt.step_(p, g[:SIZE], SparseRows(ids, rows, N_ROWS))
+    return p, opt.state()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name,kw", CASES)
+def test_the_kernels_give_the_numpy_passes_bits(lib, name, kw, dtype):
+    p, state = run(name, kw, dtype, True)
+    q, ref = run(name, kw, dtype, False)
+    assert p.tobytes() == q.tobytes(), "params differ at %s" % np.flatnonzero(p != q)[:10]
+    assert sorted(state) == sorted(ref)
+    for k in state:
+        assert state[k].tobytes() == ref[k].tobytes(), "state %r differs" % k
+
+
+def test_the_kernels_refuse_rows_outside_the_table(lib):
+    table = np.zeros((4, 2))
+    with pytest.raises(ValueError, match="outside"):
+        fused.rows(lib, "sgd", table, np.array([1, 4]), np.ones((2, 2)), consts=(0.1, 0.0))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        fused.dense(lib, "sgd", table[:, 0], np.ones(4), consts=(0.1,))
+
+
+def test_mpinn_fused_0_turns_them_off(monkeypatch):
+    monkeypatch.setattr(fused, "_tried", False)
+    monkeypatch.setattr(fused, "_lib", None)
+    monkeypatch.setenv("MPINN_FUSED", "0")
+    assert fused.library() is None and "MPINN_FUSED" in fused.why_not
