@@ -14,7 +14,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mpinn import __version__  # noqa: E402
-from mpinn.optim import fused  # noqa: E402
+from mpinn import fused  # noqa: E402
 from mpinn.workloads import WORKLOADS  # noqa: E402
 
 

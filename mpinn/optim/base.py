@@ -3,7 +3,7 @@ import numpy as np
 
 from mpinn.batch import put_rows, take_rows
 from mpinn.config import MpinnError
-from mpinn.optim import fused
+from mpinn import fused
 
 HASHED_UPDATES = ("lazy", "dense")
 
@@ -191,7 +191,7 @@ class Optimizer:
         for name in self.row_state:
             self.scatter(self.arrays[name], ids, rst[name])
 
-    # ---------------------------------------------------------------- fused kernels (optim/fused.py)
+    # ---------------------------------------------------------------- fused kernels (mpinn/fused.py)
     kernel = None               # the name of the optimizer's kernels in fused.SOURCE
     fused_rows = True           # is there a row kernel for this configuration?
 

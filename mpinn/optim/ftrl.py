@@ -16,12 +16,15 @@ class FTRL(Optimizer):
     weight the gradients have pushed to zero exactly at zero. z is set for the dense elements at the
     first step, for a row of the hashed block the first time a step touches it (a flag per row). An
     untouched row has g = 0, so neither z nor n changes and its w stays w0: the lazy update of the
-    hashed block equals the dense one."""
+    hashed block equals the dense one.
+
+    The state keeps sqrt(n) ("sqrt_n"), not n: a step then takes one square root, not two,
+    sqrt(n + g^2) = sqrt(sqrt_n^2 + g^2) (the same to rounding)."""
 
     name = "ftrl"
     kernel = "ftrl"
     weights_matter = True               # l1 and l2 on the weights only
-    element_state = ("z", "n")
+    element_state = ("z", "sqrt_n")
     lazy_row_state = ("started",)       # has z been set from the row's weights?
     row_state_dtype = np.int8
 
@@ -55,7 +58,7 @@ class FTRL(Optimizer):
 
     def update_(self, p, g, st, weight, row_st):
         xp, f = self.xp, p.dtype.type
-        z, n = st["z"], st["n"]
+        z = st["z"]
         l1, l2 = (self.l1, self.l2) if weight else (0.0, 0.0)
         if row_st is not None:
             new = xp.flatnonzero(row_st["started"] == 0)
@@ -66,17 +69,19 @@ class FTRL(Optimizer):
                 row_st["started"][...] = 1
         elif self._fresh:
             self._start_z(p, z, l1, l2)
+        q = st["sqrt_n"]
         s = self.scratch("ftrl", p.shape, p.dtype)
-        xp.sqrt(n, out=s)                   # sqrt(n) before the step
         z += g                              # z += g - sigma w, in two halves
         xp.multiply(g, g, out=g)            # g is scratch: now g^2
-        n += g
-        xp.sqrt(n, out=g)                   # sqrt(n) after
-        xp.subtract(g, s, out=s)
-        s *= f(1.0 / self.lr)               # sigma
-        s *= p                              # sigma w
-        z -= s
-        g += f(self.beta)                   # -((beta + sqrt(n)) / alpha + l2)
+        xp.multiply(q, q, out=s)            # n
+        s += g                              # n + g^2
+        xp.sqrt(s, out=s)                   # sqrt(n) after the step
+        xp.subtract(s, q, out=g)
+        q[...] = s
+        g *= f(1.0 / self.lr)               # sigma
+        g *= p                              # sigma w
+        z -= g
+        xp.add(s, f(self.beta), out=g)      # -((beta + sqrt(n)) / alpha + l2)
         g *= f(-1.0 / self.lr)
         if l2:
             g -= f(l2)

@@ -1,7 +1,7 @@
 """SGD and momentum."""
 import numpy as np
 
-from mpinn.optim import fused
+from mpinn import fused
 from mpinn.optim.base import Optimizer
 
 

@@ -3,22 +3,30 @@ so the sum of a row is fixed as 0 + its row in each part that has it, in part or
 import numpy as np
 import pytest
 
+from mpinn import fused
 from mpinn.batch import RowParts, SparseRows, coalesce, put_rows, take_rows
 
 
-def parts_of(seed, n_parts=3, n_rows=40, width=5, dtype=np.float32):
+def parts_of(seed, n_parts=3, n_rows=40, width=5, dtype=np.float32, ordered=False):
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n_parts):
         ids = rng.choice(n_rows, rng.integers(0, 25), replace=False)       # unique, in no order
+        if ordered:                                                         # as the ranks' rows come
+            ids = np.sort(ids)
         out.append((ids.astype(np.int64), (rng.standard_normal((ids.size, width)) * 10.0 ** rng.integers(
             -8, 8, (ids.size, 1))).astype(dtype)))
     return out
 
 
+@pytest.mark.parametrize("fused_on", [True, False])
+@pytest.mark.parametrize("ordered", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_each_row_is_the_sum_of_its_parts_in_part_order_bit_for_bit(seed):
-    parts = parts_of(seed)
+def test_each_row_is_the_sum_of_its_parts_in_part_order_bit_for_bit(seed, ordered, fused_on, monkeypatch):
+    """In numpy, and in the fused k-way merge when the parts' ids increase (mpinn.fused)."""
+    if not fused_on:
+        monkeypatch.setattr(fused, "coalesce", lambda parts: None)
+    parts = parts_of(seed, dtype=np.float32 if seed % 2 else np.float64, ordered=ordered)
     got = coalesce(parts, 40)
     want = {}
     for ids, rows in parts:
@@ -47,3 +55,11 @@ def test_take_and_put_rows_move_whole_rows():
     assert np.array_equal(a[ids], -got) and a[0, 0] == 0 and a[1, 2] == 5
     v = np.arange(10.0)
     assert np.array_equal(take_rows(v, ids, np.empty(3)), v[ids])
+
+
+def test_the_merge_runs_where_the_kernels_are_built():
+    """The fused path is taken for increasing ids (not silently skipped), and refused for others."""
+    if fused.library() is None:
+        pytest.skip("no fused kernels here: %s" % fused.why_not)
+    assert fused.coalesce(parts_of(1, ordered=True)) is not None
+    assert fused.coalesce([(np.array([3, 1]), np.ones((2, 5)))]) is None

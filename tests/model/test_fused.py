@@ -1,4 +1,4 @@
-"""The compiled one-pass kernels (mpinn/optim/fused.py) against the numpy passes of each optimizer's
+"""The compiled one-pass kernels (mpinn/fused.py) against the numpy passes of each optimizer's
 update_: the same bits for every optimizer, dense elements and table rows, float32 and float64, with
 lazy decay, FTRL's l1/l2 and rows touched for the first time, Adam's per-row step counts."""
 import shutil
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from mpinn.batch import SparseRows
-from mpinn.optim import create_optimizer, fused
+from mpinn import fused
+from mpinn.optim import create_optimizer
 
 N_ROWS, WIDTH, N_DENSE = 60, 8, 37
 SIZE = N_ROWS * WIDTH + N_DENSE

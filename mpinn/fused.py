@@ -33,7 +33,7 @@ SOURCE = r"""
 
 /* Ask for the rows AHEAD rows on now (each id a random row of tables far larger than the cache):
    their loads then overlap this row's arithmetic instead of each waiting for memory in turn. */
-#define AHEAD 8
+#define AHEAD 16
 static inline void ahead_S(const int64_t* ids, int64_t r, int64_t k, int64_t w, const real* A, const real* B,
                            const real* C) {
     if (r + AHEAD >= k) return;
@@ -46,6 +46,35 @@ static inline void ahead_S(const int64_t* ids, int64_t r, int64_t k, int64_t w, 
 }
 
 static inline real sgn_S(real x) { return x > 0 ? (real)1 : (x < 0 ? (real)-1 : (x == x ? (real)0 : x)); }
+
+/* Rows summed over m parts, each part's ids strictly increasing (a k-way merge): out_ids sorted and
+   unique, each out row 0 + its rows in part order (batch.coalesce's bits). Returns the number of rows,
+   or -1 when a part's ids are not increasing (the caller then sorts in numpy). */
+int64_t coalesce_S(int64_t m, const int64_t* lens, const int64_t* const* ids, const real* const* rows,
+                   int64_t w, int64_t* out_ids, real* out) {
+    int64_t at[m];
+    for (int64_t p = 0; p < m; p++) {
+        at[p] = 0;
+        for (int64_t i = 1; i < lens[p]; i++) if (ids[p][i] <= ids[p][i - 1]) return -1;
+    }
+    int64_t n = 0;
+    for (;;) {
+        int64_t best = INT64_MAX, any = 0;
+        for (int64_t p = 0; p < m; p++)
+            if (at[p] < lens[p] && ids[p][at[p]] < best) { best = ids[p][at[p]]; any = 1; }
+        if (!any) return n;
+        real* restrict o = out + n * w;
+        for (int64_t j = 0; j < w; j++) o[j] = 0;
+        for (int64_t p = 0; p < m; p++) {
+            if (at[p] < lens[p] && ids[p][at[p]] == best) {
+                const real* restrict r = rows[p] + at[p] * w;
+                for (int64_t j = 0; j < w; j++) o[j] = o[j] + r[j];
+                at[p]++;
+            }
+        }
+        out_ids[n++] = best;
+    }
+}
 
 /* c: lr, weight decay (rows: lazy L2) */
 static inline void sgd_S(int64_t n, R p, CR g, real lr, real wd) {
@@ -104,6 +133,7 @@ void adam_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, rea
     for (int64_t r = 0; r < k; r++) {
         int64_t i = ids[r];
         ahead_S(ids, r, k, w, P, S0, S1);
+        if (r + AHEAD < k) __builtin_prefetch(t + ids[r + AHEAD], 1);
         t[i] += 1;
         adam_S(w, P + i * w, G + r * w, S0 + i * w, S1 + i * w, b1, b2, eps, steps[t[i]], wd);
     }
@@ -131,7 +161,7 @@ void adagrad_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, 
     }
 }
 
-/* c: 1/alpha, -1/alpha, beta, l1, l2, -(beta/alpha + l2), weight decay (rows); s0, s1 = z, n */
+/* c: 1/alpha, -1/alpha, beta, l1, l2, -(beta/alpha + l2), weight decay (rows); s0, s1 = z, sqrt(n) */
 static inline void ftrl_start_S(int64_t n, CR p, R z, real l1, real c5) {
     for (int64_t i = 0; i < n; i++) {
         real zi = p[i] * c5;
@@ -139,17 +169,16 @@ static inline void ftrl_start_S(int64_t n, CR p, R z, real l1, real c5) {
         z[i] = zi;
     }
 }
-static inline void ftrl_S(int64_t n, R p, CR g, R z, R nn, real ainv, real nainv, real beta, real l1,
+static inline void ftrl_S(int64_t n, R p, CR g, R z, R sqn, real ainv, real nainv, real beta, real l1,
                           real l2, real wd, const int use_l1, const int use_wd) {
     for (int64_t i = 0; i < n; i++) {
         real gi = g[i];
         if (use_wd) { real dk = wd * p[i]; gi = gi + dk; }
-        real s = sqrt(nn[i]);
         real zi = z[i] + gi;
         real g2 = gi * gi;
-        real ni = nn[i] + g2; nn[i] = ni;
-        real q = sqrt(ni);
-        s = q - s; s = s * ainv; s = s * p[i];
+        real qo = sqn[i];
+        real q = qo * qo; q = q + g2; q = sqrt(q); sqn[i] = q;
+        real s = q - qo; s = s * ainv; s = s * p[i];
         zi = zi - s; z[i] = zi;
         q = q + beta; q = q * nainv; q = q - l2;      /* q - 0 is q, bit for bit */
         if (use_l1) {
@@ -275,6 +304,30 @@ def status():
     """One line for reports: are the kernels in use, and if not, why."""
     lib = library()
     return "compiled (%s)" % lib._name if lib is not None else "off: " + (why_not or "unknown")
+
+
+def coalesce(parts):
+    """(ids, rows) summed over parts [(ids, rows), ...] by the kernel, or None (no kernels, device or
+    unsupported arrays, or a part whose ids are not increasing): see batch.coalesce."""
+    rows0 = parts[0][1]
+    if not isinstance(rows0, np.ndarray) or rows0.dtype not in TYPES or library() is None:
+        return None
+    ids = [np.ascontiguousarray(i, dtype=np.int64) for i, _ in parts]
+    rows = [np.ascontiguousarray(r) for _, r in parts]
+    w, total = rows0.shape[1], sum(i.shape[0] for i in ids)
+    if any(r.dtype != rows0.dtype or r.shape != (i.shape[0], w) for i, r in zip(ids, rows)):
+        return None
+    out_ids, out = np.empty(total, np.int64), np.empty((total, w), rows0.dtype)
+    lens = np.array([i.shape[0] for i in ids], dtype=np.int64)
+    id_ptrs = np.array([i.ctypes.data for i in ids], dtype=np.uintp)
+    row_ptrs = np.array([r.ctypes.data for r in rows], dtype=np.uintp)
+    fn = getattr(_lib, "coalesce_%s" % TYPES[rows0.dtype][1])
+    fn.restype = ctypes.c_int64
+    n = fn(ctypes.c_int64(len(parts)), _ptr(lens), _ptr(id_ptrs), _ptr(row_ptrs), ctypes.c_int64(w),
+           _ptr(out_ids), _ptr(out))
+    if n < 0:
+        return None
+    return out_ids[:n], out[:n]
 
 
 def _ptr(a):
