@@ -163,10 +163,10 @@ void adagrad_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, 
 
 /* c: 1/alpha, -1/alpha, beta, l1, l2, -(beta/alpha + l2), weight decay (rows); s0, s1 = z, sqrt(n) */
 static inline void ftrl_start_S(int64_t n, CR p, R z, real l1, real c5) {
-    for (int64_t i = 0; i < n; i++) {
-        real zi = p[i] * c5;
-        if (l1 != 0) { real s = l1 * sgn_S(p[i]); zi = zi - s; }
-        z[i] = zi;
+    if (l1 != 0) {
+        for (int64_t i = 0; i < n; i++) { real zi = p[i] * c5; real s = l1 * sgn_S(p[i]); z[i] = zi - s; }
+    } else {
+        for (int64_t i = 0; i < n; i++) z[i] = p[i] * c5;
     }
 }
 static inline void ftrl_S(int64_t n, R p, CR g, R z, R sqn, real ainv, real nainv, real beta, real l1,

@@ -23,7 +23,6 @@ class FTRL(Optimizer):
 
     name = "ftrl"
     kernel = "ftrl"
-    weights_matter = True               # l1 and l2 on the weights only
     element_state = ("z", "sqrt_n")
     lazy_row_state = ("started",)       # has z been set from the row's weights?
     row_state_dtype = np.int8
@@ -31,6 +30,7 @@ class FTRL(Optimizer):
     def __init__(self, size, xp, lr, l1=0.0, l2=0.0, beta=1.0, **kw):
         super().__init__(size, xp, lr, **kw)
         self.l1, self.l2, self.beta = float(l1), float(l2), float(beta)
+        self.weights_matter = bool(self.l1 or self.l2)      # l1 and l2 act on the weights only
         self._fresh = False
 
     def first_step_(self, params):
