@@ -289,15 +289,18 @@ def library():
         return None
     src = c_source()
     key = hashlib.sha256((src + " ".join(FLAGS + NATIVE) + sysconfig.get_platform() + _cpu()).encode()).hexdigest()[:16]
-    path = os.path.join(_cache_dir(), "fused-%s.so" % key)
-    try:
-        if not os.path.exists(path):
-            _compile(src, path)
-        _lib = ctypes.CDLL(path)
-    except (OSError, subprocess.SubprocessError) as e:
-        why_not = "not compiled (%s): the numpy passes run instead" % e
-        _lib = None
-    return _lib
+    errors = []
+    for where in (_cache_dir(), os.path.join(tempfile.gettempdir(), "mpinn-%d" % os.getuid())):
+        path = os.path.join(where, "fused-%s.so" % key)
+        try:
+            if not os.path.exists(path):
+                _compile(src, path)
+            _lib = ctypes.CDLL(path)
+            return _lib
+        except (OSError, subprocess.SubprocessError) as e:     # e.g. a read-only home: the temp dir next
+            errors.append(str(e))
+    why_not = "not compiled (%s): the numpy passes run instead" % "; ".join(errors)
+    return None
 
 
 def status():
