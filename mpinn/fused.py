@@ -202,14 +202,25 @@ static inline void ftrl_any_S(int64_t n, R p, CR g, R z, R nn, const real* c, re
 void ftrl_dense_S(int64_t n, real* p, real* g, real* s0, real* s1, const real* c) {
     ftrl_any_S(n, p, g, s0, s1, c, 0);
 }
-void ftrl_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0, real* S1,
-                 void* R_, const real* c, const real* steps) {
-    int8_t* started = (int8_t*)R_;
+static inline void ftrl_rows_loop_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0,
+                                    real* S1, int8_t* started, const real* c, const int use_l1, const int use_wd) {
+    real ainv = c[0], nainv = c[1], beta = c[2], l1 = c[3], l2 = c[4], c5 = c[5], wd = c[6];
     for (int64_t r = 0; r < k; r++) {
         int64_t i = ids[r];
         ahead_S(ids, r, k, w, P, S0, S1);
-        if (!started[i]) { ftrl_start_S(w, P + i * w, S0 + i * w, c[3], c[5]); started[i] = 1; }
-        ftrl_any_S(w, P + i * w, G + r * w, S0 + i * w, S1 + i * w, c, c[6]);
+        if (!started[i]) { ftrl_start_S(w, P + i * w, S0 + i * w, l1, c5); started[i] = 1; }
+        ftrl_S(w, P + i * w, G + r * w, S0 + i * w, S1 + i * w, ainv, nainv, beta, l1, l2, wd, use_l1, use_wd);
+    }
+}
+void ftrl_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0, real* S1,
+                 void* R_, const real* c, const real* steps) {
+    int8_t* started = (int8_t*)R_;      /* the flags as constants: one branch-free row loop per case */
+    if (c[3] != 0) {
+        if (c[6] != 0) ftrl_rows_loop_S(k, w, ids, P, G, S0, S1, started, c, 1, 1);
+        else ftrl_rows_loop_S(k, w, ids, P, G, S0, S1, started, c, 1, 0);
+    } else {
+        if (c[6] != 0) ftrl_rows_loop_S(k, w, ids, P, G, S0, S1, started, c, 0, 1);
+        else ftrl_rows_loop_S(k, w, ids, P, G, S0, S1, started, c, 0, 0);
     }
 }
 """

@@ -14,14 +14,15 @@ class Adam(Optimizer):
     Every other element is touched by every step: t is the global step. hashed_update="dense" is the
     exact dense Adam: every row's m and v decay every step.
 
-    The state is kept scaled, which saves two passes over the elements per step: "m" holds
-    m / (1 - b1) and "v" holds v / (1 - b2), so m~ = b1 m~ + g and v~ = b2 v~ + g^2, and the
+    The state is kept scaled, which saves two passes over the elements per step: "m_scaled" holds
+    m / (1 - b1) and "v_scaled" holds v / (1 - b2) (named so that no checkpoint of plain m and v is
+    read as them), so m~ = b1 m~ + g and v~ = b2 v~ + g^2, and the
     step folds the factors back in: p -= lr c_t (1 - b1) / sqrt(1 - b2) * m~ / (sqrt(v~) + eps /
     sqrt(1 - b2)), the same formula to rounding."""
 
     name = "adam"
     kernel = "adam"
-    element_state = ("m", "v")
+    element_state = ("m_scaled", "v_scaled")
     lazy_row_state = ("t_row",)         # steps that touched the row
     row_state_dtype = np.int64
 
@@ -53,7 +54,7 @@ class Adam(Optimizer):
     def update_(self, p, g, st, weight, row_st):
         """Ten passes, no scratch: g (scratch) is overwritten once m has it."""
         xp, f = self.xp, p.dtype.type
-        m, v = st["m"], st["v"]
+        m, v = st["m_scaled"], st["v_scaled"]
         if row_st is None:
             step = f(self._step(self.t))
         else:

@@ -192,7 +192,7 @@ def test_no_rank_touches_another_ranks_rows(optimizer):
         own = (hi - lo) * 8
         table = slice(0, t.model.dense_start)
         got = [resident_bytes(t.model.params[table]), resident_bytes(t.model.grad_buffer[table])]
-        got += [resident_bytes(t.optimizer.arrays[k][table]) for k in ("m", "v")]
+        got += [resident_bytes(t.optimizer.arrays[k][table]) for k in ("m_scaled", "v_scaled")]
         # slack: the partial pages at the ends of the own rows, the allocator's header page at the start
         # and the page the table shares with the dense layers at the end
         agree(own <= got[0] <= own + 4 * page, "parameters: %d resident bytes, own rows %d" % (got[0], own))
