@@ -192,7 +192,7 @@ class Optimizer:
             self.scatter(self.arrays[name], ids, rst[name])
 
     # ---------------------------------------------------------------- fused kernels (mpinn/fused.py)
-    kernel = None               # the name of the optimizer's kernels in fused.SOURCE
+    kernel = None               # the name of the optimizer's kernels in mpinn/fused.c
     fused_rows = True           # is there a row kernel for this configuration?
 
     def fused_library(self, dtype):
@@ -203,7 +203,7 @@ class Optimizer:
         return fused.library()
 
     def consts(self, weight, rows):
-        """The kernel's constants (see fused.SOURCE) for weights or biases, dense elements or rows."""
+        """The kernel's constants (see mpinn/fused.c) for weights or biases, dense elements or rows."""
         raise NotImplementedError
 
     def row_steps(self, dtype):
