@@ -111,4 +111,5 @@ def run_guarded(fn, *args):
             sys.exit(1)
         say_error("mpinn: rank %d of %d failed with %s: %s; aborting the job"
                   % (rank, size, type(e).__name__, e))
-        MPI.COMM_WORLD.Abort(1)
+        time.sleep(0.2)     # let the launcher forward the lines before the abort tears it down (a CI run
+        MPI.COMM_WORLD.Abort(1)     # once got the exit status and none of them)
