@@ -20,10 +20,11 @@ further message; results in scripts/results/bench-alltoallv-DATE.json.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
+
+from benchlib import timed_on_all_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "scripts", "results")
@@ -41,14 +42,7 @@ def probe(out_path, reps):
     P, rank = comm.size, comm.rank
 
     def timed(fn):
-        fn()
-        ts = []
-        for _ in range(reps):
-            comm.Barrier()
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        return max(comm.allgather(statistics.median(ts)))
+        return timed_on_all_ranks(comm, fn, reps)
 
     def alltoallv(nbytes_per_dest):
         counts = np.full(P, nbytes_per_dest, np.int64)

@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import timed_on_all_ranks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "scripts", "results")
 CORES = os.cpu_count() or 1
@@ -123,15 +125,7 @@ def probe(out_path):
     P, rank = comm.size, comm.rank
 
     def timed(fn, reps):
-        fn()
-        comm.Barrier()
-        ts = []
-        for _ in range(reps):
-            comm.Barrier()
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        return max(comm.allgather(statistics.median(ts)))
+        return timed_on_all_ranks(comm, fn, reps)
 
     res = {"np": P, "allreduce": {}, "allgatherv": {}, "scatterv": {}}
     sizes = [1 << k for k in range(8, 25, 2)]          # 256 B .. 16 MiB

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import print_and_save
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "scripts", "results")
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -127,15 +129,8 @@ def main():
         lines.append("| 2^%d x 64 (%.0f MB) | %d | %s | %s | %d | %.1f | %.1f | %.3f | %.1f | %.0f | %.0f |" % (
             r["bits"], r["table_mb"], r["np"], r["table"], r["comm"], r["rank"], r["table_resident_mb"],
             r["table_mb"] / r["np"], r["ratio"], r["own_rows_mb"], r["rss_mb"], r["pss_mb"]))
-    table = "\n".join(lines)
-    print()
-    print(table)
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, "shard-memory-%s.json" % time.strftime("%Y-%m-%d"))
-    with open(path, "w") as f:
-        json.dump({"rows": rows, "command": "python scripts/bench_shard_memory.py " + " ".join(sys.argv[1:]),
-                   "steps": args.steps, "optimizer": args.optimizer, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                   "table": table}, f, indent=1)
+    path = print_and_save("shard-memory", "\n".join(lines), {"rows": rows, "steps": args.steps,
+                                                          "optimizer": args.optimizer})
     print("\nwrote %s" % os.path.relpath(path, ROOT))
 
 

@@ -20,7 +20,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from benchlib import print_and_save
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "scripts", "results")
@@ -108,14 +109,7 @@ def main():
             max(r["samples_per_s_runs"]), r["step_ms_median"], r["comm_ms_median"],
             "%.2fx" % (r["samples_per_s_median"] / base[r["setup"]]) if r["table"] == "sharded" else "-",
             r["loss_final"]))
-    table = "\n".join(lines)
-    print()
-    print(table)
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, "bench-sharded-%s.json" % time.strftime("%Y-%m-%d"))
-    with open(path, "w") as f:
-        json.dump({"rows": rows, "reps": args.reps, "table": table, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                   "command": "python scripts/bench_sharded.py " + " ".join(sys.argv[1:])}, f, indent=1)
+    path = print_and_save("bench-sharded", "\n".join(lines), {"rows": rows, "reps": args.reps})
     print("\nwrote %s" % os.path.relpath(path, ROOT))
 
 

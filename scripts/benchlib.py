@@ -1,0 +1,35 @@
+"""What the benchmark scripts share: timing a collective on every rank, and printing a Markdown table
+then writing it with its records as JSON under scripts/results/NAME-DATE.json."""
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "scripts", "results")
+
+
+def timed_on_all_ranks(comm, fn, reps):
+    """The slowest rank's median time of fn() over reps runs (one warm-up), each run started together."""
+    fn()
+    ts = []
+    for _ in range(reps):
+        comm.Barrier()
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return max(comm.allgather(statistics.median(ts)))
+
+
+def print_and_save(name, table, record):
+    """Print the table, then write record (with the table, the command and the time) as JSON."""
+    print()
+    print(table)
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, "%s-%s.json" % (name, time.strftime("%Y-%m-%d")))
+    record = dict(record, table=table, time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                  command="python scripts/%s " % os.path.basename(sys.argv[0]) + " ".join(sys.argv[1:]))
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+    return path
