@@ -27,7 +27,7 @@ import numpy as np
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fused.c")     # the C template
 
-TYPES = {np.dtype(np.float32): ("float", "f", ctypes.c_float), np.dtype(np.float64): ("double", "d", ctypes.c_double)}
+TYPES = {np.dtype(np.float32): ("float", "f"), np.dtype(np.float64): ("double", "d")}     # C type, suffix
 FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared"]
 NATIVE = ["-march=native"]     # this CPU's vector width (sqrt and division are 1.7x faster with AVX2
                                # than with SSE2); correctly rounded on every ISA, so the same bits
@@ -41,7 +41,7 @@ def c_source():
     with open(SOURCE) as f:
         body = f.read().split("#include <stdint.h>", 1)[1]
     out = ["#include <math.h>\n#include <stdint.h>\n"]
-    for ctype, s, _ in TYPES.values():
+    for ctype, s in TYPES.values():
         text = body.replace("real", ctype).replace("_S(", "_%s(" % s)
         if ctype == "float":
             for fn in ("sqrt", "fabs", "copysign"):
@@ -114,6 +114,8 @@ def library():
             if not os.path.exists(path):
                 _compile(src, path)
             _lib = ctypes.CDLL(path)
+            for _, suffix in TYPES.values():
+                getattr(_lib, "coalesce_" + suffix).restype = ctypes.c_int64    # the others return nothing
             return _lib
         except (OSError, subprocess.SubprocessError) as e:     # e.g. a read-only home: the temp dir next
             errors.append(str(e))
@@ -142,9 +144,7 @@ def coalesce(parts):
     lens = np.array([i.shape[0] for i in ids], dtype=np.int64)
     id_ptrs = np.array([i.ctypes.data for i in ids], dtype=np.uintp)
     row_ptrs = np.array([r.ctypes.data for r in rows], dtype=np.uintp)
-    fn = getattr(_lib, "coalesce_%s" % TYPES[rows0.dtype][1])
-    fn.restype = ctypes.c_int64
-    n = fn(ctypes.c_int64(len(parts)), _ptr(lens), _ptr(id_ptrs), _ptr(row_ptrs), ctypes.c_int64(w),
+    n = getattr(_lib, "coalesce_%s" % TYPES[rows0.dtype][1])(ctypes.c_int64(len(parts)), _ptr(lens), _ptr(id_ptrs), _ptr(row_ptrs), ctypes.c_int64(w),
            _ptr(out_ids), _ptr(out))
     if n < 0:
         return None
@@ -172,14 +172,14 @@ def dense(lib, name, p, g, s0=None, s1=None, consts=()):
 
 
 def rows(lib, name, table, ids, g, s0=None, s1=None, row_state=None, consts=(), steps=None):
-    """Rows ids (unique) of the 2-D table (and of the state tables s0, s1 shaped like it) from the
-    gradient rows g, in one pass per row, in place; row_state: one value per table row."""
+    """Rows ids (unique; any integer dtype) of the 2-D table (and of the state tables s0, s1 shaped
+    like it) from the gradient rows g, in one pass per row, in place; row_state: one value per row."""
     k, (n_rows, w), dt = ids.shape[0], table.shape, table.dtype
     if not k:
         return
-    if ids.dtype != np.int64 or not ids.flags.c_contiguous or g.shape != (k, w):
-        raise ValueError("fused kernel: ids must be contiguous int64 and g (%d, %d), not %s %s" % (
-            k, w, ids.dtype, g.shape))
+    ids, g = np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(g)
+    if g.shape != (k, w):
+        raise ValueError("fused kernel: g must be (%d, %d), not %s" % (k, w, g.shape))
     if ids.min() < 0 or ids.max() >= n_rows:
         raise ValueError("fused kernel: row ids outside 0..%d" % (n_rows - 1))
     for a, what in ((table, "table"), (s0, "state"), (s1, "state")):

@@ -175,8 +175,7 @@ class Optimizer:
                 for name in self.element_state}
         lib = self.fused_library(table.dtype) if self.fused_rows else None
         if lib is not None:         # in place, row by row, by id: no gather, no write-back
-            fused.rows(lib, self.kernel, table, ids.astype(np.int64, copy=False), np.ascontiguousarray(g),
-                       *full.values(), row_state=self.arrays[self.row_state[0]] if self.row_state else None,
+            fused.rows(lib, self.kernel, table, ids, g, *full.values(), row_state=self.arrays[self.row_state[0]] if self.row_state else None,
                        consts=self.consts(True, True), steps=self.row_steps(table.dtype))
             return
         p = self.gather(table, ids, "rows_p")

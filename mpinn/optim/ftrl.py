@@ -41,14 +41,18 @@ class FTRL(Optimizer):
         self._fresh = False
 
     def consts(self, weight, rows):
-        l1, l2 = (self.l1, self.l2) if weight else (0.0, 0.0)
+        l1, l2 = self._l1_l2(weight)
         return (1.0 / self.lr, -1.0 / self.lr, self.beta, l1, l2, -(self.beta / self.lr + l2),
                 self.weight_decay if rows else 0.0)
 
     def fused_dense_(self, lib, p, g, st, weight):
         if self._fresh:
-            self._start_z(p, st["z"], *((self.l1, self.l2) if weight else (0.0, 0.0)))
+            self._start_z(p, st["z"], *self._l1_l2(weight))
         super().fused_dense_(lib, p, g, st, weight)
+
+    def _l1_l2(self, weight):
+        """The regularisers of weights; biases get none."""
+        return (self.l1, self.l2) if weight else (0.0, 0.0)
 
     def _start_z(self, w, z, l1, l2):
         xp = self.xp
@@ -59,7 +63,7 @@ class FTRL(Optimizer):
     def update_(self, p, g, st, weight, row_st):
         xp, f = self.xp, p.dtype.type
         z = st["z"]
-        l1, l2 = (self.l1, self.l2) if weight else (0.0, 0.0)
+        l1, l2 = self._l1_l2(weight)
         if row_st is not None:
             new = xp.flatnonzero(row_st["started"] == 0)
             if new.shape[0]:

@@ -27,8 +27,7 @@ class SGD(Optimizer):
         lib = self.fused_library(table.dtype)
         for ids, g in rows.parts():
             if lib is not None:
-                fused.rows(lib, "sgd", table, ids.astype(np.int64, copy=False), np.ascontiguousarray(g),
-                           consts=(self.lr, 0.0))
+                fused.rows(lib, "sgd", table, ids, g, consts=(self.lr, 0.0))
                 continue
             g *= lr
             if self.xp is np:           # gathered, stepped and written back whole rows at a time
