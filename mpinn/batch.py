@@ -4,8 +4,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpinn import fused
-
 
 @dataclass
 class Layout:
@@ -93,11 +91,8 @@ def coalesce(parts, n_rows):
     """Sum rows that share an id over parts [(ids, rows), ...], each part's ids unique: SparseRows with
     sorted unique ids. A row is 0 + its row in the first part that has it + ... in part order, the
     same bits on every path. The ids are merged by a stable sort (parts arrive sorted: timsort
-    merges the runs), and each part is added in place at its ids' positions. With the fused kernels
-    (mpinn.fused) and parts whose ids increase, one k-way merge in C, with the same bits."""
-    merged = fused.coalesce(parts)
-    if merged is not None:
-        return SparseRows(merged[0], merged[1], n_rows)
+    merges the runs), and each part is added in place at its ids' positions. (The optimizers' step
+    merges in C where the fused kernels run, with the same bits: mpinn.optim.fused.coalesce.)"""
     ids = np.sort(np.concatenate([i for i, _ in parts]), kind="stable")
     keep = np.empty(ids.shape[0], dtype=bool)
     keep[:1] = True

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 from mpinn import __version__  # noqa: E402
 from mpinn.config import ModelSpec, MpinnError  # noqa: E402
 from mpinn.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
-from mpinn import fused  # noqa: E402
+from mpinn.optim import fused  # noqa: E402
 from mpinn.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
 
 # what must be the same on every host (the rest of a rank's record may differ: host, local rank, GPU)
@@ -142,44 +142,54 @@ def default_spec(args):
 
 
 def time_step(comm, args, spec, repeats):
-    """Time training steps as the trainer runs them (scatter, forward/backward, gradient exchange) on
-    the embedded click log's first rows; per phase, the median over steps of the mean over ranks."""
-    from mpinn.batch import Layout
+    """Time training steps as training takes them (the same configuration, wiring and Trainer: scatter,
+    forward/backward, gradient exchange, an SGD update) on the embedded click log's first rows; per
+    phase (the step's own timeline), the median over steps of the mean over ranks."""
+    from mpinn import settings
     from mpinn.data import load_default
-    from mpinn.model import MLP
+    from mpinn.training import wire
+    cfg = settings.from_keywords(None, hash_bits=args.hash_bits, hidden=args.hidden, activation=args.activation,
+                                 dtype=args.dtype, batch_size=args.batch_size, reduce=args.reduce,
+                                 sparse_threshold=args.sparse_threshold, table=args.table, optimizer="sgd", lr=0.1,
+                                 epochs=1, early_stop=0, holdout=0, quiet=True)
+    settings.check(cfg)
+    layout = {"n_sparse": spec.n_sparse, "n_dense": spec.n_dense, "dtype": args.dtype, "y_dtype": args.dtype}
+    info = {"meta": {"task": "binary"}, "layout": layout, "fan_in": spec.sparse_fan_in, "n_out": 1,
+            "n_train": args.batch_size, "has_valid": False}
+    cfg = settings.resolve(cfg, info, comm)
+    trainer = wire(cfg, comm, info).trainer
+    trainer.start()
     batch = None
     if comm.rank == 0:
         batch = load_default(args.batch_size, 0, args.hash_bits).take(np.arange(args.batch_size), args.dtype)
-    layout = Layout(spec.n_sparse, spec.n_dense, args.dtype, args.dtype)
-    from mpinn.training.sharded import choose_table
-    table, why = choose_table(args.table, comm, spec, 0, reduce=comm.name)
-    if table == "sharded":
-        return time_sharded_step(comm, args, spec, repeats, batch, layout, why)
-    model = MLP(spec).init_(0)
-    want_rows = bool(spec.n_sparse) and not comm.wants_dense
+    sharded = cfg.table == "sharded"
+    keys = ["scatter", "compute"] + ([k for k, _ in SHARDED_PARTS] if sharded else ["exchange"]) + ["update"]
     mine = []
     for s in range(repeats + 1):             # the first step is a warm-up
         comm.barrier()
+        t = trainer.timeline
+        before, parts = dict(t.totals), dict(t.parts)
         t0 = time.perf_counter()
-        local = comm.scatter_batch(batch, layout)
-        t1 = time.perf_counter()
-        sparse = model.loss_grad_(local, 1.0 / args.batch_size, sparse_grad=want_rows)
-        t2 = time.perf_counter()
-        comm.reduce_gradients_(model.grad_buffer, sparse)
-        comm.sync_params_(model.params)
-        t3 = time.perf_counter()
+        local = comm.scatter_batch(batch, trainer.layout)
+        t.add("data", t0, time.perf_counter(), s + 1)
+        trainer.step_slice(local, args.batch_size)
+        d = {phase: t.totals[phase] - before[phase] for phase in t.totals}
+        took = {"scatter": d["data"], "compute": d["compute"], "update": d["update"]}
+        if sharded:     # a sharded step's communication, by part
+            took.update({k: t.parts.get(name, 0.0) - parts.get(name, 0.0) for k, name in SHARDED_PARTS})
+        else:
+            took["exchange"] = d["comm"]
         if s:
-            mine.append((t1 - t0, t2 - t1, t3 - t2))
+            mine.append(took)
     per_rank = comm.allgather_obj((mine, comm.last_exchange))
-    phases = {}
-    for i, name in enumerate(("scatter", "compute", "exchange")):
-        phases[name + "_s"] = _median([np.mean([ts[k][i] for ts, _ in per_rank]) for k in range(repeats)])
+    phases = {k + "_s": _median([np.mean([ts[i][k] for ts, _ in per_rank]) for i in range(repeats)]) for k in keys}
     total = sum(phases.values())
-    comm_s = phases["scatter_s"] + phases["exchange_s"]
+    comm_keys = ("scatter", "fetch", "return", "allreduce") if sharded else ("scatter", "exchange")
+    comm_s = sum(phases[k + "_s"] for k in comm_keys)
     return dict(phases, step_s=total, comm_share=comm_s / total if total else 0.0,
-                exchange=per_rank[0][1] or "dense", repeats=repeats, batch_size=args.batch_size,
-                rows_per_rank=-(-args.batch_size // comm.size), reduce=comm.name, table="replicated",
-                table_why=why, model=describe_spec(spec))
+                exchange="sharded" if sharded else per_rank[0][1] or "dense", repeats=repeats,
+                batch_size=args.batch_size, rows_per_rank=-(-args.batch_size // comm.size), reduce=comm.name,
+                table=cfg.table, table_why=cfg.table_why, model=describe_spec(spec))
 
 
 def describe_spec(spec):
@@ -187,49 +197,8 @@ def describe_spec(spec):
         spec.n_sparse, spec.n_dense, "-".join(map(str, spec.hidden + (spec.n_out,))), spec.activation, spec.dtype)
 
 
-SHARDED_PHASES = (("scatter", None), ("compute", "compute"), ("fetch", "fetch rows (Alltoallv)"),
-                  ("return", "gradient rows to owners (Alltoallv)"), ("allreduce", "dense Allreduce"),
-                  ("update", "update"))
-
-
-def time_sharded_step(comm, args, spec, repeats, batch, layout, why):
-    """time_step for a sharded table: real steps of the trainer's ShardedStep (SGD), its phases from
-    the step's own timeline: scatter, compute, the two Alltoallv exchanges, the dense Allreduce and
-    the update of the rank's own rows."""
-    from mpinn.model import MLP
-    from mpinn.optim import create_optimizer
-    from mpinn.training.faults import Faults
-    from mpinn.training.sharded import own_rows
-    from mpinn.training.steps import choose_step
-    from mpinn.training.timeline import Timeline
-    model = MLP(spec).init_(0, rows=own_rows(comm, spec.n_sparse))
-    opt = create_optimizer("sgd", model.size, np, 0.1, weight_slices=model.weight_slices, table=model.table)
-    timeline = Timeline(keep=True)
-    step = choose_step(model, opt, comm, Faults(), timeline, table="sharded")
-    step.broadcast_params_()
-    names = {name: key for key, name in SHARDED_PHASES if name}
-    mine = []
-    for s in range(repeats + 1):             # the first step is a warm-up
-        comm.barrier()
-        timeline.events = []
-        t0 = time.perf_counter()
-        local = comm.scatter_batch(batch, layout)
-        t1 = time.perf_counter()
-        step(local, args.batch_size, s + 1)
-        took = dict.fromkeys(names.values(), 0.0)
-        took["scatter"] = t1 - t0
-        for name, start, end, _, _ in timeline.events:
-            took[names[name]] += end - start
-        if s:
-            mine.append(took)
-    per_rank = comm.allgather_obj(mine)
-    phases = {k + "_s": _median([np.mean([ts[i][k] for ts in per_rank]) for i in range(repeats)])
-              for k, _ in SHARDED_PHASES}
-    total = sum(phases.values())
-    comm_s = sum(phases[k + "_s"] for k in ("scatter", "fetch", "return", "allreduce"))
-    return dict(phases, step_s=total, comm_share=comm_s / total if total else 0.0, exchange="sharded",
-                repeats=repeats, batch_size=args.batch_size, rows_per_rank=-(-args.batch_size // comm.size),
-                reduce=comm.name, table="sharded", table_why=why, model=describe_spec(spec))
+SHARDED_PARTS = (("fetch", "fetch rows (Alltoallv)"), ("return", "gradient rows to owners (Alltoallv)"),
+                 ("allreduce", "dense Allreduce"))
 
 
 # ---------------------------------------------------------------- the report
@@ -282,9 +251,10 @@ def format_report(rep):
                          % tuple([_ms(st[k + "_s"]) for k in ("scatter", "compute", "fetch", "return", "allreduce",
                                                               "update")] + [_ms(st["step_s"]), 100 * st["comm_share"]]))
         else:
-            lines.append("  scatter %s + compute %s + gradient exchange %s (%s) = %s per step: communication %.0f%%"
-                         % (_ms(st["scatter_s"]), _ms(st["compute_s"]), _ms(st["exchange_s"]), st["exchange"],
-                            _ms(st["step_s"]), 100 * st["comm_share"]))
+            lines.append("  scatter %s + compute %s + gradient exchange %s (%s) + update %s = %s per step: "
+                         "communication %.0f%%" % (_ms(st["scatter_s"]), _ms(st["compute_s"]), _ms(st["exchange_s"]),
+                                                   st["exchange"], _ms(st["update_s"]), _ms(st["step_s"]),
+                                                   100 * st["comm_share"]))
         dense = ar["median_s"] + st["scatter_s"]
         lines.append("  with the whole gradient allreduced instead: communication %.0f%%"
                      % (100 * dense / (dense + st["compute_s"])))

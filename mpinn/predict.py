@@ -79,7 +79,7 @@ def predict_file(model_path, data=None):
     from mpinn.data import Rows
     from mpinn.metrics import compute_metrics
     from mpinn.model import MLP, predict_rows
-    from mpinn.towers import mix
+    from mpinn.training.towers import mix
     params, spec, meta = load_model(model_path)
     model = MLP(spec)
     towers = params.reshape(-1, params.shape[-1]) if params.ndim == 2 else params[None]

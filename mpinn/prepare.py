@@ -6,7 +6,8 @@ import time
 import numpy as np
 
 from mpinn.config import MpinnError
-from mpinn.options import Parser, add_data_argument, add_hashing_arguments
+from mpinn.options import Parser, add_data_argument
+from mpinn.settings.parse import add_options
 
 
 def build_parser():
@@ -32,7 +33,7 @@ def build_parser():
     d.add_argument("--default-rows", type=int, default=200_000, help="rows of the embedded click log")
     d.add_argument("--default-seed", type=int, default=0, help="seed of the embedded click log")
     h = p.add_argument_group("hashing")
-    add_hashing_arguments(h)
+    add_options(h, names=("hash_mode", "hash_k", "hash_bits", "hash_seed", "buckets"))     # as in train
     h.add_argument("--like", help="a packed file or model file: use its hashing contract, columns, task and "
                                   "classes (for validation and test files)")
     r = p.add_argument_group("run")

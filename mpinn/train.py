@@ -5,20 +5,21 @@ from mpinn.process import pin_threads
 
 pin_threads()       # first: before numpy loads its BLAS
 
-from mpinn.options import build_train_parser as build_parser  # noqa: E402
+from mpinn.settings.parse import build_parser  # noqa: E402,F401  (the parser: python -m mpinn.train --help)
 
 
-def run(args):
+def run(cfg):
     """The CLI is a thin layer over the Python API: same options, same code."""
-    from mpinn.api import train_from_args
-    train_from_args(args)
+    from mpinn.api import run as train_run
+    train_run(cfg)
     return 0
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    from mpinn.settings import from_argv
+    cfg = from_argv(argv)
     from mpinn.comm.guard import run_guarded
-    return run_guarded(run, args)
+    return run_guarded(run, cfg)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ def workload_step(name, backend, steps):
     data = wl.make()
     model = MLP(wl.spec, backend)
     model.set_params(wl.init())
-    opt = create_optimizer("sgd", model.size, backend.xp, wl.lr, weight_slices=model.weight_slices)
+    opt = create_optimizer("sgd", model.size, backend.xp, weight_slices=model.weight_slices)
     sparse_rows = bool(wl.spec.n_sparse)
     batches = [wl.rows(data, k * wl.batch, (k + 1) * wl.batch) for k in range(8)]
     state = {"k": 0}
@@ -52,7 +52,7 @@ def workload_step(name, backend, steps):
         b = batches[state["k"] % len(batches)]
         state["k"] += 1
         rows = model.loss_grad_(backend.batch_to_device(b), 1.0 / b.n, sparse_grad=sparse_rows)
-        opt.step_(model.params, model.grads, rows)
+        opt.step_(model.params, model.grads, rows, lr=wl.lr)
 
     return timed(step, backend, steps), wl.batch, wl.what
 

@@ -64,7 +64,7 @@ def w2(reps, tmp):
 
 def dense_adam(reps, tmp):
     data = os.path.join(tmp, "w1.npz")
-    code = ("import numpy as np; from mpinn.workloads import make_w1; X, y = make_w1(); "
+    code = ("import numpy as np; from mpinn.bench.workloads import make_w1; X, y = make_w1(); "
             "np.savez(%r, X=X, y=y)" % data)
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, check=True)
     out = {}

@@ -33,7 +33,7 @@ def w2_rows(bits, n):
     """W2's rows (the peers' generator) with their 20 columns hashed into 2^bits rows: (idx, y)."""
     import numpy as np
     from mpinn.hashing import token_columns
-    from mpinn.workloads import W2_CARDS, make_w2_codes
+    from mpinn.bench.workloads import W2_CARDS, make_w2_codes
     codes, y = make_w2_codes(n)
     idx = np.empty(codes.shape, np.int32)
     for j, c in enumerate(W2_CARDS):
@@ -48,7 +48,9 @@ def probe(args):
     from mpinn.comm import create_communicator
     from mpinn.config import ModelSpec
     from mpinn.model import MLP
-    from mpinn.optim import create_optimizer
+    from mpinn.optim import REGISTRY, create_optimizer
+    from mpinn.optim.schedule import make_schedule
+    from mpinn.settings import fixed
     from mpinn.training import Trainer
     from mpinn.process import memory_mb, resident_bytes
     from mpinn.training.sharded import own_rows
@@ -56,9 +58,10 @@ def probe(args):
     n_rows, width, B = 1 << args.bits[0], 64, 1024
     spec = ModelSpec(n_rows, 0, (width,), 1, "relu", "sigmoid", "float32", sparse_fan_in=20)
     model = MLP(spec).init_(0, rows=own_rows(comm, n_rows) if args.table == "sharded" else None)
-    opt = create_optimizer(args.optimizer, model.size, np, 0.1 if args.optimizer == "sgd" else 0.002,
-                           weight_slices=model.weight_slices, table=model.table)
-    trainer = Trainer(model, opt, comm, Layout(n_rows, 0, "float32", "float32"), B, verbose=False, table=args.table)
+    opt = create_optimizer(args.optimizer, model.size, np, weight_slices=model.weight_slices, table=model.table)
+    lr = 0.1 if args.optimizer == "sgd" else REGISTRY[args.optimizer].lr
+    cfg = fixed(B, table=args.table, comm=args.comm, optimizer=args.optimizer, quiet=True)
+    trainer = Trainer(cfg, model, opt, make_schedule(lr), comm, Layout(n_rows, 0, "float32", "float32"))
     trainer.start()
     data = w2_rows(args.bits[0], args.steps * B) if comm.rank == 0 else None
     t0 = time.perf_counter()

@@ -121,7 +121,7 @@ def owner_loads(ranks, per_rank=512):
     each rank a slice of per_rank rows, owners by contiguous id ranges (mpinn.comm.shard)."""
     sys.path.insert(0, ROOT)
     from mpinn.comm.buffers import split_counts
-    from mpinn.workloads import make_w2_codes, w2_hashed_indices
+    from mpinn.bench.workloads import make_w2_codes, w2_hashed_indices
     n = max(ranks) * per_rank
     idx = w2_hashed_indices(make_w2_codes(n)[0])
     out = {}

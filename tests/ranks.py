@@ -6,6 +6,8 @@ import scipy.sparse as sp
 from mpi4py import MPI
 
 from mpinn.optim import create_optimizer
+from mpinn.optim.schedule import make_schedule
+from mpinn.settings import fixed
 
 COMM = MPI.COMM_WORLD
 
@@ -32,13 +34,24 @@ def toy_data(n=40, n_sparse=64, n_dense=3, k=3, seed=5):
 OPTIMIZERS = ["sgd", "momentum", "adam", "adam-dense", "adagrad", "adagrad-rowwise", "ftrl"]
 
 
-def make_optimizer(name, model, lr=0.05, weight_decay=0.0):
+LR = 0.05         # the tests' learning rate (make_trainer's constant schedule)
+
+
+def make_optimizer(name, model, weight_decay=0.0):
     """An optimizer by test name: adam-dense is --hashed-update dense, adagrad-rowwise --adagrad-rowwise,
     ftrl has some L1 and L2."""
     kw = {"adam-dense": dict(hashed_update="dense"), "adagrad-rowwise": dict(adagrad_rowwise=True),
           "ftrl": dict(l1=1e-3, l2=1e-2)}.get(name, {})
-    return create_optimizer(name.split("-")[0], model.size, np, lr, weight_decay, model.weight_slices,
+    return create_optimizer(name.split("-")[0], model.size, np, weight_decay, model.weight_slices,
                             table=model.table, **kw)
+
+
+def make_trainer(model, optimizer, comm, layout, batch, lr=LR, schedule=None, hooks=None, **options):
+    """A Trainer made by hand, as mpinn.training.wire makes one: a configuration fixed from the options
+    (keywords of mpinn.api.train; quiet), a constant rate lr (or the given schedule)."""
+    from mpinn.training import Trainer
+    cfg = fixed(batch, quiet=True, **options)
+    return Trainer(cfg, model, optimizer, schedule or make_schedule(lr), comm, layout, hooks)
 
 
 def shared_dir(prefix="mpinn-test-"):

@@ -32,20 +32,14 @@ def create_communicator(name="allreduce", comm=None, compress=None, device="cpu"
     """The communicator for a strategy (allreduce, gather, null, tower), on `device` (cpu, gpu, auto)
     with gradients moved by `transport` (CPU: auto, shm, mpi; GPU: auto, nccl, cuda-aware, staged).
     The result's .backend is the array backend its buffers live on, .device_note says where the
-    run computes, .transport_note how gradients travel."""
-    if compress and name != "allreduce":
-        raise MpinnError("--compress applies to --reduce allreduce, not %s" % name, collective=True)
+    run computes, .transport_note how gradients travel. The option combinations that do not go
+    together were refused before (the rule table, mpinn.settings.rules)."""
     strategies = _strategies()
     if name not in strategies:
         raise MpinnError("--reduce must be one of %s, not %r" % ("|".join(strategies), name), collective=True)
-    if transport == "shm" and name != "allreduce":
-        raise MpinnError("--comm shm sums gradients for --reduce allreduce (data parallelism); not with %s"
-                         % ("--parallel tower" if name == "tower" else "--reduce " + name), collective=True)
     from mpinn.backend import get_backend
     note = "cpu (numpy)"
     if device != "cpu" or transport not in CPU_TRANSPORTS:
-        if transport in ("shm", "mpi"):
-            raise MpinnError("--comm %s is for --device cpu" % transport, collective=True)
         from mpinn.comm.gpu import choose_device, device_communicator
         backend, note = choose_device(name, comm, device, transport, compress)
         if backend.name != "numpy":

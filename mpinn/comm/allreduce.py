@@ -26,8 +26,8 @@ class AllreduceCommunicator(Communicator):
         node, see SharedGradients; across nodes, one MPI_Allreduce among the nodes' first ranks),
         auto (shm when every rank is on one node, else mpi: across nodes MPICH's Allreduce is
         already node-aware and sends the same bytes, measured). Every rank reaches the same choice."""
-        if transport not in ("auto", "shm", "mpi"):
-            raise MpinnError("--comm %s is for GPUs; on the CPU it is auto, shm or mpi" % transport, collective=True)
+        if transport not in ("auto", "shm", "mpi"):     # the rule table refuses it first (gpu-transport)
+            raise ValueError("CPU gradients travel by auto, shm or mpi, not %r" % transport)
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         one_node = self.comm.allreduce(int(node.Get_size() == self.size), op=MPI.MIN)
         use = transport == "shm" or (transport == "auto" and one_node and self.size > 1 and self.compressed is None)
@@ -131,9 +131,6 @@ class AllreduceCommunicator(Communicator):
         return reduced
 
     def overlap_(self, grad_buffer, layer_starts, bucket_elems=1 << 16):
-        """--overlap: an OverlappedReduce for one step (see there)."""
-        if self.compressed is not None:
-            raise MpinnError("--overlap and --compress cannot be combined (the 16-bit exchange is one Allgather)", collective=True)
-        if not isinstance(grad_buffer, np.ndarray):
-            raise MpinnError("--overlap runs on --device cpu only (for now)", collective=True)
+        """--overlap: an OverlappedReduce for one step (see there; the rule table keeps --compress and
+        GPUs away from it)."""
         return OverlappedReduce(self, grad_buffer, layer_starts, bucket_elems)

@@ -2,6 +2,7 @@
 import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.optim import fused
 from mpinn.optim.base import Optimizer
 
 
@@ -18,8 +19,8 @@ class Adagrad(Optimizer):
     kernel = "adagrad"
     element_state = ("acc",)
 
-    def __init__(self, size, xp, lr, eps=1e-10, initial=0.0, rowwise=False, **kw):
-        super().__init__(size, xp, lr, **kw)
+    def __init__(self, size, xp, eps=1e-10, initial=0.0, rowwise=False, **kw):
+        super().__init__(size, xp, **kw)
         self.eps, self.initial, self.rowwise = float(eps), float(initial), bool(rowwise)
         self.lazy_row_state = ("acc_row",) if self.rowwise else ()
         self.fused_rows = not self.rowwise      # the row-wise mean is numpy's pairwise sum: not fused
@@ -34,10 +35,10 @@ class Adagrad(Optimizer):
                 self.arrays[k][...] = self.initial
         return self
 
-    def consts(self, weight, rows):
-        return (self.lr, self.eps, self.weight_decay if rows else 0.0)
+    def consts(self, weight, rows, lr):
+        return fused.consts("adagrad", lr=lr, eps=self.eps, wd=self.weight_decay if rows else 0.0)
 
-    def update_(self, p, g, st, weight, row_st):
+    def update_(self, p, g, st, weight, row_st, lr):
         xp, f = self.xp, p.dtype.type
         tmp = self.scratch("adagrad", p.shape, p.dtype)
         if row_st is not None and self.rowwise:
@@ -54,5 +55,5 @@ class Adagrad(Optimizer):
             xp.sqrt(acc, out=tmp)
             tmp += f(self.eps)
             xp.divide(g, tmp, out=tmp)
-        tmp *= f(self.lr)
+        tmp *= f(lr)
         p -= tmp

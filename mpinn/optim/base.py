@@ -1,9 +1,9 @@
 """What every optimizer shares: its state arrays, the flat buffer's regions, L2 decay, the lazy row update."""
 import numpy as np
 
-from mpinn.batch import put_rows, take_rows
+from mpinn.batch import SparseRows, put_rows, take_rows
 from mpinn.config import MpinnError
-from mpinn import fused
+from mpinn.optim import fused
 
 HASHED_UPDATES = ("lazy", "dense")
 
@@ -11,10 +11,13 @@ HASHED_UPDATES = ("lazy", "dense")
 class Optimizer:
     """One step on the flat parameter buffer from the gradient already reduced over the ranks.
 
-    step_(params, grads, rows=None, lo=0, hi=None) updates elements lo:hi of the flat buffers (all of
-    them by default; with rows, everything after the hashed block) and the hashed block's rows in
-    `rows` (SparseRows), so a node's ranks can each take their part of one step on one shared copy
-    of the parameters and of the state, and a rank of a sharded table its own rows. `grads` (and the rows) are scratch: a step may overwrite them.
+    step_(params, grads, rows=None, lo=0, hi=None, lr=...) updates elements lo:hi of the flat buffers
+    (all of them by default; with rows, everything after the hashed block) and the hashed block's rows
+    in `rows` (SparseRows), so a node's ranks can each take their part of one step on one shared copy
+    of the parameters and of the state, and a rank of a sharded table its own rows. `grads` (and the
+    rows) are scratch: a step may overwrite them. `lr` is this step's learning rate (the schedule's,
+    mpinn.optim.schedule): an optimizer holds no rate of its own, so nothing it derives from the rate
+    can go stale.
 
     The hashed block (the first n_rows x width elements: the table of the wide layer) is updated
     lazily by default (hashed_update="lazy"): only the rows a batch touched move, and only their
@@ -34,14 +37,12 @@ class Optimizer:
     lazy_row_state = ()         # state arrays of one value per row of the hashed block, when lazy
     row_state_dtype = None      # their dtype (None: the parameters')
 
-    def __init__(self, size, xp, lr, weight_decay=0.0, weight_slices=(), table=(0, 0), hashed_update="lazy"):
-        if not lr > 0:
-            raise MpinnError("learning rate must be > 0, not %s" % lr)
+    def __init__(self, size, xp, weight_decay=0.0, weight_slices=(), table=(0, 0), hashed_update="lazy"):
         if weight_decay < 0:
             raise MpinnError("weight decay must be >= 0, not %s" % weight_decay)
         if hashed_update not in HASHED_UPDATES:
             raise MpinnError("--hashed-update must be lazy or dense, not %r" % hashed_update)
-        self.size, self.xp, self.lr = int(size), xp, float(lr)
+        self.size, self.xp = int(size), xp
         self.weight_decay, self.weight_slices = float(weight_decay), [tuple(s) for s in weight_slices]
         self.n_rows, self.width = int(table[0]), int(table[1])
         self.hashed_update = hashed_update
@@ -84,14 +85,26 @@ class Optimizer:
             self.arrays[k] = zeros((self.n_rows,), np.dtype(self.row_state_dtype or dtype))
         return self
 
+    scalar_state = ()          # numbers the step keeps besides t (attributes; saved in checkpoints)
+
     def state(self):
         out = {"t": np.array([self.t], dtype=np.int64)}
+        out.update({k: np.array([getattr(self, k)], dtype=np.float64) for k in self.scalar_state})
         if self.t:
             out.update(self.arrays or {})
         return out
 
-    def load_state(self, state):
+    def load_scalars(self, state):
+        """t and the scalar state from a checkpoint's state (each a one-element array)."""
         self.t = int(state["t"][0])
+        for k in self.scalar_state:
+            if k in state:
+                setattr(self, k, float(state[k][0]))
+            elif self.t:
+                raise MpinnError("the checkpoint holds no %s state %r for --optimizer %s" % (self.name, k, self.name))
+
+    def load_state(self, state):
+        self.load_scalars(state)
         names = self.element_state + self.row_state
         if not self.t or not names:
             return
@@ -115,9 +128,12 @@ class Optimizer:
         return buf[:n].reshape(shape)
 
     # ---------------------------------------------------------------- the step
-    def step_(self, params, grads, rows=None, lo=0, hi=None, regions=None):
-        """regions: [(lo, hi), ...] in place of lo:hi, e.g. a sharded table's own rows and the dense
-        layers (one step: the count t advances once)."""
+    def step_(self, params, grads, rows=None, lo=0, hi=None, regions=None, *, lr):
+        """One step at learning rate lr. regions: [(lo, hi), ...] in place of lo:hi, e.g. a sharded
+        table's own rows and the dense layers (one step: the count t advances once)."""
+        lr = float(lr)
+        if not lr >= 0 or lr == float("inf"):
+            raise MpinnError("the learning rate must be a finite number >= 0, not %s" % lr)
         if self.arrays is None:
             self.allocate_(dtype=params.dtype)
         if rows is not None and not self.table_size:     # made without table=: learn it from the rows
@@ -131,9 +147,13 @@ class Optimizer:
             if rows is not None:
                 lo = max(lo, self.table_size)
             if hi > lo:
-                self.dense_(params, grads, lo, hi)
+                self.dense_(params, grads, lo, hi, lr)
         if rows is not None and len(rows):
-            self.rows_(params[:self.table_size].reshape(self.n_rows, self.width), rows)
+            self.rows_(params[:self.table_size].reshape(self.n_rows, self.width), rows, lr)
+        self.end_step_(lr)
+
+    def end_step_(self, lr):
+        """After every part of a step (e.g. FTRL records the step's rate)."""
 
     def first_step_(self, params):
         """Before the first update (state just allocated or zero): e.g. FTRL's z from the initial weights."""
@@ -149,7 +169,7 @@ class Optimizer:
             out.append((a, b, any(s <= a and b <= e for s, e in self.weight_slices)))
         return out
 
-    def dense_(self, params, grads, lo, hi):
+    def dense_(self, params, grads, lo, hi, lr):
         """Elements lo:hi, segment by segment: L2 decay on the weights, then update_ (one segment
         where weights and biases are updated alike)."""
         parts = self.segments(lo, hi) if self.weight_decay or self.weights_matter else [(lo, hi, True)]
@@ -162,28 +182,38 @@ class Optimizer:
             st = {k: self.arrays[k][a:b] for k in self.element_state}
             lib = self.fused_library(p.dtype)
             if lib is not None:
-                self.fused_dense_(lib, p, g, st, weight)
+                self.fused_dense_(lib, p, g, st, weight, lr)
             else:
-                self.update_(p, g, st, weight, None)
+                self.update_(p, g, st, weight, None, lr)
 
-    def rows_(self, table, rows):
+    def coalesced(self, rows):
+        """The rows with one gradient row per id: the kernels' k-way merge where they run, else numpy's
+        (batch.coalesce: the same bits)."""
+        parts = rows.parts()
+        merged = fused.coalesce(parts) if self.xp is np and len(parts) > 1 else None
+        if merged is not None:
+            return SparseRows(merged[0], merged[1], rows.n_rows)
+        return rows.coalesced()
+
+    def rows_(self, table, rows, lr):
         """The touched rows (coalesced: one gradient row per id): gathered, updated, written back.
         The table's rows are weights: lazy L2 adds lam * w to the touched rows' gradient."""
-        rows = rows.coalesced()
+        rows = self.coalesced(rows)
         ids, g = rows.ids, rows.rows
         full = {name: self.arrays[name][:self.table_size].reshape(self.n_rows, self.width)
                 for name in self.element_state}
         lib = self.fused_library(table.dtype) if self.fused_rows else None
         if lib is not None:         # in place, row by row, by id: no gather, no write-back
-            fused.rows(lib, self.kernel, table, ids, g, *full.values(), row_state=self.arrays[self.row_state[0]] if self.row_state else None,
-                       consts=self.consts(True, True), steps=self.row_steps(table.dtype))
+            fused.rows(lib, self.kernel, table, ids, g, *full.values(),
+                       row_state=self.arrays[self.row_state[0]] if self.row_state else None,
+                       consts=self.consts(True, True, lr), steps=self.row_steps())
             return
         p = self.gather(table, ids, "rows_p")
         if self.weight_decay:
             g += p.dtype.type(self.weight_decay) * p
         st = {name: self.gather(arr, ids, "rows_" + name) for name, arr in full.items()}
         rst = {name: self.gather(self.arrays[name], ids, "rows_" + name) for name in self.row_state}
-        self.update_(p, g, st, True, rst)
+        self.update_(p, g, st, True, rst, lr)
         self.scatter(table, ids, p)
         for name, arr in full.items():
             self.scatter(arr, ids, st[name])
@@ -201,16 +231,18 @@ class Optimizer:
             return None
         return fused.library()
 
-    def consts(self, weight, rows):
-        """The kernel's constants (see mpinn/fused.c) for weights or biases, dense elements or rows."""
+    def consts(self, weight, rows, lr):
+        """The kernel's constants (fused.consts: a struct named field by field, see fused.c) for weights
+        or biases, dense elements or table rows, at learning rate lr."""
         raise NotImplementedError
 
-    def row_steps(self, dtype):
-        """A table indexed by a row's step count (Adam's step factor); None for the others."""
+    def row_steps(self):
+        """A float64 table indexed by a row's step count (Adam's step factor); None for the others."""
         return None
 
-    def fused_dense_(self, lib, p, g, st, weight):
-        fused.dense(lib, self.kernel, p, g, *(st[k] for k in self.element_state), consts=self.consts(weight, False))
+    def fused_dense_(self, lib, p, g, st, weight, lr):
+        fused.dense(lib, self.kernel, p, g, *(st[k] for k in self.element_state),
+                    consts=self.consts(weight, False, lr))
 
     def gather(self, a, ids, key):
         """Rows ids of the 2-D array a, into a reusable buffer (on the host, batch.take_rows)."""
@@ -227,7 +259,8 @@ class Optimizer:
         else:
             a[ids] = rows
 
-    def update_(self, p, g, st, weight, row_st):
-        """The optimizer's formula, in place on p and on its state views st (and, for table rows,
-        row_st: the rows' per-row state; None for dense elements). weight: are these weights?"""
+    def update_(self, p, g, st, weight, row_st, lr):
+        """The optimizer's formula at learning rate lr, in place on p and on its state views st (and,
+        for table rows, row_st: the rows' per-row state; None for dense elements). weight: are these
+        weights?"""
         raise NotImplementedError

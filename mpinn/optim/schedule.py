@@ -1,26 +1,61 @@
-"""The learning rate over the steps: scaling with the global batch and warm-up."""
+"""The learning rate over the steps: scaling with the global batch, warm-up, and decay over the run."""
+import math
+from dataclasses import dataclass
+
 from mpinn.config import MpinnError
 
+SCALINGS = ("none", "linear", "sqrt")
+DECAYS = ("none", "cosine", "step")
 
-def lr_schedule(lr, global_batch, base_batch=None, scaling="none", warmup_steps=0):
-    """(global step -> learning rate, the target rate). `lr` is tuned for a global batch of
-    `base_batch`; linear scaling multiplies it by global_batch / base_batch (Goyal et al. 2017:
-    k small steps ~ one k-times larger step while the gradient changes little over k steps), sqrt
-    by the square root of that. Warm-up ramps linearly over `warmup_steps` steps from `lr` (from
-    lr / warmup_steps when there is no scaling) up to the target, as Goyal et al. do."""
-    if scaling not in ("none", "linear", "sqrt"):
-        raise MpinnError("--lr-scaling must be none, linear or sqrt, not %r" % scaling)
+
+@dataclass(frozen=True)
+class Schedule:
+    """global step (0-based: the number of steps done) -> that step's learning rate. Called by the
+    trainer before every step and passed into the optimizer's step (Optimizer.step_(..., lr=)).
+
+    `lr` is tuned for a global batch of `base_batch`; linear scaling multiplies it by global_batch /
+    base_batch (Goyal et al. 2017: k small steps ~ one k-times larger step while the gradient changes
+    little over k steps), sqrt by the square root of that: the target rate. Warm-up ramps linearly over
+    `warmup_steps` steps from `lr` (from target / warmup_steps when there is no scaling) up to the
+    target, as Goyal et al. do. After warm-up, the decay multiplies the target by a factor of the share
+    s of the remaining steps done: cosine 0.5 (1 + cos(pi s)), from 1 down to 0 at the end of the run
+    (Loshchilov and Hutter 2017, one cycle); step 1, then 0.1 from half-way and 0.01 from three
+    quarters (Goyal et al.'s schedule, in steps); none 1."""
+    lr: float                   # the rate as given
+    target: float               # after scaling with the global batch
+    start: float                # the rate at step 0 of a warm-up
+    warmup_steps: int = 0
+    decay: str = "none"
+    total_steps: int = 0        # the run's steps (the decay's span ends there)
+
+    @property
+    def constant(self):
+        return not self.warmup_steps and self.decay == "none"
+
+    def __call__(self, step):
+        w = self.warmup_steps
+        if step < w:
+            return self.start + (self.target - self.start) * step / w
+        if self.decay == "none":
+            return self.target
+        s = min((step - w) / max(self.total_steps - w, 1), 1.0)
+        if self.decay == "cosine":
+            return self.target * 0.5 * (1.0 + math.cos(math.pi * s))
+        return self.target * (0.1 if s >= 0.5 else 1.0) * (0.1 if s >= 0.75 else 1.0)
+
+
+def make_schedule(lr, global_batch=1, base_batch=None, scaling="none", warmup_steps=0, decay="none",
+                  total_steps=0):
+    """The Schedule of a run (see Schedule; the rule table checks the options before this is made)."""
+    if scaling not in SCALINGS:
+        raise MpinnError("--lr-scaling must be one of %s, not %r" % ("|".join(SCALINGS), scaling))
+    if decay not in DECAYS:
+        raise MpinnError("--lr-decay must be one of %s, not %r" % ("|".join(DECAYS), decay))
     if scaling != "none" and not base_batch:
         raise MpinnError("--lr-scaling %s needs the batch the learning rate was tuned for: give "
                          "--lr-base-batch, or --batch-per-rank (then it is that batch)" % scaling)
     ratio = global_batch / base_batch if base_batch else 1.0
     target = lr * {"none": 1.0, "linear": ratio, "sqrt": ratio ** 0.5}[scaling]
-    start = lr if scaling != "none" else target / max(warmup_steps, 1)
     warmup_steps = int(warmup_steps)
-
-    def lr_at(step):
-        if step >= warmup_steps:
-            return target
-        return start + (target - start) * step / warmup_steps
-
-    return lr_at, target
+    start = lr if scaling != "none" else target / max(warmup_steps, 1)
+    return Schedule(float(lr), float(target), float(start), warmup_steps, decay, int(total_steps))

@@ -1,7 +1,7 @@
 """SGD and momentum."""
 import numpy as np
 
-from mpinn import fused
+from mpinn.optim import fused
 from mpinn.optim.base import Optimizer
 
 
@@ -11,25 +11,25 @@ class SGD(Optimizer):
     name = "sgd"
     kernel = "sgd"
 
-    def consts(self, weight, rows):
-        return (self.lr, self.weight_decay if rows else 0.0)
+    def consts(self, weight, rows, lr):
+        return fused.consts("sgd", lr=lr, wd=self.weight_decay if rows else 0.0)
 
-    def update_(self, p, g, st, weight, row_st):
-        g *= p.dtype.type(self.lr)      # the gradient is scratch: scaled in place (no temporary)
+    def update_(self, p, g, st, weight, row_st, lr):
+        g *= p.dtype.type(lr)           # the gradient is scratch: scaled in place (no temporary)
         p -= g
 
-    def rows_(self, table, rows):
+    def rows_(self, table, rows, lr):
         if self.weight_decay:
-            return super().rows_(table, rows)
+            return super().rows_(table, rows, lr)
         # each rank's rows in rank order, no coalescing: the ids are unique within a part, so the
         # fancy-indexed update is exact; rounding differs from p - lr (a + b) only in summation order
-        lr = table.dtype.type(self.lr)
+        rate = table.dtype.type(lr)
         lib = self.fused_library(table.dtype)
         for ids, g in rows.parts():
             if lib is not None:
-                fused.rows(lib, "sgd", table, ids, g, consts=(self.lr, 0.0))
+                fused.rows(lib, "sgd", table, ids, g, consts=self.consts(True, True, lr))
                 continue
-            g *= lr
+            g *= rate
             if self.xp is np:           # gathered, stepped and written back whole rows at a time
                 p = self.gather(table, ids, "rows_p")
                 p -= g
@@ -39,24 +39,25 @@ class SGD(Optimizer):
 
 
 class Momentum(Optimizer):
-    """v = mu v + g; p -= lr v (heavy ball, as PyTorch's SGD with momentum). Lazy on the hashed block:
-    a row's velocity decays and moves it only on the steps that touch it."""
+    """v = mu v + g; p -= lr v (heavy ball, as PyTorch's SGD with momentum: the rate multiplies the
+    velocity, so a schedule changes the step at once). Lazy on the hashed block: a row's velocity
+    decays and moves it only on the steps that touch it."""
 
     name = "momentum"
     kernel = "momentum"
     element_state = ("v",)
 
-    def __init__(self, size, xp, lr, momentum=0.9, **kw):
-        super().__init__(size, xp, lr, **kw)
+    def __init__(self, size, xp, momentum=0.9, **kw):
+        super().__init__(size, xp, **kw)
         self.mu = float(momentum)
 
-    def consts(self, weight, rows):
-        return (self.lr, self.mu, self.weight_decay if rows else 0.0)
+    def consts(self, weight, rows, lr):
+        return fused.consts("momentum", lr=lr, mu=self.mu, wd=self.weight_decay if rows else 0.0)
 
-    def update_(self, p, g, st, weight, row_st):
+    def update_(self, p, g, st, weight, row_st, lr):
         v = st["v"]
         v *= p.dtype.type(self.mu)
         v += g
         g[...] = v                      # g is scratch
-        g *= p.dtype.type(self.lr)
+        g *= p.dtype.type(lr)
         p -= g

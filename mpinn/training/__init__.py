@@ -1,14 +1,26 @@
 """Training: the loop and what it is made of.
 
-    trainer    Trainer: start, fit (the loop), checkpoints, summary
+    wiring     wire(cfg, comm, info): the model, optimizer, schedule and Trainer of a resolved RunConfig
+    trainer    Trainer: start, fit (the loop), checkpoints, summary; Hooks
     steps      one strategy object per way of taking a step (reduce, overlap, shared, local SGD)
-    step_base  what the strategies share (Step): gradient, verdict, the parameters' way in and out
-    sharded    --table sharded: the hashed table split by rows over the ranks (ShardedStep, choose_table)
+    step_base  what the strategies share (Step): gradient (micro-batches), verdict, the parameters' way in and out
+    sharded    --table sharded: the hashed table split by rows over the ranks (ShardedStep)
     feed       the epoch's row order and the feed that reads, scatters and prefetches batches
     staging    the feed's stand-in on a GPU (pinned buffers, a copy stream)
     evaluate   held-out metrics, data parallel or towers
+    towers     tower mode: fitting the mixture weights of the towers' predictions
     timeline   the phases of every step, the Chrome trace, the progress bar
     faults     MPINN_FAULT: fault injection for the failure-path tests
 """
-from mpinn.training.faults import Faults  # noqa: F401
-from mpinn.training.trainer import Trainer  # noqa: F401
+
+_LAZY = {"Faults": "mpinn.training.faults", "Hooks": "mpinn.training.trainer", "Trainer": "mpinn.training.trainer",
+         "Run": "mpinn.training.wiring", "wire": "mpinn.training.wiring"}
+
+
+def __getattr__(name):
+    """The names above, imported on first use: `mpinn.training.towers` (predict mixes towers with it) then
+    loads without the trainer and its communicator (no MPI in a one-process predict)."""
+    if name in _LAZY:
+        from importlib import import_module
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(name)

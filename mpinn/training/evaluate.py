@@ -4,7 +4,7 @@ import numpy as np
 
 from mpinn.comm import split_counts
 from mpinn.metrics import auc, compute_metrics, metric_sums, metrics_from_sums
-from mpinn.towers import fit_weights, mix
+from mpinn.training.towers import fit_weights, mix
 
 
 def task_of(spec):

@@ -1,58 +1,20 @@
 """--table sharded: the hashed block's rows split over the ranks, each rank holding and stepping only its own
-(ShardedStep), and the choice between that and a replicated table (choose_table)."""
+(ShardedStep; mpinn.settings.resolve chooses between that and a replicated table)."""
 import time
 
 import numpy as np
 
 from mpinn.batch import Batch
-from mpinn.comm import split_counts
 from mpinn.comm.shard import TableShards
 from mpinn.config import MpinnError
 from mpinn.model import compact_csr
-from mpinn.process import mem_available, small_pages_at
+from mpinn.process import small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
-
-TABLES = ("auto", "replicated", "sharded")
-
 
 def own_rows(comm, n_rows):
     """(lo, hi): the table rows this rank owns when the table is sharded (see TableShards)."""
     shards = TableShards(comm, n_rows, 1)
     return shards.lo, shards.hi
-
-
-def choose_table(asked, comm, spec, state_arrays=0, towers=None, reduce="allreduce", compress=None,
-                 overlap=False, average_every=0, transport="auto"):
-    """("replicated" or "sharded", why) for --table `asked` (collective: every rank reaches the same
-    choice). auto shards a hashed table when the job spans several nodes (a replicated table's
-    exchange gathers every rank's gradient rows on every rank, traffic and update work growing with
-    the ranks: scripts/cluster_model.py) or when the node's replicas of the table and its optimizer
-    state (state_arrays of them) would take more than half of the memory a node has available."""
-    others = [flag for flag, on in (("--parallel tower", towers), ("--reduce gather", reduce != "allreduce"),
-                                    ("--compress", compress), ("--overlap", overlap),
-                                    ("--average-every", average_every), ("--comm shm", transport == "shm"),
-                                    ("--device gpu", comm.backend.device is not None)) if on]
-    if asked not in TABLES:
-        raise MpinnError("--table must be one of %s, not %r" % ("|".join(TABLES), asked), collective=True)
-    if asked == "sharded" and not spec.n_sparse:
-        raise MpinnError("--table sharded splits the hashed block of the first layer: this model has no "
-                         "hashed inputs", collective=True)
-    if asked == "sharded" and others:
-        raise MpinnError("--table sharded does not combine with %s (yet)" % ", ".join(others), collective=True)
-    if asked != "auto":
-        return asked, "asked for"
-    if not spec.n_sparse or comm.size == 1 or others:
-        return "replicated", ("one rank" if comm.size == 1 else "no hashed inputs" if not spec.n_sparse
-                              else "auto, with %s" % others[0])
-    nodes, per_node = comm.node_shape()
-    if nodes > 1:
-        return "sharded", "auto: the job spans %d nodes" % nodes
-    table_bytes = spec.n_sparse * spec.layer_sizes[1] * np.dtype(spec.dtype).itemsize * (1 + state_arrays)
-    room = comm.allreduce_min_obj(mem_available() or 1 << 62)
-    if per_node * table_bytes > room // 2:
-        return "sharded", "auto: %d replicas of the table (%.0f MiB each) would take over half of the node's " \
-                          "%.0f MiB available" % (per_node, table_bytes / 2**20, room / 2**20)
-    return "replicated", "auto: one node, with room for the replicas"
 
 
 class ShardedStep(Step):
@@ -79,7 +41,6 @@ class ShardedStep(Step):
         self.n_rows, self.width = model.table
         self.shards = TableShards(comm, self.n_rows, self.width)
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
-        self._acc = None
         for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
             if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends
                 small_pages_at(a, self.own)
@@ -96,7 +57,7 @@ class ShardedStep(Step):
         ids, Xc = compact_csr(np, sp, local.Xs)
         return ids, Batch(Xc, local.Xd, local.y)
 
-    def __call__(self, local, n_global, step):
+    def __call__(self, local, n_global, step, lr):
         model, comm, rec = self.model, self.comm, self.timeline.add
         t0 = time.perf_counter()
         ids, batch = self.compact(local)
@@ -115,7 +76,7 @@ class ShardedStep(Step):
         ok = all_finite(dense)
         t5 = time.perf_counter()
         if ok:
-            self.update_(mine)
+            self.update_(mine, lr)
         t6 = time.perf_counter()
         rec("compute", t0, t1, step)
         rec("comm", t1, t2, step, "fetch rows (Alltoallv)")
@@ -127,29 +88,22 @@ class ShardedStep(Step):
 
     def gradient_rows(self, batch, scale, rows):
         """This rank's (k, width) gradient rows of its k fetched rows, and its dense gradient in the
-        buffer; with grad_accum K, over K micro-batches summed in order (as Step.local_gradient)."""
-        model, K = self.model, self.grad_accum
-        if K == 1:
-            return model.loss_grad_(batch, scale, sparse_grad=True, table=rows).rows
-        dense = model.grad_buffer[model.dense_start:]
-        if self._acc is None:
-            self._acc = np.zeros_like(dense)
-        acc, racc = self._acc, np.zeros_like(rows)
-        acc.fill(0)
-        bounds = np.r_[0, np.cumsum(split_counts(batch.n, K))]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            got = model.loss_grad_(batch.slice(a, b), scale, sparse_grad=True, table=rows)
-            acc += dense
-            if got.rows.shape[0]:
-                racc += got.rows
-        dense[...] = acc
-        return racc
+        buffer; with grad_accum K, over K micro-batches summed in order (Step.micro_batches)."""
+        model = self.model
+        grad = lambda mb: model.loss_grad_(mb, scale, sparse_grad=True, table=rows).rows    # noqa: E731
+        if self.grad_accum == 1:
+            return grad(batch)
+        total = np.zeros_like(rows)
+        for part in self.micro_batches(batch, model.dense_start, grad):
+            if part.shape[0]:
+                total += part
+        return total
 
-    def update_(self, mine):
+    def update_(self, mine, lr):
         """Step this rank's own rows (from every rank's gradient rows for them) and the dense layers."""
         model, opt = self.model, self.optimizer
         if opt.sparse_ok:       # lazy: the touched rows; rows given, step_ leaves the rest of the table alone
-            opt.step_(model.params, model.grads, mine)
+            opt.step_(model.params, model.grads, mine, lr=lr)
             return
         # --hashed-update dense: every own row every step, with the summed rows written into their place
         lo, hi = self.own
@@ -157,7 +111,7 @@ class ShardedStep(Step):
         g.fill(0)
         summed = mine.coalesced()
         g[summed.ids - self.shards.lo] = summed.rows
-        opt.step_(model.params, model.grads, None, regions=[self.own, (model.dense_start, model.size)])
+        opt.step_(model.params, model.grads, None, regions=[self.own, (model.dense_start, model.size)], lr=lr)
 
     def predict(self, local):
         """Predictions for this rank's rows (collective: the rows are fetched from their owners)."""
@@ -188,10 +142,11 @@ class ShardedStep(Step):
         self.load_params_(arrays["params"] if rank0 else None, where)
         shapes = self.comm.bcast_obj({k[4:]: (v.shape, str(v.dtype)) for k, v in arrays.items()
                                       if k.startswith("opt_")} if rank0 else None)
-        t = self.comm.bcast_obj(int(arrays["opt_t"][0]) if rank0 else None)
+        scalars = ("t",) + opt.scalar_state
+        opt.load_scalars(self.comm.bcast_obj({k: arrays["opt_" + k] for k in scalars if "opt_" + k in arrays}
+                                             if rank0 else None))
         names = opt.element_state + opt.row_state
-        opt.t = t
-        if not t or not names:
+        if not opt.t or not names:
             return
         for k in names:
             want = (opt.size,) if k in opt.element_state else (self.n_rows,)

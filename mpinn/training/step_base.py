@@ -30,7 +30,7 @@ class Step:
         self.towers = towers        # tower mode: None (data parallel), "shard" or "same" data
         self.want_rows = bool(model.spec.n_sparse) and (not comm.wants_dense or optimizer.needs_touched_rows)
 
-    def __call__(self, local, n_global, step):
+    def __call__(self, local, n_global, step, lr):
         raise NotImplementedError
 
     def broadcast_params_(self):
@@ -83,28 +83,35 @@ class Step:
         return self.model.params.copy()
 
     def local_gradient(self, local, scale, want_rows):
-        """This rank's share of the step's gradient; with grad_accum K, computed over K
-        micro-batches one after another (activations for a K-th of the rows at a time) and summed,
-        which equals the gradient of the whole slice up to the order of the additions."""
-        model, K = self.model, self.grad_accum
-        if K == 1:
+        """This rank's share of the step's gradient (the sparse block's rows, or None)."""
+        model = self.model
+        if self.grad_accum == 1:
             return model.loss_grad_(local, scale, sparse_grad=want_rows)
         start = model.dense_start if want_rows else 0    # a rows-exchange leaves the sparse block stale
-        if self._acc is None:
-            self._acc = np.zeros_like(model.grad_buffer)
-        acc = self._acc[start:]
-        acc.fill(0)
-        parts = []
-        bounds = np.r_[0, np.cumsum(split_counts(local.n, K))]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            rows = model.loss_grad_(local.slice(a, b), scale, sparse_grad=want_rows)
-            acc += model.grad_buffer[start:]
-            if rows is not None:
-                parts.append(rows)
-        model.grad_buffer[start:] = acc
+        parts = self.micro_batches(local, start, lambda mb: model.loss_grad_(mb, scale, sparse_grad=want_rows))
         if not parts:
             return None
         return coalesce([(p.ids, p.rows) for p in parts], parts[0].n_rows)
+
+    def micro_batches(self, local, start, gradient):
+        """--grad-accum K: gradient(micro-batch) over K micro-batches one after another (activations for a
+        K-th of the rows at a time); the flat gradient buffer from `start` on is their sum, added in
+        order, which equals the gradient of the whole slice up to the order of the additions. Returns
+        what gradient returned for each (its sparse part), in order, Nones left out."""
+        model = self.model
+        if self._acc is None or self._acc.shape[0] != model.grad_buffer.shape[0] - start:
+            self._acc = np.zeros_like(model.grad_buffer[start:])
+        acc = self._acc
+        acc.fill(0)
+        parts = []
+        bounds = np.r_[0, np.cumsum(split_counts(local.n, self.grad_accum))]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            part = gradient(local.slice(a, b))
+            acc += model.grad_buffer[start:]
+            if part is not None:
+                parts.append(part)
+        model.grad_buffer[start:] = acc
+        return parts
 
     def finite(self, reduced):
         """Is the reduced gradient (and the loss in its last slot) finite? One pass per buffer."""

@@ -14,35 +14,30 @@ import time
 import numpy as np
 
 from mpinn.batch import RowParts
-from mpinn.config import MpinnError
 from mpinn.training.step_base import Step, all_finite  # noqa: F401 (all_finite: for the step modules)
 
 
-def choose_step(model, optimizer, comm, faults, timeline, grad_accum=1, towers=None, average_every=0,
-                overlap=False, overlap_bucket=1 << 16, table="replicated"):
-    """The step strategy for this run (collective: SharedStep asks every rank to share the parameters),
-    with the optimizer's state made where that strategy keeps it. table: "sharded" (its option
-    checks are choose_table's) or "replicated"."""
-    kw = dict(faults=faults, timeline=timeline, grad_accum=grad_accum, towers=towers)
-    if table == "sharded":
+def choose_step(cfg, model, optimizer, comm, faults, timeline):
+    """The step strategy for this run's (resolved) configuration (collective: SharedStep asks every
+    rank to share the parameters), with the optimizer's state made where that strategy keeps it. The
+    option combinations a strategy cannot serve were refused by the rule table (mpinn.settings.rules)."""
+    kw = dict(faults=faults, timeline=timeline, grad_accum=cfg.grad_accum, towers=cfg.towers)
+    if cfg.table == "sharded":
         from mpinn.training.sharded import ShardedStep
         return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
-    if overlap and (grad_accum > 1 or average_every or towers or not hasattr(comm, "overlap_")):
-        raise MpinnError("--overlap needs --reduce allreduce and data parallelism, without "
-                         "--grad-accum, --average-every or towers", collective=True)
     if optimizer.needs_touched_rows:
         # the lazy update must know which rows the step touched: the hashed block's gradient always
         # travels as rows, never densified by the density rule (--sparse-threshold)
         comm.sparse_threshold = float("inf")
-    if average_every:
-        return LocalSGDStep(model, optimizer.allocate_(dtype=model.dtype), comm, average_every=average_every, **kw)
-    if overlap:
-        return OverlapStep(model, optimizer.allocate_(dtype=model.dtype), comm, bucket=overlap_bucket, **kw)
+    if cfg.average_every:
+        return LocalSGDStep(model, optimizer.allocate_(dtype=model.dtype), comm, average_every=cfg.average_every, **kw)
+    if cfg.overlap:
+        return OverlapStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
     # one copy of the parameters and of the optimizer state per node, each rank stepping its part:
     # for models with hashed inputs, whose row updates it splits (W2 at np 2: 340k -> 435k samples/s),
     # and for optimizers with state (held once per node, updated P ways). A dense model's SGD update
     # is small, and re-reading the other ranks' freshly stepped parameters cost W1 3-4% (measured)
-    if ((model.spec.n_sparse > 0 or optimizer.stateful) and not towers and hasattr(comm, "share_params_")
+    if ((model.spec.n_sparse > 0 or optimizer.stateful) and not cfg.towers and hasattr(comm, "share_params_")
             and comm.share_params_(model)):
         optimizer.writes_state = comm.node_rank == 0
         optimizer.allocate_(comm.shared_zeros, model.dtype)
@@ -54,7 +49,7 @@ class ReduceStep(Step):
     """The communicator combines every rank's gradient (reduce_gradients_); the ranks that update
     (all, or rank 0 for gather) step; sync_params_ makes the parameters equal again (gather's Bcast)."""
 
-    def __call__(self, local, n_global, step):
+    def __call__(self, local, n_global, step, lr):
         model, comm, opt = self.model, self.comm, self.optimizer
         t1 = time.perf_counter()
         # data parallel: a row's share of the global mean; a tower: of its own rows' mean
@@ -66,7 +61,7 @@ class ReduceStep(Step):
             if reduced is not None and not opt.sparse_ok:
                 model.densify_(reduced)
                 reduced = None
-            opt.step_(model.params, model.grads, reduced)
+            opt.step_(model.params, model.grads, reduced, lr=lr)
         t4 = time.perf_counter()
         comm.sync_params_(model.params)
         self.account(step, t1, t2, t3, t4, time.perf_counter())
@@ -83,11 +78,9 @@ class ReduceStep(Step):
 
 class OverlapStep(ReduceStep):
     """--overlap: backward with the later layers' Iallreduce posted as each layer finishes
-    (comm.overlap_), then the rest."""
+    (comm.overlap_), then the rest, in buckets of `bucket` elements."""
 
-    def __init__(self, model, optimizer, comm, bucket=1 << 16, **kw):
-        super().__init__(model, optimizer, comm, **kw)
-        self.bucket = int(bucket)
+    bucket = 1 << 16
 
     def gradient(self, local, scale, step):
         model = self.model
@@ -123,7 +116,7 @@ class SharedStep(Step):
     def broadcast_params_(self):
         self.comm.bcast_shared_params_()    # one copy per node: rank 0's (a restore) to the other nodes
 
-    def __call__(self, local, n_global, step):
+    def __call__(self, local, n_global, step, lr):
         model, comm, opt = self.model, self.comm, self.optimizer
         t1 = time.perf_counter()
         n_mean = n_global or 1
@@ -151,7 +144,7 @@ class SharedStep(Step):
         t3 = time.perf_counter()
         if ok:
             rows = RowParts(mine, *block) if block[0] else None
-            opt.step_(model.params, model.grads, rows, lo=lo, hi=min(hi, model.size))
+            opt.step_(model.params, model.grads, rows, lo=lo, hi=min(hi, model.size), lr=lr)
         t4 = time.perf_counter()
         comm.fence_params()
         self.account(step, t1, t2, t3, t4, time.perf_counter())
@@ -171,7 +164,7 @@ class LocalSGDStep(Step):
         super().__init__(model, optimizer, comm, **kw)
         self.average_every, self.local_steps = int(average_every), 0
 
-    def __call__(self, local, n_global, step):
+    def __call__(self, local, n_global, step, lr):
         model, comm, opt, rec = self.model, self.comm, self.optimizer, self.timeline.add
         t1 = time.perf_counter()
         rows = self.local_gradient(local, comm.size / (n_global or 1), self.want_rows)
@@ -185,7 +178,7 @@ class LocalSGDStep(Step):
             if rows is not None and not opt.sparse_ok:
                 model.densify_(rows)
                 rows = None
-            opt.step_(model.params, model.grads, rows)
+            opt.step_(model.params, model.grads, rows, lr=lr)
         t4 = time.perf_counter()
         rec("compute", t1, t2, step)
         rec("comm", t2, t3, step)

@@ -1,6 +1,7 @@
 """The training loop: a batch, a step, the bookkeeping; epochs, evaluation and checkpoints. Straight from top to bottom."""
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,40 +19,51 @@ from mpinn.training.steps import choose_step
 from mpinn.training.timeline import PHASES, ProgressBar, Timeline, write_trace
 
 
+@dataclass
+class Hooks:
+    """What a run plugs into the loop besides its parts: the deadline that turns a hang into an abort,
+    the failure-path test hooks (MPINN_FAULT), and a callback with each epoch's record (every rank)."""
+    watchdog: object = None
+    faults: object = None
+    on_epoch: object = None
+
+
 class Trainer:
     """Data-parallel training: rank 0 holds the data; every rank holds the model.
+
+    Made from a resolved RunConfig (mpinn.settings) and the wired parts (mpinn.training.wire): the
+    model, the optimizer, the learning-rate schedule (called before every step, its rate passed into
+    the step), the communicator and the batches' layout.
 
     Position: `epoch` (1-based) and `next_step` (0-based, within the epoch) say which batch comes
     next; with the seeded per-epoch order that is all a resume needs to replay the same batches."""
 
-    def __init__(self, model, optimizer, comm, layout, batch_size, seed=0, verbose=True,
-                 watchdog=None, max_bad_steps=20, faults=None, grad_accum=1, lr_at=None,
-                 on_epoch=None, towers=None, tower_mix="mean", prefetch=True, read_local=False, shuffle_block=1,
-                 average_every=0, timeline=False, overlap=False, overlap_bucket=1 << 16,
-                 early_stop=0, keep_best=False, stop_metric="logloss", target_scale=1.0, table="replicated"):
-        self.model, self.optimizer, self.comm = model, optimizer, comm
-        if table != "sharded":        # a sharded table's dense part is small: MPI_Allreduce, no window slots
+    def __init__(self, cfg, model, optimizer, schedule, comm, layout, hooks=None):
+        if cfg.stage != "resolved":
+            raise ValueError("Trainer needs a resolved configuration (mpinn.settings.resolve)")
+        hooks = hooks or Hooks()
+        self.cfg = cfg
+        self.model, self.optimizer, self.schedule, self.comm = model, optimizer, schedule, comm
+        if cfg.table != "sharded":    # a sharded table's dense part is small: MPI_Allreduce, no window slots
             comm.adopt_(model)        # e.g. gradients in a shared-memory window (--comm shm)
-        self.layout, self.batch_size, self.seed = layout, int(batch_size), seed
+        self.layout, self.batch_size, self.seed = layout, int(cfg.batch), cfg.seed
         self.rank0 = comm.rank == 0
-        self.verbose = verbose and self.rank0
-        self.watchdog = watchdog or NoWatchdog()
-        self.max_bad_steps = int(max_bad_steps)
-        self.lr_at = lr_at            # global step -> learning rate (scaling and warm-up), or None
-        self.on_epoch = on_epoch      # called on every rank with each epoch's record
-        self.towers = towers          # tower mode: None (data parallel), "shard" or "same" data
-        self.tower_mix, self.tower_weights = tower_mix, None
-        self.prefetch = prefetch      # prepare and send the next batch while this one computes
-        self.read_local = read_local  # every rank reads its own rows (a packed file), no scatter
-        self.shuffle_block = int(shuffle_block)
-        self.average_every, self.overlap = int(average_every), bool(overlap)
-        self.timeline = Timeline(keep=timeline)
-        self.stepper = choose_step(model, optimizer, comm, faults or Faults(), self.timeline, grad_accum, towers,
-                                   average_every, overlap, overlap_bucket, table)
-        self.table = table
-        # the best epoch by the held-out metric: kept (keep_best) and counted from (early_stop)
-        self.early_stop, self.keep_best, self.stop_metric = int(early_stop), bool(keep_best), stop_metric
-        self.target_scale = float(target_scale)     # regression: held-out RMSE in the label's units
+        self.verbose = not cfg.quiet and self.rank0
+        self.watchdog = hooks.watchdog or NoWatchdog()
+        self.max_bad_steps = int(cfg.max_bad_steps)
+        self.on_epoch = hooks.on_epoch  # called on every rank with each epoch's record
+        self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
+        self.tower_mix, self.tower_weights = cfg.tower_mix, None
+        self.prefetch = not cfg.no_prefetch     # prepare and send the next batch while this one computes
+        self.read_local = cfg.input == "local"  # every rank reads its own rows (a packed file), no scatter
+        self.shuffle_block = int(cfg.shuffle_block)
+        self.average_every, self.overlap = int(cfg.average_every), bool(cfg.overlap)
+        self.timeline = Timeline(keep=bool(cfg.timeline))
+        self.stepper = choose_step(cfg, model, optimizer, comm, hooks.faults or Faults(), self.timeline)
+        self.table = cfg.table
+        # the best epoch by the held-out metric: kept (--keep best) and counted from (--early-stop)
+        self.early_stop, self.keep_best, self.stop_metric = int(cfg.early_stop), cfg.keep == "best", cfg.stop_metric
+        self.target_scale = float(cfg.target_scale)     # regression: held-out RMSE in the label's units
         self.best = None              # {"epoch", "value", "bad_epochs"} once an epoch was scored
         self.best_params = None       # a copy of the best epoch's parameters (keep_best; rank 0 alone when sharded)
         self.samples, self.samples_at_start, self.steps_at_start = 0, 0, 0
@@ -106,9 +118,7 @@ class Trainer:
         """The step once this rank has its rows (the strategy's). Returns (mean loss, ok); ok is False
         when the step was skipped for a non-finite loss or gradient on some rank (every rank reaches
         the same verdict)."""
-        if self.lr_at is not None:
-            self.optimizer.lr = self.lr_at(self.global_step)
-        loss, ok = self.stepper(local, n_global, self.global_step + 1)
+        loss, ok = self.stepper(local, n_global, self.global_step + 1, self.schedule(self.global_step))
         self.samples += n_global
         return loss, ok
 

@@ -6,7 +6,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from ranks import COMM, agree, toy_data
+from ranks import COMM, agree, make_trainer, toy_data
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
@@ -14,7 +14,7 @@ from mpinn.data import Dataset
 from mpinn.batch import Batch
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.training import Faults, Trainer
+from mpinn.training import Faults, Hooks
 from mpinn.training.timeline import PHASES
 
 
@@ -22,10 +22,10 @@ def make(dtype="float64", optimizer="sgd", threshold=0.25, compress=None, averag
          timeline=False, faults=None, transport="auto"):
     spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", dtype, sparse_fan_in=2.5)
     model = MLP(spec).init_(0)
-    opt = create_optimizer(optimizer, model.size, np, 0.05, 0.0, model.weight_slices)
+    opt = create_optimizer(optimizer, model.size, np, 0.0, model.weight_slices)
     c = create_communicator("allreduce", sparse_threshold=threshold, compress=compress, transport=transport)
-    t = Trainer(model, opt, c, Layout(64, 3, dtype, "int64"), 12, verbose=False,
-                average_every=average_every, timeline=timeline, faults=faults)
+    t = make_trainer(model, opt, c, Layout(64, 3, dtype, "int64"), 12, average_every=average_every,
+                     timeline="trace.json" if timeline else None, hooks=Hooks(faults=faults))
     t.start()
     return t
 

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # tests/, for fake_device
 
-from ranks import COMM, agree, toy_data
+from ranks import COMM, agree, make_trainer, toy_data
 from fake_device import FakeBackend
 from mpinn.backend import gpu_probe, to_host
 from mpinn.comm import create_communicator
@@ -19,7 +19,6 @@ from mpinn.batch import Layout
 from mpinn.data import Dataset
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.training import Trainer
 
 GPUS, NO_GPU = gpu_probe()
 # every rank must skip alike, or the collectives of the next test misalign
@@ -31,8 +30,8 @@ def fit(comm, backend, optimizer="sgd", threshold=0.25, epochs=2, batch=12):
     """Two epochs of Trainer.fit on the toy data (float64), the held-out metrics, the parameters."""
     spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
     model = MLP(spec, backend).init_(0)
-    opt = create_optimizer(optimizer, model.size, backend.xp, 0.05, 0.0, model.weight_slices)
-    t = Trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch, verbose=False)
+    opt = create_optimizer(optimizer, model.size, backend.xp, 0.0, model.weight_slices)
+    t = make_trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch)
     t.start()
     Xs, Xd, y = toy_data()
     data = Dataset(Xs, Xd, y, {"task": "multiclass"}) if t.rank0 else None

@@ -10,20 +10,21 @@ from mpinn.data import Dataset
 from mpinn.metrics import compute_metrics
 from mpinn.batch import Batch
 from mpinn.model import MLP
-from mpinn.optim import create_optimizer, lr_schedule
-from mpinn.training import Trainer
+from mpinn.optim import create_optimizer
+from mpinn.optim.schedule import make_schedule
+from ranks import make_trainer as trainer_of
 
 SPEC = dict(n_sparse=64, n_dense=3, hidden=(8,), activation="tanh", dtype="float64", sparse_fan_in=2.5)
 
 
 def make_trainer(loss="softmax", n_out=3, optimizer="sgd", lr=0.05, batch=12, reduce_="allreduce",
-                 threshold=0.25, grad_accum=1, lr_at=None):
+                 threshold=0.25, grad_accum=1, schedule=None):
     model = MLP(ModelSpec(n_out=n_out, loss=loss, **SPEC)).init_(0)
-    opt = create_optimizer(optimizer, model.size, np, lr, 0.0, model.weight_slices)
+    opt = create_optimizer(optimizer, model.size, np, 0.0, model.weight_slices)
     c = create_communicator(reduce_, sparse_threshold=threshold)
     y_dtype = "int64" if loss == "softmax" else "float64"
-    t = Trainer(model, opt, c, Layout(64, 3, "float64", y_dtype), batch, verbose=False,
-                grad_accum=grad_accum, lr_at=lr_at)
+    t = trainer_of(model, opt, c, Layout(64, 3, "float64", y_dtype), batch, lr=lr, schedule=schedule,
+                   grad_accum=grad_accum, reduce=reduce_)
     t.start()
     return t
 
@@ -54,16 +55,16 @@ def test_linear_lr_scaling_follows_the_single_rank_trajectory():
     P, b, lr, steps = COMM.size, 4, 0.002, 3
     # the single-rank trajectory, computed on every rank without communication
     ref = MLP(ModelSpec(n_out=3, loss="softmax", **SPEC)).init_(0)
-    opt = create_optimizer("sgd", ref.size, np, lr)
+    opt = create_optimizer("sgd", ref.size, np)
     Xs, Xd, y = toy_data()
     for s in range(steps * P):
         rows = np.arange(s * b, (s + 1) * b) % len(y)
         ref.loss_grad_(Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows]), 1.0 / b)
-        opt.step_(ref.params, ref.grads)
+        opt.step_(ref.params, ref.grads, lr=lr)
     start = MLP(ModelSpec(n_out=3, loss="softmax", **SPEC)).init_(0).params
-    lr_at, target = lr_schedule(lr, P * b, base_batch=b, scaling="linear")
-    assert target == pytest.approx(lr * P)
-    scaled = run_steps(make_trainer(lr=target, batch=P * b, lr_at=lr_at), P * b, steps)
+    schedule = make_schedule(lr, P * b, base_batch=b, scaling="linear")
+    assert schedule.target == pytest.approx(lr * P)
+    scaled = run_steps(make_trainer(batch=P * b, schedule=schedule), P * b, steps)
     unscaled = run_steps(make_trainer(lr=lr, batch=P * b), P * b, steps)
     moved = np.linalg.norm(ref.params - start)
     err_scaled = np.linalg.norm(scaled - ref.params) / moved
@@ -73,15 +74,6 @@ def test_linear_lr_scaling_follows_the_single_rank_trajectory():
     else:   # measured: 0.0008 (np=2) and 0.0011 (np=3) scaled, against 1 - 1/P unscaled
         print("linear scaling at np=%d: relative error %.4f scaled, %.4f unscaled" % (P, err_scaled, err_unscaled))
         agree(err_scaled < 0.05 and err_unscaled > 0.4, "scaled %g, unscaled %g" % (err_scaled, err_unscaled))
-
-
-def test_warmup_ramps_from_lr_to_the_scaled_rate():
-    lr_at, target = lr_schedule(0.1, 1024, base_batch=256, scaling="linear", warmup_steps=4)
-    assert [lr_at(s) for s in range(6)] == pytest.approx([0.1, 0.175, 0.25, 0.325, 0.4, 0.4])
-    lr_at, target = lr_schedule(0.1, 1024, base_batch=256, scaling="sqrt")
-    assert target == pytest.approx(0.2) and lr_at(0) == pytest.approx(0.2)
-    lr_at, _ = lr_schedule(0.1, 1024, scaling="none", warmup_steps=4)
-    assert [lr_at(s) for s in range(5)] == pytest.approx([0.025, 0.04375, 0.0625, 0.08125, 0.1])
 
 
 @pytest.mark.parametrize("loss,n_out,task", [("softmax", 3, "multiclass"), ("sigmoid", 1, "binary"),
@@ -111,18 +103,18 @@ def test_a_tower_trained_on_the_same_data_is_a_one_rank_run_with_its_seed():
     Xs, Xd, y = toy_data()
     spec = ModelSpec(n_out=3, loss="softmax", **SPEC)
     model = MLP(spec).init_(COMM.rank)
-    opt = create_optimizer("momentum", model.size, np, 0.05, 0.0, model.weight_slices)
-    t = Trainer(model, opt, create_communicator("tower"), Layout(64, 3, "float64", "int64"), 12,
-                verbose=False, towers="same")
+    opt = create_optimizer("momentum", model.size, np, 0.0, model.weight_slices)
+    t = trainer_of(model, opt, create_communicator("tower"), Layout(64, 3, "float64", "int64"), 12,
+                   parallel="tower", tower_data="same")
     t.start()
     run_steps(t, 12, 5)
     ref = MLP(spec).init_(COMM.rank)
-    ropt = create_optimizer("momentum", ref.size, np, 0.05, 0.0, ref.weight_slices)
+    ropt = create_optimizer("momentum", ref.size, np, 0.0, ref.weight_slices)
     for s in range(5):
         rows = np.arange(s * 12, (s + 1) * 12) % len(y)
         touched = ref.loss_grad_(Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows]), 1.0 / 12,
                                  sparse_grad=True)
-        ropt.step_(ref.params, ref.grads, touched)     # lazy momentum on the hashed block, as the tower
+        ropt.step_(ref.params, ref.grads, touched, lr=0.05)     # lazy momentum on the hashed block, as the tower
     agree(np.array_equal(model.params, ref.params), "max diff %g" % np.max(np.abs(model.params - ref.params)))
     towers = t.gather_towers()
     if t.rank0:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ranks import COMM, agree, toy_data
+from ranks import COMM, agree, make_trainer, toy_data
 from mpinn.comm import create_communicator
 from mpinn.comm.overlap import OverlappedReduce
 from mpinn.config import MpinnError, ModelSpec
@@ -10,16 +10,17 @@ from mpinn.batch import Layout
 from mpinn.batch import Batch
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.training import Faults, Trainer
+from mpinn.training import Faults, Hooks
 
 
 def make(overlap, optimizer="sgd", threshold=0.25, hidden=(8, 6), n_sparse=64, bucket=1 << 16, faults=None):
     spec = ModelSpec(n_sparse, 3, hidden, 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
     model = MLP(spec).init_(0)
-    opt = create_optimizer(optimizer, model.size, np, 0.05, 0.0, model.weight_slices)
+    opt = create_optimizer(optimizer, model.size, np, 0.0, model.weight_slices)
     c = create_communicator("allreduce", sparse_threshold=threshold)
-    t = Trainer(model, opt, c, Layout(n_sparse, 3, "float64", "int64"), 12, verbose=False,
-                overlap=overlap, overlap_bucket=bucket, faults=faults)
+    t = make_trainer(model, opt, c, Layout(n_sparse, 3, "float64", "int64"), 12, overlap=overlap,
+                     hooks=Hooks(faults=faults))
+    t.stepper.bucket = bucket
     t.start()
     return t
 
@@ -74,7 +75,8 @@ def test_a_nan_on_one_rank_skips_the_overlapped_step_everywhere():
 
 def test_overlap_refuses_what_it_cannot_do():
     model = MLP(ModelSpec(0, 3, (4,), 2, "relu", "softmax", "float64")).init_(0)
-    opt = create_optimizer("sgd", model.size, np, 0.1)
-    for comm, kw in ((create_communicator("gather"), {}), (create_communicator("allreduce"), {"grad_accum": 2})):
-        with pytest.raises(MpinnError):
-            Trainer(model, opt, comm, Layout(0, 3, "float64", "int64"), 4, verbose=False, overlap=True, **kw)
+    opt = create_optimizer("sgd", model.size, np)
+    for comm, kw in ((create_communicator("gather"), {"reduce": "gather"}),
+                     (create_communicator("allreduce"), {"grad_accum": 2})):
+        with pytest.raises(MpinnError, match="--overlap needs"):      # the rule table (mpinn.settings.rules)
+            make_trainer(model, opt, comm, Layout(0, 3, "float64", "int64"), 4, overlap=True, **kw)

@@ -159,13 +159,3 @@ def test_a_label_with_one_value_is_refused():
         check_labels(flat)
 
 
-def test_decay_composes_with_scaling_and_warm_up():
-    from mpinn.optim import lr_schedule
-    from mpinn.schedule import with_decay
-    lr_at, target = lr_schedule(0.1, 512, 128, "linear", 10)         # 0.1 -> 0.4 over 10 steps
-    cos = with_decay(lr_at, "cosine", 110, 10)
-    assert cos(0) == lr_at(0) == 0.1 and cos(5) == lr_at(5) and cos(10) == pytest.approx(target)
-    assert cos(60) == pytest.approx(target / 2) and cos(110) == pytest.approx(0, abs=1e-12)
-    step = with_decay(lr_at, "step", 110, 10)
-    assert step(59) == target and step(60) == pytest.approx(target / 10) and step(85) == pytest.approx(target / 100)
-    assert with_decay(lr_at, "none", 110, 10) is lr_at

@@ -4,23 +4,25 @@ import os
 import pytest
 
 from conftest import ROOT, mpirun
-from mpinn.api import options_to_argv, parse_options
 from mpinn.config import MpinnError
+from mpinn.settings import from_keywords
+from mpinn.settings.parse import options_to_argv
 
 
 def test_keyword_options_become_the_cli_arguments():
     assert options_to_argv("d.csv", {"hidden": (64, 32), "quiet": True, "no_progress": False,
                                      "lr": 0.1, "valid": None}) == ["--data", "d.csv", "--hidden", "64,32", "--quiet",
                                                                     "--lr", "0.1"]
-    args = parse_options("d.csv", hidden=(8,), batch_size=64)
-    assert args.data == "d.csv" and args.hidden == (8,) and args.batch_size == 64 and args.epochs is None   # None: by model shape
+    cfg = from_keywords("d.csv", hidden=(8,), batch_size=64)
+    assert cfg.data == "d.csv" and cfg.hidden == (8,) and cfg.batch_size == 64 and cfg.epochs is None   # None: by model shape
+    assert cfg.where("hidden") == "given" and cfg.where("epochs") == "default" and cfg.where("lr") == "default"
 
 
 def test_bad_options_raise_like_the_cli_reports():
     with pytest.raises(TypeError, match="unknown option 'hiden'"):
-        parse_options(hiden=(8,))
+        from_keywords(hiden=(8,))
     with pytest.raises(MpinnError, match="--batch-size: must be a positive integer"):
-        parse_options(batch_size=0)
+        from_keywords(batch_size=0)
 
 
 @pytest.mark.mpi

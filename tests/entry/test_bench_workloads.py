@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from mpinn import workloads
+from mpinn.bench import workloads
 from conftest import mpirun, run
 
 

@@ -206,17 +206,9 @@ def test_less_to_send_and_the_timeline_end_to_end(tmp_path, mode, launcher):
     assert json.load(open(metrics))["valid"]["auc"] > 0.6
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--compress", "fp16", "--reduce", "gather"], "--compress and --average-every need --reduce allreduce"),
-    (["--compress", "fp16", "--average-every", "2"], "give one of them")])
-def test_exchange_options_that_do_not_combine(tmp_path, args, message):
-    r, _, _ = train(1, ["--default-rows", "2000", "--epochs", "1"] + args, tmp_path)
-    assert r.returncode == 2 and message in r.stderr, r.stderr
-
-
 def test_data_is_given_as_an_option_or_positionally():
-    from mpinn.options import build_train_parser
-    p = build_train_parser()
+    from mpinn.settings.parse import build_parser
+    p = build_parser()
     assert p.parse_args(["--data", "a.csv", "--label", "y"]).data == "a.csv"
     assert p.parse_args(["a.csv", "--label", "y"]).data == "a.csv"
     assert p.parse_args(["a.csv", "--data", "a.csv"]).data == "a.csv"

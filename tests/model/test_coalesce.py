@@ -3,7 +3,7 @@ so the sum of a row is fixed as 0 + its row in each part that has it, in part or
 import numpy as np
 import pytest
 
-from mpinn import fused
+from mpinn.optim import fused
 from mpinn.batch import RowParts, SparseRows, coalesce, put_rows, take_rows
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mpinn.batch import SparseRows
-from mpinn import fused
+from mpinn.optim import fused
 from mpinn.optim import create_optimizer
 
 N_ROWS, WIDTH, N_DENSE = 60, 8, 37
@@ -17,7 +17,9 @@ WEIGHTS = [(0, N_ROWS * WIDTH + 25)]
 
 CASES = [("sgd", {}), ("sgd", {"weight_decay": 0.01}), ("momentum", {"weight_decay": 0.01}), ("adam", {}),
          ("adam", {"weight_decay": 0.02}), ("adagrad", {}), ("adagrad", {"weight_decay": 0.01}), ("ftrl", {}),
-         ("ftrl", {"l1": 0.05, "l2": 0.1, "ftrl_beta": 0.5, "weight_decay": 0.01})]
+         ("ftrl", {"l1": 0.05, "l2": 0.1, "ftrl_beta": 0.5, "weight_decay": 0.01}),
+         ("adam", {"schedule": True}), ("ftrl", {"schedule": True}), ("ftrl", {"schedule": True, "l1": 0.05}),
+         ("momentum", {"schedule": True}), ("adagrad", {"schedule": True})]
 
 
 @pytest.fixture(scope="module")
@@ -31,19 +33,19 @@ def lib():
 
 def run(name, kw, dtype, use_fused, steps=7, seed=0):
     rng = np.random.default_rng(seed)
-    opt = create_optimizer(name, SIZE, np, kw.get("lr", 0.05), kw.get("weight_decay", 0.0), WEIGHTS,
-                           table=(N_ROWS, WIDTH), l1=kw.get("l1", 0.0), l2=kw.get("l2", 0.0),
-                           ftrl_beta=kw.get("ftrl_beta", 1.0))
+    opt = create_optimizer(name, SIZE, np, kw.get("weight_decay", 0.0), WEIGHTS, table=(N_ROWS, WIDTH),
+                           l1=kw.get("l1", 0.0), l2=kw.get("l2", 0.0), ftrl_beta=kw.get("ftrl_beta", 1.0))
     if not use_fused:
         opt.fused_library = lambda dt: None
     p = rng.standard_normal(SIZE).astype(dtype)
-    for _ in range(steps):
+    for s in range(steps):
         ids = np.sort(rng.choice(N_ROWS, 15, replace=False))
         rows = (rng.standard_normal((15, WIDTH)) * 10.0 ** rng.integers(-3, 2, (15, 1))).astype(dtype)
         rows[0] = 0.0
         g = np.zeros(SIZE + 1, dtype)
         g[N_ROWS * WIDTH:SIZE] = rng.standard_normal(N_DENSE)
-        opt.step_(p, g[:SIZE], SparseRows(ids, rows, N_ROWS))
+        lr = 0.05 * (1 + s) / steps if kw.get("schedule") else 0.05    # a warm-up: the rate changes every step
+        opt.step_(p, g[:SIZE], SparseRows(ids, rows, N_ROWS), lr=lr)
     return p, opt.state()
 
 
@@ -61,9 +63,11 @@ def test_the_kernels_give_the_numpy_passes_bits(lib, name, kw, dtype):
 def test_the_kernels_refuse_rows_outside_the_table(lib):
     table = np.zeros((4, 2))
     with pytest.raises(ValueError, match="outside"):
-        fused.rows(lib, "sgd", table, np.array([1, 4]), np.ones((2, 2)), consts=(0.1, 0.0))
+        fused.rows(lib, "sgd", table, np.array([1, 4]), np.ones((2, 2)), consts=fused.consts("sgd", lr=0.1, wd=0))
     with pytest.raises(ValueError, match="C-contiguous"):
-        fused.dense(lib, "sgd", table[:, 0], np.ones(4), consts=(0.1,))
+        fused.dense(lib, "sgd", table[:, 0], np.ones(4), consts=fused.consts("sgd", lr=0.1, wd=0))
+    with pytest.raises(TypeError, match="need exactly"):
+        fused.consts("sgd", lr=0.1)
 
 
 def test_mpinn_fused_0_turns_them_off(monkeypatch):
@@ -93,6 +97,20 @@ def test_a_compiler_that_fails_leaves_the_numpy_passes_and_says_why(lib, monkeyp
     monkeypatch.setenv("CC", shutil.which("false") or "/bin/false")
     assert fused.library() is None
     assert "failed" in fused.why_not and fused.status().startswith("off: not compiled")
-    opt = create_optimizer("adam", SIZE, np, 0.01, table=(N_ROWS, WIDTH))
+    opt = create_optimizer("adam", SIZE, np, table=(N_ROWS, WIDTH))
     assert opt.fused_library(np.float32) is None                 # and a step still runs, in numpy
-    opt.step_(np.zeros(SIZE, np.float32), np.ones(SIZE, np.float32))
+    opt.step_(np.zeros(SIZE, np.float32), np.ones(SIZE, np.float32), lr=0.01)
+
+
+def test_constants_whose_layout_differs_from_the_c_side_refuse_the_library(lib, monkeypatch):
+    """Each kernel's constants are a struct named field by field; a Python side that disagrees with the
+    C side (a field added, renamed or moved on one side only) refuses the library, and says why."""
+    assert fused.check_layout(lib) is None
+    moved = dict(fused.CONSTS, adam=fused._consts("adam_consts", ("b1", "lr", "b2", "eps", "step", "wd")))
+    assert "adam_consts" in fused.check_layout(lib, moved)
+    grown = dict(fused.CONSTS, sgd=fused._consts("sgd_consts", ("lr", "wd", "mu")))
+    assert "sgd_consts" in fused.check_layout(lib, grown)
+    monkeypatch.setattr(fused, "_tried", False)
+    monkeypatch.setattr(fused, "_lib", None)
+    monkeypatch.setattr(fused, "CONSTS", moved)
+    assert fused.library() is None and "constants differ" in fused.why_not and "adam_consts" in fused.why_not

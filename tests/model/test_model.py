@@ -106,11 +106,11 @@ def test_sparse_sgd_update_equals_dense_update():
     batch = Batch(batch.Xs.astype(np.float32), None, batch.y.astype(np.float32))
     twin = MLP(model.spec)
     twin.params[...] = model.params
-    sgd, sgd2 = (create_optimizer("sgd", model.size, np, 0.5) for _ in range(2))
+    sgd, sgd2 = (create_optimizer("sgd", model.size, np) for _ in range(2))
     rows = model.loss_grad_(batch, 1 / 16, sparse_grad=True)
-    sgd.step_(model.params, model.grads, rows)
+    sgd.step_(model.params, model.grads, rows, lr=0.5)
     twin.loss_grad_(batch, 1 / 16)
-    sgd2.step_(twin.params, twin.grads)
+    sgd2.step_(twin.params, twin.grads, lr=0.5)
     assert np.array_equal(model.params, twin.params)
 
 
@@ -127,4 +127,6 @@ def test_spec_rejects_bad_values():
     with pytest.raises(MpinnError, match="no input"):
         ModelSpec(0, 0, (4,), 2)
     with pytest.raises(MpinnError, match="learning rate"):
-        create_optimizer("sgd", 3, np, -0.1)
+        create_optimizer("sgd", 3, np).step_(np.zeros(3), np.zeros(3), lr=-0.1)
+    with pytest.raises(MpinnError, match="alpha"):
+        create_optimizer("ftrl", 3, np).step_(np.zeros(3), np.zeros(3), lr=0.0)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.towers import fit_weights, mix, mixture_loss
+from mpinn.training.towers import fit_weights, mix, mixture_loss
 import sys
 
 

@@ -7,12 +7,11 @@ import shutil
 import numpy as np
 import pytest
 
-from ranks import COMM, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data
+from ranks import COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, restore_then_start, shared_dir, toy_data
 from mpinn.batch import Batch, Layout
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.model import MLP
-from mpinn.training import Trainer
 
 SPEC = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
 BATCH, FIRST, TOTAL = 12, 3, 6
@@ -21,8 +20,7 @@ BATCH, FIRST, TOTAL = 12, 3, 6
 def trainer_on(mpi_comm, optimizer):
     model = MLP(SPEC).init_(0)
     comm = create_communicator("allreduce", mpi_comm)
-    return Trainer(model, make_optimizer(optimizer, model), comm, Layout(64, 3, "float64", "int64"), BATCH,
-                   verbose=False)
+    return make_trainer(model, make_optimizer(optimizer, model), comm, Layout(64, 3, "float64", "int64"), BATCH)
 
 
 def steps(trainer, start, stop):

@@ -3,13 +3,13 @@ had never been seen; the optimizers' state is left untouched too."""
 import numpy as np
 import pytest
 
-from ranks import COMM, OPTIMIZERS, agree, make_optimizer, toy_data
+from ranks import COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, toy_data
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
 from mpinn.batch import Batch
 from mpinn.model import MLP
-from mpinn.training import Faults, Trainer
+from mpinn.training import Faults, Hooks
 
 
 def run(reduce_, optimizer, faults, skip=(), steps=6, batch=7, threshold=0.25):
@@ -18,8 +18,8 @@ def run(reduce_, optimizer, faults, skip=(), steps=6, batch=7, threshold=0.25):
     model = MLP(spec).init_(0)
     opt = make_optimizer(optimizer, model)
     comm = create_communicator(reduce_, sparse_threshold=threshold)
-    trainer = Trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch, verbose=False,
-                      faults=Faults(faults, comm.rank))
+    trainer = make_trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch,
+                           hooks=Hooks(faults=Faults(faults, comm.rank)))
     trainer.start()
     verdicts = []
     for s in range(steps):

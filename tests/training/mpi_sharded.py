@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ranks import COMM, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data
+from ranks import COMM, LR, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data
+from ranks import make_trainer as trainer_of
 from mpinn.batch import Batch, Layout
 from mpinn.process import resident_bytes
 from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.model import MLP
-from mpinn.training import Trainer
 from mpinn.training.evaluate import evaluate
 from mpinn.training.sharded import own_rows
 
@@ -39,8 +39,8 @@ def make_trainer(table, optimizer, batch, mpi_comm=None, n_sparse=64, grad_accum
     comm = create_communicator("allreduce", mpi_comm, sparse_threshold=10.0, transport="mpi")
     # sharded: each rank makes only its own rows, as training does (the other rows stay zero)
     model = MLP(spec).init_(0, rows=own_rows(comm, n_sparse) if table == "sharded" else None)
-    return Trainer(model, make_optimizer(optimizer, model), comm, Layout(n_sparse, 3, "float64", "int64"), batch,
-                   verbose=False, table=table, grad_accum=grad_accum, **kw)
+    return trainer_of(model, make_optimizer(optimizer, model), comm, Layout(n_sparse, 3, "float64", "int64"), batch,
+                      table=table, grad_accum=grad_accum, **kw)
 
 
 def steps(trainer, data, batch, start, stop, skip=()):
@@ -65,7 +65,7 @@ def one_process(optimizer, batch, n, data, n_sparse=64):
         rows = np.arange(s * batch, (s + 1) * batch) % len(y)
         touched = model.loss_grad_(Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows]), 1.0 / batch,
                                    sparse_grad=opt.sparse_ok)
-        opt.step_(model.params, model.grads, touched)
+        opt.step_(model.params, model.grads, touched, lr=LR)
     return model.params
 
 

@@ -2,14 +2,13 @@
 import numpy as np
 import pytest
 
-from ranks import COMM, OPTIMIZERS, agree, make_optimizer, toy_data
+from ranks import COMM, LR, OPTIMIZERS, agree, make_optimizer, make_trainer, toy_data
 from mpinn.comm import create_communicator, split_counts
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
 from mpinn.batch import Batch
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
-from mpinn.training import Trainer
 
 
 def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weight_decay=0.0, seed=0):
@@ -24,10 +23,10 @@ def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weigh
             rows = np.arange(s * batch, (s + 1) * batch) % len(y)
             b = Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows])
             touched = model.loss_grad_(b, 1.0 / len(rows), sparse_grad=opt.sparse_ok)
-            opt.step_(model.params, model.grads, touched)
+            opt.step_(model.params, model.grads, touched, lr=LR)
         return model.params.copy()
     comm = create_communicator(comm_name, sparse_threshold=sparse_threshold)
-    trainer = Trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch, verbose=False)
+    trainer = make_trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch)
     trainer.start()
     for s in range(steps):
         rows = np.arange(s * batch, (s + 1) * batch) % len(y)
@@ -92,9 +91,9 @@ def test_ng_network_on_digits_reaches_97_percent():
     X = np.ascontiguousarray(X / 16.0)
     spec = ModelSpec(0, 64, (25,), 10, "sigmoid", "sigmoid", "float64")
     model = MLP(spec).init_(0)
-    opt = create_optimizer("sgd", model.size, np, 2.0)
+    opt = create_optimizer("sgd", model.size, np)
     comm = create_communicator("gather")            # DT42's Gather / update / Bcast pattern
-    trainer = Trainer(model, opt, comm, Layout(0, 64, "float64", "int64"), len(y), verbose=False)
+    trainer = make_trainer(model, opt, comm, Layout(0, 64, "float64", "int64"), len(y), lr=2.0)
     trainer.start()
     full = Batch(None, X, y) if comm.rank == 0 else None
     for _ in range(400):

@@ -1,16 +1,14 @@
-"""--table: what auto picks and why, and the combinations sharding refuses (one process, a stand-in comm)."""
-import pytest
-
-from mpinn.config import ModelSpec, MpinnError
-from mpinn.training.sharded import choose_table
+"""--table auto: what it picks and why (mpinn.settings.resolve.choose_table; one process, a stand-in comm).
+The combinations a sharded table refuses are rules of the rule table (tests/entry/test_rules.py)."""
+from mpinn.settings import fixed
+from mpinn.settings.resolve import choose_table
 
 
 class Comm:
     """What choose_table asks of a communicator."""
 
-    def __init__(self, size=4, nodes=1, per_node=4, free=64 << 30, device=None):
+    def __init__(self, size=4, nodes=1, per_node=4, free=64 << 30):
         self.size, self._shape, self._free = size, (nodes, per_node), free
-        self.backend = type("B", (), {"device": device})()
 
     def node_shape(self):
         return self._shape
@@ -19,30 +17,22 @@ class Comm:
         return self._free
 
 
-WIDE = ModelSpec(1 << 22, 4, (64,), 1, "relu", "sigmoid", "float32", sparse_fan_in=20)     # a 1 GiB table
-DENSE = ModelSpec(0, 10, (8,), 2, "relu", "softmax", "float32")
+WIDE = 1 << 22          # hashed inputs: with 64 hidden units in float32, a 1 GiB table
+INFO = {"n_out": 1}
+
+
+def cfg(**kw):
+    return fixed(64, dtype="float32", hidden=(64,), optimizer=kw.pop("optimizer", "sgd"), table="auto", **kw)
 
 
 def test_auto_shards_across_nodes_and_when_replicas_do_not_fit():
-    assert choose_table("auto", Comm(nodes=2, per_node=2), WIDE)[0] == "sharded"
-    assert choose_table("auto", Comm(), WIDE)[0] == "replicated"        # one node, 4 GiB of 64
-    table, why = choose_table("auto", Comm(free=6 << 30), WIDE, state_arrays=2)   # 4 x 3 GiB > 3 GiB
+    assert choose_table(cfg(), Comm(nodes=2, per_node=2), WIDE, INFO)[0] == "sharded"
+    assert choose_table(cfg(), Comm(), WIDE, INFO)[0] == "replicated"        # one node, 4 GiB of 64
+    table, why = choose_table(cfg(optimizer="adam"), Comm(free=10 << 30), WIDE, INFO)   # 4 x 3 GiB > 5 GiB
     assert table == "sharded" and "would take over half" in why
-    assert choose_table("auto", Comm(size=1, nodes=1, per_node=1), WIDE)[0] == "replicated"
-    assert choose_table("auto", Comm(nodes=2), DENSE)[0] == "replicated"
-    assert choose_table("auto", Comm(nodes=2), WIDE, towers="shard") == ("replicated", "auto, with --parallel tower")
-    assert choose_table("auto", Comm(nodes=2), WIDE, transport="shm") == ("replicated", "auto, with --comm shm")
-
-
-@pytest.mark.parametrize("kw,flag", [(dict(towers="shard"), "--parallel tower"), (dict(reduce="gather"), "--reduce gather"),
-                                     (dict(compress="fp16"), "--compress"), (dict(overlap=True), "--overlap"),
-                                     (dict(average_every=4), "--average-every"), (dict(transport="shm"), "--comm shm")])
-def test_sharded_refuses_what_it_cannot_do(kw, flag):
-    with pytest.raises(MpinnError, match="--table sharded does not combine with %s" % flag) as e:
-        choose_table("sharded", Comm(), WIDE, **kw)
-    assert e.value.collective
-    with pytest.raises(MpinnError, match="no hashed inputs"):
-        choose_table("sharded", Comm(), DENSE)
-    with pytest.raises(MpinnError, match="--device gpu"):
-        choose_table("sharded", Comm(device="gpu"), WIDE)
-    assert choose_table("sharded", Comm(), WIDE) == ("sharded", "asked for")
+    assert choose_table(cfg(), Comm(free=10 << 30), WIDE, INFO)[0] == "replicated"     # sgd: 4 x 1 GiB
+    assert choose_table(cfg(), Comm(size=1, nodes=1, per_node=1), WIDE, INFO)[0] == "replicated"
+    assert choose_table(cfg(), Comm(nodes=2), 0, INFO)[0] == "replicated"
+    assert choose_table(cfg(parallel="tower"), Comm(nodes=2), WIDE, INFO) == ("replicated", "auto, with --parallel tower")
+    assert choose_table(cfg(comm="shm"), Comm(nodes=2), WIDE, INFO) == ("replicated", "auto, with --comm shm")
+    assert choose_table(fixed(64, table="sharded"), Comm(), WIDE, INFO) == ("sharded", "asked for")

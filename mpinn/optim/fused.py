@@ -1,7 +1,7 @@
 """Fused update kernels: each optimizer's step in one pass over its elements (and over the touched rows
-of the hashed table, by id, with no gather or write-back), written in C (mpinn/fused.c, a template
-for float and double), compiled on first use with the machine's C compiler and loaded with ctypes. Optional: with no compiler, or MPINN_FUSED=0, the numpy passes of each
-optimizer's update_ run instead.
+of the hashed table, by id, with no gather or write-back), written in C (fused.c beside this file),
+compiled on first use with the machine's C compiler and loaded with ctypes. Optional: with no compiler,
+or MPINN_FUSED=0, the numpy passes of each optimizer's update_ run instead.
 
 The two give the same bits: every kernel does the numpy path's operations in the same order, each
 rounded to the parameters' dtype (float32 or float64; compiled with -ffp-contract=off, so no fused
@@ -9,11 +9,13 @@ multiply-add), and sqrt and division are correctly rounded in both. tests/model/
 for every optimizer, dense and by rows.
 
 Calling convention (so that one Python wrapper serves every optimizer):
-    NAME_dense_S(n, p, g, s0, s1, c)                     elements 0..n-1
-    NAME_rows_S(k, w, ids, P, G, S0, S1, R, c, steps)    rows ids[0..k-1] of the (., w) tables P, S0,
-                                                          S1; G holds their k gradient rows
-s0/s1 (S0/S1) are the optimizer's state arrays, R its per-row state, c its constants, steps Adam's
-step factor by per-row count; unused pointers are NULL. S is f (float32) or d (float64)."""
+    NAME_dense_S(n, p, g, s0, s1, &consts)                    elements 0..n-1
+    NAME_rows_S(k, w, ids, P, G, S0, S1, R, &consts, steps)   rows ids[0..k-1] of the (., w) tables P,
+                                                               S0, S1; G holds their k gradient rows
+s0/s1 (S0/S1) are the optimizer's state arrays, R its per-row state, consts its constants (a struct
+of doubles named field by field: CONSTS below, checked against the C side's layout at load), steps
+Adam's step factor by per-row count (float64); unused pointers are NULL. S is f (float32) or d
+(float64)."""
 import ctypes
 import hashlib
 import os
@@ -25,29 +27,71 @@ import tempfile
 
 import numpy as np
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fused.c")     # the C template
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fused.c")     # the C source
+TEMPLATE = "/* TEMPLATE"        # the line after which the source is compiled once per type
 
 TYPES = {np.dtype(np.float32): ("float", "f"), np.dtype(np.float64): ("double", "d")}     # C type, suffix
 FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared"]
 NATIVE = ["-march=native"]     # this CPU's vector width (sqrt and division are 1.7x faster with AVX2
                                # than with SSE2); correctly rounded on every ISA, so the same bits
+
+
+def _consts(name, fields):
+    return type(name, (ctypes.Structure,), {"_fields_": [(f, ctypes.c_double) for f in fields]})
+
+
+# each kernel's constants, field by field (the C side: the X-macros *_CONSTS in fused.c)
+CONSTS = {
+    "sgd": _consts("sgd_consts", ("lr", "wd")),
+    "momentum": _consts("momentum_consts", ("lr", "mu", "wd")),
+    "adam": _consts("adam_consts", ("lr", "b1", "b2", "eps", "step", "wd")),
+    "adagrad": _consts("adagrad_consts", ("lr", "eps", "wd")),
+    "ftrl": _consts("ftrl_consts", ("inv_alpha", "inv_alpha_prev", "beta", "l1", "l2", "start", "wd")),
+}
+
 _lib = None
 _tried = False
 why_not = None          # why the kernels are not in use (None: in use, or not tried yet)
 
 
 def c_source():
-    """The template SOURCE for float (suffix _f; sqrtf and friends) and for double (suffix _d)."""
+    """The source: its first part once, its template for float (suffix _f; sqrtf and friends) and for
+    double (suffix _d)."""
     with open(SOURCE) as f:
-        body = f.read().split("#include <stdint.h>", 1)[1]
-    out = ["#include <math.h>\n#include <stdint.h>\n"]
+        head, body = f.read().split(TEMPLATE, 1)
+    body = body.split("\n", 1)[1]
+    out = [head]
     for ctype, s in TYPES.values():
         text = body.replace("real", ctype).replace("_S(", "_%s(" % s)
         if ctype == "float":
             for fn in ("sqrt", "fabs", "copysign"):
                 text = text.replace(fn + "(", fn + "f(")
-        out.append(text + "\n#undef R\n#undef CR\n")
+        out.append(text + "\n#undef R\n#undef CR\n#undef AHEAD\n")
     return "\n".join(out)
+
+
+def check_layout(lib, consts=None):
+    """None when every constants struct has the same fields, size and offsets on both sides, else the
+    first difference, in words."""
+    for name, struct in (consts or CONSTS).items():
+        c_name = "%s_consts" % name
+        try:
+            names = getattr(lib, c_name + "_fields")
+            layout = getattr(lib, c_name + "_layout")
+        except AttributeError:
+            return "the library has no %s" % c_name
+        names.restype = ctypes.c_char_p
+        layout.restype = ctypes.c_int64
+        c_fields = names().decode().split()
+        ours = [f for f, _ in struct._fields_]
+        if c_fields != ours:
+            return "%s: C has fields %s, Python %s" % (c_name, c_fields, ours)
+        out = np.zeros(len(ours) + 1, np.int64)
+        layout(ctypes.c_void_p(out.ctypes.data))
+        want = [ctypes.sizeof(struct)] + [getattr(struct, f).offset for f in ours]
+        if out.tolist() != want:
+            return "%s: C size and offsets %s, Python %s" % (c_name, out.tolist(), want)
+    return None
 
 
 def _cache_dir():
@@ -103,7 +147,7 @@ def library():
         return None
     try:
         src = c_source()
-    except OSError as e:        # an install without the template (package data left out)
+    except OSError as e:        # an install without the source (package data left out)
         why_not = "no kernel source (%s): the numpy passes run instead" % e
         return None
     key = hashlib.sha256((src + " ".join(FLAGS + NATIVE) + sysconfig.get_platform() + _cpu()).encode()).hexdigest()[:16]
@@ -113,12 +157,19 @@ def library():
         try:
             if not os.path.exists(path):
                 _compile(src, path)
-            _lib = ctypes.CDLL(path)
-            for _, suffix in TYPES.values():
-                getattr(_lib, "coalesce_" + suffix).restype = ctypes.c_int64    # the others return nothing
-            return _lib
+            lib = ctypes.CDLL(path)
         except (OSError, subprocess.SubprocessError) as e:     # e.g. a read-only home: the temp dir next
             errors.append(str(e))
+            continue
+        mismatch = check_layout(lib)
+        if mismatch:
+            why_not = "refused %s: its constants differ from mpinn's (%s): the numpy passes run instead" % (
+                path, mismatch)
+            return None
+        for _, suffix in TYPES.values():
+            getattr(lib, "coalesce_" + suffix).restype = ctypes.c_int64    # the others return nothing
+        _lib = lib
+        return _lib
     why_not = "not compiled (%s): the numpy passes run instead" % "; ".join(errors)
     return None
 
@@ -144,8 +195,9 @@ def coalesce(parts):
     lens = np.array([i.shape[0] for i in ids], dtype=np.int64)
     id_ptrs = np.array([i.ctypes.data for i in ids], dtype=np.uintp)
     row_ptrs = np.array([r.ctypes.data for r in rows], dtype=np.uintp)
-    n = getattr(_lib, "coalesce_%s" % TYPES[rows0.dtype][1])(ctypes.c_int64(len(parts)), _ptr(lens), _ptr(id_ptrs), _ptr(row_ptrs), ctypes.c_int64(w),
-           _ptr(out_ids), _ptr(out))
+    n = getattr(_lib, "coalesce_%s" % TYPES[rows0.dtype][1])(
+        ctypes.c_int64(len(parts)), _ptr(lens), _ptr(id_ptrs), _ptr(row_ptrs), ctypes.c_int64(w),
+        _ptr(out_ids), _ptr(out))
     if n < 0:
         return None
     return out_ids[:n], out[:n]
@@ -161,17 +213,25 @@ def _check(a, dtype, n, what):
             what, dtype, n, a.dtype, a.shape))
 
 
-def dense(lib, name, p, g, s0=None, s1=None, consts=()):
+def consts(name, **values):
+    """The kernel `name`'s constants struct, every field named (a missing or unknown one is an error)."""
+    struct = CONSTS[name]
+    fields = [f for f, _ in struct._fields_]
+    if sorted(values) != sorted(fields):
+        raise TypeError("%s constants: need exactly %s, got %s" % (name, fields, sorted(values)))
+    return struct(**{k: float(v) for k, v in values.items()})
+
+
+def dense(lib, name, p, g, s0=None, s1=None, consts=None):
     """Elements of p (and of g, s0, s1, all the same length) in one pass."""
     n, dt = p.shape[0], p.dtype
     for a, what in ((p, "p"), (g, "g"), (s0, "state"), (s1, "state")):
         _check(a, dt, n, what)
-    c = np.asarray(consts, dtype=dt)
     getattr(lib, "%s_dense_%s" % (name, TYPES[dt][1]))(
-        ctypes.c_int64(n), _ptr(p), _ptr(g), _ptr(s0), _ptr(s1), _ptr(c))
+        ctypes.c_int64(n), _ptr(p), _ptr(g), _ptr(s0), _ptr(s1), ctypes.byref(consts))
 
 
-def rows(lib, name, table, ids, g, s0=None, s1=None, row_state=None, consts=(), steps=None):
+def rows(lib, name, table, ids, g, s0=None, s1=None, row_state=None, consts=None, steps=None):
     """Rows ids (unique; any integer dtype) of the 2-D table (and of the state tables s0, s1 shaped
     like it) from the gradient rows g, in one pass per row, in place; row_state: one value per row."""
     k, (n_rows, w), dt = ids.shape[0], table.shape, table.dtype
@@ -187,7 +247,8 @@ def rows(lib, name, table, ids, g, s0=None, s1=None, row_state=None, consts=(), 
     _check(g, dt, k * w, "g")
     if row_state is not None and (row_state.shape[0] < n_rows or not row_state.flags.c_contiguous):
         raise ValueError("fused kernel: the per-row state must be contiguous, one value per row")
-    c = np.asarray(consts, dtype=dt)
+    if steps is not None:
+        _check(steps, np.float64, 1, "steps")
     getattr(lib, "%s_rows_%s" % (name, TYPES[dt][1]))(
         ctypes.c_int64(k), ctypes.c_int64(w), _ptr(ids), _ptr(table), _ptr(g), _ptr(s0), _ptr(s1),
-        _ptr(row_state), _ptr(c), _ptr(steps))
+        _ptr(row_state), ctypes.byref(consts), _ptr(steps))

@@ -127,6 +127,11 @@ class Workload:
     what: str
 
     @property
+    def task(self):
+        """What training would call the workload's labels."""
+        return "binary" if self.spec.loss == "sigmoid" and self.spec.n_out == 1 else "multiclass"
+
+    @property
     def layout(self):
         return Layout(self.spec.n_sparse, self.spec.n_dense, self.spec.dtype, self.y_dtype)
 

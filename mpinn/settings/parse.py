@@ -1,0 +1,171 @@
+"""The command line and the Python API's keywords, both made from the option table (table.RunConfig):
+the parser with its --help, from_argv, from_keywords, and the option reference page."""
+import argparse
+import os
+import re
+from types import MappingProxyType
+
+from mpinn.options import Parser
+from mpinn.settings.table import DEFAULT, GIVEN, GROUPS, OPTIONS, RunConfig
+
+
+def flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def _shown_default(f):
+    v = f.default
+    if v is None or v is False or f.metadata["argparse"].get("action"):
+        return None
+    return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def add_options(parser, names=None, suppress=False):
+    """The table's options (all, or those in `names`) as arguments of parser, in argument groups."""
+    wanted = [f for f in OPTIONS if names is None or f.name in names]
+    groups = {}
+    for f in wanted:
+        g = f.metadata["group"]
+        if g not in groups:
+            groups[g] = parser.add_argument_group(g) if names is None else parser
+        kw = dict(f.metadata["argparse"])
+        shown = _shown_default(f)
+        kw["help"] = f.metadata["help"] + (" (default %s)" % shown if shown is not None else "")
+        kw["default"] = argparse.SUPPRESS if suppress else f.default
+        groups[g].add_argument(flag(f.name), **kw)
+        if f.name == "data":        # --data FILE, or the same file as the first positional argument
+            groups[g].add_argument("data_positional", nargs="?", metavar="FILE", help="the same as --data FILE",
+                                   default=argparse.SUPPRESS if suppress else None)
+    return parser
+
+
+def build_parser(suppress=False):
+    """python -m mpinn.train's parser (suppress: no defaults, so that only the given options are set)."""
+    from mpinn.settings.shapes import help_table
+    p = Parser(prog="python -m mpinn.train",
+               description="Train an MLP data-parallel over MPI ranks. Rank 0 reads and hashes the data and "
+                           "scatters each global batch; every rank computes its slice; gradients are allreduced "
+                           "(or gathered to rank 0). Run under mpirun -np N.",
+               epilog="Without DATA, trains on the embedded synthetic click log (20 categorical features, 4 numeric, "
+                      "binary label). Example: mpirun -np 2 python -m mpinn.train --data data.csv --label y "
+                      "--categorical a,b,c --numeric x1,x2. Defaults by model shape (wide: hashed categorical "
+                      "inputs; dense: numeric inputs only; regression: a regression head): " + help_table() +
+                      ". Option combinations that do not go together are refused before any data is read: see "
+                      "docs/options.md.",
+               argument_default=argparse.SUPPRESS if suppress else None)
+    return add_options(p, suppress=suppress)
+
+
+def _config(ns, given):
+    values = {f.name: getattr(ns, f.name) for f in OPTIONS}
+    origin = {f.name: GIVEN if f.name in given else DEFAULT for f in OPTIONS}
+    return RunConfig(**values, origin=MappingProxyType(origin))
+
+
+def _given(argv, raise_errors):
+    quiet = build_parser(suppress=True)
+    quiet.raise_errors = raise_errors
+    return set(vars(quiet.parse_args(argv)))
+
+
+def from_argv(argv=None, raise_errors=False):
+    """The RunConfig of a command line (sys.argv[1:] by default). A bad option: one line and exit 2
+    (raise_errors: MpinnError instead)."""
+    parser = build_parser()
+    parser.raise_errors = raise_errors
+    ns = parser.parse_args(argv)
+    return _config(ns, _given(argv, raise_errors))
+
+
+def options_to_argv(data, options):
+    """Keyword options as the CLI's arguments: hidden=(64, 32) -> --hidden 64,32; a True flag -> --flag."""
+    argv = [] if data is None or not isinstance(data, (str, os.PathLike)) else ["--data", os.fspath(data)]
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(flag(key))
+        elif isinstance(value, (list, tuple)):
+            argv += [flag(key), ",".join(str(v) for v in value)]
+        else:
+            argv += [flag(key), str(value)]
+    return argv
+
+
+def from_keywords(data=None, **options):
+    """The RunConfig of the Python API's keywords: the CLI's names, types, defaults and messages (as
+    MpinnError). data: a path, an in-memory data set (mpinn.data Rows), or None."""
+    known = {f.name for f in OPTIONS}
+    for key in options:
+        if key not in known or key == "data":
+            raise TypeError("mpinn.api.train() got an unknown option %r (see python -m mpinn.train --help)" % key)
+    argv = options_to_argv(data, options)
+    cfg = from_argv(argv, raise_errors=True)
+    if data is not None and not isinstance(data, (str, os.PathLike)):
+        from dataclasses import replace
+        cfg = replace(cfg, data=data, origin=MappingProxyType(dict(cfg.origin, data=GIVEN)))
+    return cfg
+
+
+def describe(cfg):
+    """One line: the options given, and what the data decided (with --flag names), for the start-up output."""
+    def show(name):
+        v = getattr(cfg, name)
+        return ",".join(map(str, v)) if isinstance(v, tuple) else "<in-memory>" if name == "data" and \
+            v is not None and not isinstance(v, str) else str(v)
+    given = ["%s %s" % (flag(f.name), show(f.name)) if f.metadata["argparse"].get("action") is None
+             else flag(f.name) for f in OPTIONS if cfg.where(f.name) == GIVEN]
+    decided = ["%s %s" % (flag(f.name), show(f.name)) for f in OPTIONS if cfg.where(f.name) == "data"]
+    return "config: given %s; chosen from the data and the job: %s; the rest at their defaults" % (
+        " ".join(given) or "nothing", ", ".join(decided) or "nothing")
+
+
+def check_requirements(cfg):
+    """What the options need from this machine, before anything is read (a missing plotting library)."""
+    if cfg.plot:
+        from mpinn.report import check_plotting
+        check_plotting()
+
+
+def reference_markdown():
+    """docs/options.md: every option by group, the defaults by model shape, and the rule table."""
+    from mpinn.settings.shapes import SHAPES
+    from mpinn.settings.rules import RULES
+    from mpinn.optim import REGISTRY
+    out = ["# Training options", "",
+           "Generated from `mpinn/settings/table.py` (`python scripts/options_reference.py --write`); the same "
+           "table makes `python -m mpinn.train --help` and the Python API's keywords "
+           "(`mpinn.api.train(data, epochs=3, ...)`).", ""]
+    for g in GROUPS:
+        out += ["## %s" % g.capitalize(), "", "| option | default | what it does |", "|---|---|---|"]
+        for f in OPTIONS:
+            if f.metadata["group"] == g:
+                shown = _shown_default(f)
+                choices = f.metadata["argparse"].get("choices")
+                what = f.metadata["help"].rstrip(".") + "." + (" One of: %s." % ", ".join(choices) if choices else "")
+                if f.metadata["resume"]:
+                    what += " May change on --resume."
+                shown = '""' if shown == "" else shown
+                out.append("| `%s` | %s | %s |" % (flag(f.name), "`%s`" % shown if shown is not None else
+                                                   "(from the data)" if f.default is None and f.name in
+                                                   ("optimizer", "lr", "batch_size", "epochs", "lr_decay",
+                                                    "early_stop") else "-", what.replace("|", "\\|")))
+        out.append("")
+    out += ["## Defaults by model shape", "",
+            "Options left out are chosen by the model's shape, once the data is read:", "",
+            "| shape | optimizer | lr | epochs | lr decay | early stop |", "|---|---|---|---|---|---|"]
+    for shape, d in SHAPES.items():
+        out.append("| %s | %s | %g | %d | %s | %d |" % (shape, d["optimizer"], d["lr"], d["epochs"], d["lr_decay"],
+                                                      d["early_stop"]))
+    out += ["", "Every shape: the global batch is n/250 rounded down to a power of two, between 128 and 1024.", "",
+            "An optimizer named without `--lr` takes its own rate: " +
+            ", ".join("%s %g" % (o.name, o.lr) for o in REGISTRY.values()) + ".", "",
+            "## Options that do not go together", "",
+            "Checked before any data file is opened (and again once the device and the data are known); each "
+            "refusal is one line and exit code 2.", "", "| rule | options | refused, for example | message |",
+            "|---|---|---|---|"]
+    for r in RULES:
+        message = re.sub(r"\{c\.(\w+)\}", lambda m: "<%s>" % flag(m.group(1)), r.message).replace("{_s}", "<suffix>")
+        out.append("| %s | %s | `--data %s %s` | %s |" % (r.name, ", ".join(flag(o) for o in r.options), r.data,
+                                                        r.example, message.replace("|", "\\|")))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,169 @@
+"""The option combinations that are refused, each written once, as a table: the rule, the options it
+involves, the one-line reason the user sees, and a command that breaks it (tests run every one).
+
+check(cfg) runs the table on a RunConfig: first on the options as given, before the communicator is
+made or any data file is opened; again once the device is known (--device auto); and again once the
+data's shapes have resolved what was left to them (--task auto, the optimizer by model shape). A rule
+whose options are not decided yet (None, auto) does not fire until they are."""
+from dataclasses import dataclass
+from typing import Callable
+
+from mpinn.config import MpinnError
+from mpinn.optim import REGISTRY
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    options: tuple                  # the options it involves (field names)
+    broken: Callable                # RunConfig -> True when the combination is refused
+    message: str                    # str.format'ed with c = the config
+    example: str                    # options that break it (after --data FILE)
+    data: str = "data.csv"          # the kind of data file the example names
+
+
+def _given(c, *names):
+    return any(c.where(n) == "given" for n in names)
+
+
+def _suffix(c):
+    return str(c.data).rsplit(".", 1)[-1].lower() if isinstance(c.data, str) and "." in str(c.data) else ""
+
+
+def _task_known(c):
+    return c.task != "auto"
+
+
+def _own_option_rules():
+    """An optimizer's own options (the registry's) given while another optimizer runs: refused, not ignored."""
+    out = []
+    for o in REGISTRY.values():
+        if not o.options:
+            continue
+        other = next(n for n in REGISTRY if n != o.name)
+        out.append(Rule(
+            "%s-options" % o.name, ("optimizer",) + o.options,
+            lambda c, o=o: c.optimizer is not None and c.optimizer != o.name and _given(c, *o.options),
+            "%s act%s on --optimizer %s only; this run's optimizer is {c.optimizer}" % (
+                ", ".join("--" + x.replace("_", "-") for x in o.options), "" if len(o.options) > 1 else "s",
+                o.name),
+            "--optimizer %s --%s" % (other, o.options[0].replace("_", "-") + (
+                "" if o.options[0] == "adagrad_rowwise" else " 0.5"))))
+    return out
+
+
+RULES = tuple([
+    Rule("one-batch", ("batch_size", "batch_per_rank"), lambda c: bool(c.batch_size and c.batch_per_rank),
+         "give --batch-size (global) or --batch-per-rank, not both", "--batch-size 64 --batch-per-rank 8"),
+    Rule("scaling-base", ("lr_scaling", "lr_base_batch", "batch_per_rank"),
+         lambda c: c.lr_scaling != "none" and not (c.lr_base_batch or c.batch_per_rank),
+         "--lr-scaling {c.lr_scaling} needs the batch the learning rate was tuned for: give --lr-base-batch, or "
+         "--batch-per-rank (then it is that batch)", "--lr-scaling linear"),
+    Rule("base-batch-scaling", ("lr_base_batch", "lr_scaling"),
+         lambda c: c.lr_base_batch is not None and c.lr_scaling == "none",
+         "--lr-base-batch is the batch --lr-scaling scales from: give --lr-scaling linear or sqrt, or leave it "
+         "out", "--lr-base-batch 256"),
+    Rule("rowwise-lazy", ("adagrad_rowwise", "hashed_update"),
+         lambda c: c.adagrad_rowwise and c.hashed_update == "dense",
+         "--adagrad-rowwise updates the touched rows of the hashed block (its dense form is the same update): "
+         "leave out --hashed-update dense", "--optimizer adagrad --adagrad-rowwise --hashed-update dense"),
+    *_own_option_rules(),
+    Rule("tower-checkpoints", ("parallel", "checkpoint_dir", "resume"),
+         lambda c: c.parallel == "tower" and bool(c.checkpoint_dir or c.resume),
+         "--parallel tower does not write or resume checkpoints yet; leave out --checkpoint-dir / --resume",
+         "--parallel tower --checkpoint-dir ckpt"),
+    Rule("tower-options", ("tower_data", "tower_mix", "parallel"),
+         lambda c: c.parallel != "tower" and _given(c, "tower_data", "tower_mix"),
+         "--tower-data and --tower-mix are for --parallel tower", "--tower-mix fit"),
+    Rule("compress-allreduce", ("compress", "reduce", "parallel"),
+         lambda c: bool(c.compress) and (c.reduce != "allreduce" or c.parallel == "tower"),
+         "--compress shrinks the gradient Allreduce: it needs --reduce allreduce and --parallel data",
+         "--compress fp16 --reduce gather"),
+    Rule("local-sgd-allreduce", ("average_every", "reduce", "parallel"),
+         lambda c: bool(c.average_every) and (c.reduce != "allreduce" or c.parallel == "tower"),
+         "--average-every needs --reduce allreduce and --parallel data", "--average-every 4 --reduce gather"),
+    Rule("local-sgd-checkpoints", ("average_every", "checkpoint_dir", "resume"),
+         # between averages the ranks' parameters and optimizer states differ; a checkpoint holds rank 0's
+         lambda c: bool(c.average_every) and bool(c.checkpoint_dir or c.resume),
+         "--average-every does not write or resume checkpoints yet; leave out --checkpoint-dir / --resume",
+         "--average-every 4 --checkpoint-dir ckpt"),
+    Rule("compress-or-local-sgd", ("compress", "average_every"), lambda c: bool(c.compress and c.average_every),
+         "--compress shrinks the gradient Allreduce, which --average-every replaces: give one of them",
+         "--compress fp16 --average-every 4"),
+    Rule("overlap", ("overlap", "reduce", "parallel", "grad_accum", "average_every", "compress", "device"),
+         lambda c: c.overlap and (c.reduce != "allreduce" or c.parallel == "tower" or c.grad_accum > 1
+                                  or bool(c.average_every) or bool(c.compress) or c.device == "gpu"),
+         "--overlap needs --reduce allreduce, --parallel data and --device cpu, without --grad-accum, "
+         "--average-every or --compress", "--overlap --grad-accum 2"),
+    Rule("grad-accum-cpu", ("grad_accum", "device"), lambda c: c.grad_accum > 1 and c.device == "gpu",
+         "--grad-accum runs on --device cpu only (for now)", "--grad-accum 2 --device gpu"),
+    Rule("sharded-table", ("table", "parallel", "reduce", "compress", "overlap", "average_every", "comm", "device"),
+         lambda c: c.table == "sharded" and (c.parallel == "tower" or c.reduce != "allreduce" or bool(c.compress)
+                                             or c.overlap or bool(c.average_every) or c.comm == "shm"
+                                             or c.device == "gpu"),
+         "--table sharded does not combine with --parallel tower, --reduce gather, --compress, --overlap, "
+         "--average-every, --comm shm or --device gpu (yet)", "--table sharded --reduce gather"),
+    Rule("cpu-transport", ("comm", "device"), lambda c: c.comm in ("shm", "mpi") and c.device == "gpu",
+         "--comm {c.comm} is for --device cpu; on a GPU it is auto, nccl, cuda-aware or staged",
+         "--comm mpi --device gpu"),
+    Rule("gpu-transport", ("comm", "device"),
+         lambda c: c.comm in ("nccl", "cuda-aware", "staged") and c.device == "cpu",
+         "--comm {c.comm} moves GPU buffers, but this run computes on the CPU (--device cpu): give --device gpu, "
+         "or --comm auto, shm or mpi", "--comm nccl"),
+    Rule("shm-allreduce", ("comm", "reduce", "parallel"),
+         lambda c: c.comm == "shm" and (c.reduce != "allreduce" or c.parallel == "tower"),
+         "--comm shm sums gradients for --reduce allreduce and --parallel data", "--comm shm --reduce gather"),
+    Rule("local-input", ("input", "data"), lambda c: c.input == "local" and _suffix(c) != "mpinn",
+         "--input local needs a packed file: python -m mpinn.prepare --data FILE ... --out FILE.mpinn",
+         "--input local"),
+    Rule("columns-of-arrays", ("label", "categorical", "numeric", "data"),
+         lambda c: _suffix(c) in ("npz", "mat") and _given(c, "label", "categorical", "numeric"),
+         "--label, --categorical and --numeric name the columns of a CSV or Parquet file; a .{_s} file holds "
+         "the arrays X and y", "--label y", "data.npz"),
+    Rule("holdout-or-valid", ("valid", "holdout"), lambda c: bool(c.valid) and _given(c, "holdout"),
+         "--holdout splits the training data when there is no --valid file: give one of them",
+         "--valid valid.csv --holdout 0.2"),
+    Rule("early-stop-held-out", ("early_stop", "holdout", "valid", "parallel"),
+         lambda c: bool(c.early_stop) and _given(c, "early_stop") and (
+             c.parallel == "tower" or (not c.valid and c.holdout == 0)),
+         "--early-stop needs held-out rows (--valid FILE or --holdout > 0) and --parallel data",
+         "--early-stop 2 --holdout 0"),
+    Rule("checkpoint-every", ("checkpoint_every", "checkpoint_dir", "resume"),
+         lambda c: bool(c.checkpoint_every) and not (c.checkpoint_dir or c.resume),
+         "--checkpoint-every needs --checkpoint-dir DIR (or --resume DIR) to write them to",
+         "--checkpoint-every 100"),
+    Rule("softmax-task", ("loss", "task"), lambda c: c.loss == "softmax" and c.task in ("binary", "regression"),
+         "--loss softmax needs a multiclass task (task is {c.task})", "--task binary --loss softmax"),
+    Rule("squared-task", ("loss", "task"), lambda c: c.loss == "squared" and c.task == "multiclass",
+         "--loss squared needs a regression task (task is {c.task})", "--task multiclass --loss squared"),
+    Rule("sigmoid-task", ("loss", "task"), lambda c: c.loss == "sigmoid" and c.task == "regression",
+         "--loss sigmoid is a classification head: the task is regression (use --loss squared or auto)",
+         "--task regression --loss sigmoid"),
+    Rule("positive-class-task", ("positive_class", "task"),
+         lambda c: c.positive_class is not None and c.task in ("multiclass", "regression"),
+         "--positive-class names the label that is 1 in a binary task (task is {c.task})",
+         "--task multiclass --positive-class yes"),
+    Rule("stop-metric-task", ("stop_metric", "task"),
+         lambda c: _task_known(c) and c.stop_metric != "auto" and c.task not in {
+             "rmse": ("regression",), "auc": ("binary",), "logloss": ("binary", "multiclass"),
+             "accuracy": ("binary", "multiclass")}[c.stop_metric],
+         "--stop-metric {c.stop_metric} does not exist for a {c.task} task", "--task regression --stop-metric auc"),
+])
+
+
+def check(cfg, rules=RULES):
+    """Raise MpinnError (one line, exit code 2, the same on every rank) for the first broken rule."""
+    for r in rules:
+        if r.broken(cfg):
+            raise MpinnError(r.message.format(c=cfg, _s=_suffix(cfg)), collective=True)
+
+
+# rules that need what only the data can tell (checked when the configuration is resolved)
+def check_data(cfg, shapes):
+    """The combinations that depend on the data itself: shapes holds n_sparse and has_valid."""
+    if cfg.table == "sharded" and not shapes["n_sparse"]:
+        raise MpinnError("--table sharded splits the hashed block of the first layer: this model has no "
+                         "hashed inputs", collective=True)
+    if cfg.early_stop and cfg.where("early_stop") == "given" and not shapes["has_valid"]:
+        raise MpinnError("--early-stop needs held-out rows: the data gave none (--valid FILE or --holdout > 0)",
+                         collective=True)

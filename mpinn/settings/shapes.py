@@ -1,0 +1,37 @@
+"""The defaults that depend on what the model looks like: one table, by model shape, and the automatic batch."""
+import math
+
+# model shape -> the training defaults for it (what --help lists); measured on real data sets, see
+# docs and scripts/real_data.py
+SHAPES = {
+    # hashed categorical inputs (a wide first layer, most rows untouched by a batch): SGD updates only
+    # the rows a batch touches, so a step costs the batch, not the 2^18-row table
+    "wide": {"optimizer": "sgd", "lr": 0.3, "epochs": 30, "lr_decay": "none", "early_stop": 3},
+    # numeric inputs only
+    "dense": {"optimizer": "adam", "lr": 0.001, "epochs": 30, "lr_decay": "none", "early_stop": 3},
+    # a regression head (on the standardised target), any inputs
+    "regression": {"optimizer": "adam", "lr": 0.003, "epochs": 30, "lr_decay": "none", "early_stop": 3},
+}
+LOSS_OF_TASK = {"multiclass": "softmax", "binary": "sigmoid", "regression": "squared"}
+METRIC_OF_TASK = {"multiclass": "logloss", "binary": "logloss", "regression": "rmse"}
+
+
+def model_shape(n_sparse, task):
+    """wide (hashed inputs), dense (numeric inputs only) or regression."""
+    if task == "regression":
+        return "regression"
+    return "wide" if n_sparse else "dense"
+
+
+def auto_batch(n_train):
+    """The global batch for n training rows: about 250 steps an epoch (small data sets need steps more
+    than big batches), rounded down to a power of two, between 128 and 1024."""
+    return int(min(1024, max(128, 2 ** int(math.floor(math.log2(max(n_train, 1) / 250.0))))))
+
+
+def help_table():
+    """The defaults per shape, for --help."""
+    return "; ".join("%s: %s lr %g, %d epochs at most, --lr-decay %s, --early-stop %d" % (
+        shape, d["optimizer"], d["lr"], d["epochs"], d["lr_decay"], d["early_stop"])
+        for shape, d in SHAPES.items()) + "; every shape: global batch n/250 rounded down to a power of " \
+        "two, between 128 and 1024 (about 250 steps an epoch), --keep best, --stop-metric logloss (rmse)"

@@ -1,0 +1,237 @@
+"""Every option of a training run, once: its type, default, group, help and whether a resume may change
+it (RunConfig's fields). The command line's parser, --help, the Python API's keywords and the option
+reference (docs/options.md) are all made from this table (mpinn.settings.parse)."""
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Optional
+
+from mpinn.optim import OPTIMIZERS, optimizer_help
+from mpinn.optim.schedule import DECAYS, SCALINGS
+from mpinn.options import (hidden_sizes, nonneg_float, nonneg_int, positive_float, positive_int)
+
+# where a value came from
+GIVEN, DEFAULT, DATA = "given", "default", "data"
+
+
+def option(default, group, help, resume=False, **argparse):
+    """A field that is a command-line option: `--name` (underscores as dashes) with argparse's keywords
+    (type, choices, metavar, action); resume=True: may change when a run is resumed."""
+    return field(default=default, metadata={"group": group, "help": help, "resume": resume, "argparse": argparse})
+
+
+def resolved(default, help):
+    """A field no option sets: decided from the data and the job (mpinn.settings.resolve)."""
+    return field(default=default, metadata={"group": None, "help": help})
+
+
+TASKS = ("auto", "multiclass", "binary", "regression")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run, every decision in one frozen object. Made by mpinn.settings.from_argv or
+    from_keywords (the options as given, the rest at their defaults; None: decided from the data),
+    checked against the rule table (mpinn.settings.rules) before any data is read, then resolved
+    once the data's shapes are known (mpinn.settings.resolve), which returns a new RunConfig.
+    origin[name] says where each value came from: given, default, or data."""
+
+    # ------------------------------------------------------------------ data
+    data: Any = option(None, "data", ".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or .mpinn "
+                       "(written by python -m mpinn.prepare); omitted: the embedded click log", metavar="FILE")
+    label: Optional[str] = option(None, "data", "CSV/Parquet label column")
+    categorical: str = option("", "data", "comma-separated CSV/Parquet columns to hash")
+    numeric: str = option("", "data", "comma-separated CSV/Parquet columns used as numbers")
+    task: str = option("auto", "data", "auto: two distinct labels of any kind (0/1, yes/no, '<=50K'/'>50K') are "
+                       "binary, a few integers or more than two texts multiclass, other numbers regression",
+                       choices=TASKS)
+    positive_class: Optional[str] = option(
+        None, "data", "binary: the label predicted as 1 (default: the larger of the two, e.g. 1, yes, True, "
+        "'>50K'); named in the output and stored in the model", metavar="LABEL")
+    numeric_transform: str = option(
+        "auto", "data", "what numeric inputs go through, fitted on the training file in the reading pass and "
+        "stored in the model: auto: log1p first for non-negative heavy-tailed columns (skewness > 2, and less "
+        "skewed after the log), then every column standardised (mean 0, std 1; a constant column becomes 0), "
+        "clipped to the training range; standard: no log; none: as they are. In every mode a missing cell (empty, "
+        "NA, NaN, ?, ...) or a non-finite value is imputed with the mean and flagged by an extra 0/1 input, and "
+        "(except none) a regression target is standardised for training", choices=("auto", "standard", "none"))
+    valid: Optional[str] = option(None, "data", "held-out file (same format); default: --holdout of the data",
+                                  metavar="FILE")
+    holdout: float = option(0.1, "data", "share of rows held out when there is no --valid", type=nonneg_float)
+    hash_mode: str = option("trick", "data", "trick: one column per feature, hash mod 2**bits; split: the value's "
+                            "xxh64 cut in k slices, one column in each of k blocks per feature; onehot: one column "
+                            "per training value, plus one for unseen values", choices=("trick", "split", "onehot"))
+    hash_k: int = option(4, "data", "split: columns per value", type=positive_int)
+    hash_bits: Optional[int] = option(
+        None, "data", "trick: 2**bits columns (default auto: 16 columns per distinct training value of all the "
+        "categorical columns together, between 2^10 and 2^18; 2^18 for the click log)", type=positive_int)
+    hash_seed: int = option(0, "data", "xxh64 seed", type=int)
+    buckets: Optional[str] = option(None, "data", "split: buckets per block, N for every feature or feat=N,feat=N "
+                                    "(default ceil(sqrt(distinct values)))")
+    default_rows: int = option(200_000, "data", "rows of the embedded click log", type=positive_int)
+    # ------------------------------------------------------------------ model
+    hidden: tuple = option((64,), "model", "hidden widths, comma-separated", type=hidden_sizes)
+    activation: str = option("relu", "model", "hidden activation", choices=("relu", "sigmoid", "tanh"))
+    loss: str = option("auto", "model", "head; auto: softmax (multiclass), sigmoid (binary), squared (regression)",
+                       choices=("auto", "softmax", "sigmoid", "squared"))
+    dtype: str = option("float32", "model", "parameter and compute dtype", choices=("float32", "float64"))
+    # ------------------------------------------------------------------ optimisation
+    optimizer: Optional[str] = option(
+        None, "optimisation", "default: by model shape, see the epilog. " + optimizer_help() + ". Every optimizer "
+        "updates only the rows of the hashed block a batch touched (see --hashed-update); with several ranks on a "
+        "node, the parameters and the optimizer state are held once for the node and each rank updates its part",
+        choices=OPTIMIZERS)
+    hashed_update: str = option(
+        "lazy", "optimisation", "lazy: each step updates only the hashed block's rows the batch touched, and only "
+        "their optimizer state; weight decay there is lazy L2 (added to the touched rows' gradient). For sgd, "
+        "adagrad and ftrl at a constant rate this equals the dense update exactly; for momentum and adam it is "
+        "their lazy variant. dense: every row every step with the exact dense formulas (exact dense Adam, decay of "
+        "every row), slow for a large table", choices=("lazy", "dense"))
+    lr: Optional[float] = option(None, "optimisation", "learning rate (default: the model shape's, see the epilog; "
+                                 "an optimizer named without --lr: its own default, see --optimizer)",
+                                 type=positive_float)
+    momentum: float = option(0.9, "optimisation", "momentum: mu", type=nonneg_float)
+    weight_decay: float = option(0.0, "optimisation", "L2 lambda on weights (not biases): lambda/2 sum W^2",
+                                 type=nonneg_float)
+    adagrad_rowwise: bool = option(False, "optimisation", "adagrad: one accumulator per row of the hashed block (the "
+                                   "mean of the row's squared gradient is added to it, as FBGEMM's row-wise "
+                                   "Adagrad): 1/width of the state", action="store_true")
+    l1: float = option(0.0, "optimisation", "ftrl: L1 strength on the weights, a dead zone |z| <= l1 that holds a "
+                       "weight at exactly zero", type=nonneg_float)
+    l2: float = option(0.0, "optimisation", "ftrl: L2 strength on the weights", type=nonneg_float)
+    ftrl_beta: float = option(1.0, "optimisation", "ftrl: beta of the per-coordinate learning rate "
+                              "alpha / (beta + sqrt(n))", type=nonneg_float)
+    batch_size: Optional[int] = option(None, "optimisation", "GLOBAL batch, split over the ranks (default: by "
+                                       "model shape, see the epilog)", type=positive_int)
+    batch_per_rank: Optional[int] = option(None, "optimisation", "instead of --batch-size: rows per rank per step, "
+                                           "so the global batch grows with the number of ranks", type=positive_int)
+    grad_accum: int = option(1, "optimisation", "compute each rank's share of a step in K micro-batches and add "
+                             "the gradients (same step, a K-th of the activation memory)", type=positive_int,
+                             metavar="K")
+    lr_scaling: str = option("none", "optimisation", "scale --lr by (global batch / --lr-base-batch) or its square "
+                             "root", choices=SCALINGS)
+    lr_base_batch: Optional[int] = option(None, "optimisation", "the global batch --lr was tuned for (default with "
+                                          "--batch-per-rank: that batch)", type=positive_int)
+    warmup_steps: int = option(0, "optimisation", "ramp the learning rate linearly to its (scaled) value over this "
+                               "many steps", type=nonneg_int)
+    lr_decay: Optional[str] = option(
+        None, "optimisation", "after warm-up, over the run's steps: cosine (from the rate down to 0 at the last "
+        "step), step (x0.1 at half-way, x0.01 at three quarters) or none (default: by model shape). With --resume, "
+        "a larger --epochs stretches what is left of it", choices=DECAYS)
+    epochs: Optional[int] = option(None, "optimisation", "at most this many (default: by model shape)",
+                                   resume=True, type=positive_int)
+    early_stop: Optional[int] = option(
+        None, "optimisation", "stop when the held-out metric has not improved for PATIENCE epochs (0: never; "
+        "default: by model shape); needs held-out rows", resume=True, type=nonneg_int, metavar="PATIENCE")
+    keep: str = option("best", "optimisation", "the parameters the model file holds: those of the epoch with the "
+                       "best held-out metric (the last epoch's without held-out rows), or the last epoch's",
+                       resume=True, choices=("best", "last"))
+    stop_metric: str = option("auto", "optimisation", "the held-out metric for --early-stop and --keep best (auto: "
+                              "logloss, rmse for regression)", choices=("auto", "logloss", "auc", "accuracy", "rmse"))
+    seed: int = option(0, "optimisation", "initialisation and shuffling seed", type=int)
+    # ------------------------------------------------------------------ distribution
+    reduce: str = option("allreduce", "distribution", "allreduce: every rank steps; gather: rank 0 steps and "
+                         "broadcasts (DT42)", resume=True, choices=("allreduce", "gather"))
+    device: str = option("cpu", "distribution", "where every rank computes: cpu (numpy; the default while the GPU "
+                         "path is untested on a GPU), gpu (cupy; rank r uses GPU local rank mod device count), auto "
+                         "(gpu when cupy imports and finds a device, else cpu)", resume=True,
+                         choices=("auto", "cpu", "gpu"))
+    comm: str = option("auto", "distribution", "how gradients travel. CPU: shm (summed in a shared-memory window; "
+                       "every rank on one node), mpi (MPI_Allreduce); auto: shm when every rank is on one node, else "
+                       "mpi. GPU: nccl, cuda-aware (cupy arrays straight to MPI), staged (through pinned host "
+                       "buffers); auto: cuda-aware when MPI says so, else staged", resume=True,
+                       choices=("auto", "shm", "mpi", "nccl", "cuda-aware", "staged"))
+    table: str = option("auto", "distribution", "the hashed block of the first layer: replicated (every rank, or "
+                        "with shared memory every node, holds it all), sharded (split by rows over the ranks; each "
+                        "rank holds and steps its own rows, a batch's rows are fetched from their owners and their "
+                        "gradient rows sent back, with Alltoallv); auto: sharded when the job spans several nodes "
+                        "or the node's replicas would not fit in half its memory", resume=True,
+                        choices=("auto", "replicated", "sharded"))
+    input: str = option("scatter", "distribution", "scatter: rank 0 reads (and hashes) the rows and scatters each "
+                        "batch; local: every rank reads its own rows of a packed file (python -m mpinn.prepare)",
+                        resume=True, choices=("scatter", "local"))
+    shuffle_block: int = option(1, "distribution", "shuffle blocks of B consecutive rows instead of single rows: a "
+                                "packed file is then read in runs of B rows, so its mapped pages stay few whatever "
+                                "its size", type=positive_int, metavar="B")
+    no_prefetch: bool = option(False, "distribution", "do not read and send the next batch while this one computes",
+                               resume=True, action="store_true")
+    parallel: str = option("data", "distribution", "data: one model, gradients combined every step; tower: every "
+                           "rank trains its own replica (seed + rank) and predictions are mixed (the wide-sparse "
+                           "seed's mode)", choices=("data", "tower"))
+    tower_data: str = option("shard", "distribution", "tower mode: each tower trains on its slice of every batch "
+                             "(shard) or on the whole batch (same)", choices=("shard", "same"))
+    tower_mix: str = option("mean", "distribution", "tower mode: mix the towers' predictions by a plain mean, or "
+                            "with weights fitted to the held-out loss", choices=("mean", "fit"))
+    sparse_threshold: float = option(0.25, "distribution", "send the sparse layer's gradient as rows while the "
+                                     "touched rows of all ranks are at most this share of the table, else allreduce "
+                                     "it dense", resume=True, type=nonneg_float)
+    compress: Optional[str] = option(None, "distribution", "send the dense gradient as 16-bit floats (prescaled by "
+                                     "1/N, summed in float32; a step whose cast overflows is skipped on every rank)",
+                                     resume=True, choices=("fp16", "bf16"))
+    average_every: int = option(0, "distribution", "local SGD: no gradient exchange; every rank steps on its own "
+                                "rows and the parameters are averaged every K steps and at each epoch end (0: off)",
+                                type=nonneg_int, metavar="K")
+    timeline: Optional[str] = option(None, "distribution", "write a Chrome-trace JSON of every rank's phases per "
+                                     "step (data wait, forward+backward, communication, update), for Perfetto or "
+                                     "chrome://tracing", resume=True, metavar="FILE")
+    overlap: bool = option(False, "distribution", "post the later layers' gradient Allreduce (non-blocking, in "
+                           "buckets) while the earlier layers still back-propagate", action="store_true")
+    # ------------------------------------------------------------------ checkpoints and failure handling
+    checkpoint_dir: Optional[str] = option(None, "checkpoints", "write checkpoints here (rank 0, atomically): every "
+                                           "--checkpoint-every steps and at each epoch end", resume=True)
+    checkpoint_every: int = option(0, "checkpoints", "steps between checkpoints (0: at epoch ends only)",
+                                   resume=True, type=nonneg_int)
+    keep_checkpoints: int = option(3, "checkpoints", "keep the newest K", resume=True, type=positive_int)
+    resume: Optional[str] = option(None, "checkpoints", "continue from the newest checkpoint in DIR with the same "
+                                   "options (--epochs may grow; the number of ranks may change); checkpoints go on "
+                                   "being written there unless --checkpoint-dir says otherwise", resume=True,
+                                   metavar="DIR")
+    step_timeout: float = option(300.0, "checkpoints", "seconds a step, an evaluation or a checkpoint may take "
+                                 "before the job is aborted as hung (0: no deadline)", resume=True,
+                                 type=nonneg_float)
+    start_timeout: float = option(3600.0, "checkpoints", "seconds for start-up: reading and hashing the data "
+                                  "(0: none)", resume=True, type=nonneg_float)
+    max_bad_steps: int = option(20, "checkpoints", "stop after this many consecutive steps with a non-finite loss "
+                                "or gradient (each is skipped on every rank)", resume=True, type=positive_int)
+    # ------------------------------------------------------------------ output
+    model_out: str = option("mpinn-model.npz", "output", "model file written at the end", resume=True)
+    metrics_out: Optional[str] = option(None, "output", "write the history and summary as JSON here", resume=True)
+    curve: Optional[str] = option(None, "output", "append each epoch's losses and metrics to FILE (.csv: one row "
+                                  "per epoch; otherwise JSON lines)", resume=True, metavar="FILE")
+    plot: Optional[str] = option(None, "output", "at the end, plot the loss and metric curves to PNG (needs "
+                                 "matplotlib: pip install 'mpinn[plot]')", resume=True, metavar="PNG")
+    no_progress: bool = option(False, "output", "no progress bar", resume=True, action="store_true")
+    quiet: bool = option(False, "output", "only errors", resume=True, action="store_true")
+
+    # ------------------------------------------------------------------ resolved (no option sets these)
+    batch: int = resolved(0, "the global batch (from --batch-size, or --batch-per-rank x ranks)")
+    model_shape: str = resolved("", "wide (hashed inputs), dense (numeric inputs only) or regression")
+    table_why: str = resolved("", "why the hashed table is replicated or sharded")
+    target_scale: float = resolved(1.0, "regression: the label's scale (held-out RMSE in the label's units)")
+    stage: str = resolved("given", "given: as made from the options; resolved: after mpinn.settings.resolve")
+    origin: Any = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)   # name -> where from
+
+    def where(self, name):
+        """Where the value of `name` came from: given, default, or data."""
+        return self.origin.get(name, DEFAULT)
+
+    @property
+    def towers(self):
+        """tower mode: the towers' data (shard or same); None for data parallelism."""
+        return self.tower_data if self.parallel == "tower" else None
+
+    def options(self):
+        """{name: value} of every option (JSON-able values: hidden as a list, in-memory data named)."""
+        out = {}
+        for f in OPTIONS:
+            v = getattr(self, f.name)
+            if isinstance(v, tuple):
+                v = list(v)
+            elif f.name == "data" and v is not None and not isinstance(v, str):
+                v = "<in-memory %s of %d rows>" % (type(v).__name__, len(v))
+            out[f.name] = v
+        return out
+
+
+OPTIONS = tuple(f for f in fields(RunConfig) if f.metadata.get("group"))
+RESOLVED = tuple(f for f in fields(RunConfig) if "group" in f.metadata and f.metadata["group"] is None)
+GROUPS = ("data", "model", "optimisation", "distribution", "checkpoints", "output")
