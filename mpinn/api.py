@@ -79,6 +79,9 @@ def run(cfg, comm=None):
         watchdog.arm("start-up (reading the data, building the model)", cfg.start_timeout)
     say = (lambda msg: print(msg, flush=True)) if rank0 and not cfg.quiet else (lambda msg: None)
     say("device: %s" % comm.device_note)
+    if comm.backend.device is None:
+        from mpinn.optim import fused
+        say("kernels: %s" % fused.status())       # the optimizers' compiled update, or why the numpy passes run
     from mpinn.data.inputs import load_everywhere
     train_set, valid, info = load_everywhere(cfg, comm, say)
     cfg = settings.resolve(cfg, info, comm)

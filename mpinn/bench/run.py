@@ -171,7 +171,7 @@ def run(args):
         "train_loss_last10_mean_rank0": float(np.mean(last)) if last else None,
         "load": lw.summary(sum(i["own_cpu"] for i in infos)), "setup_s": setup_s,
         "mpinn_version": __version__, "mpi_library": mpi_library_version(),
-        "threadpools": thread_info(), "fused_kernels": fused.library() is not None,
+        "threadpools": thread_info(), "fused_kernels": fused.library() is not None, "fused_from": fused.source,
         "config": cfg.options(),
     }
     write_result(rec, args.out or os.environ.get("PEERS_RESULTS") or "bench-results.jsonl")

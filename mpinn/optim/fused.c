@@ -1,9 +1,10 @@
-/* mpinn's fused update kernels, compiled by mpinn/optim/fused.py (see its docstring for the calling
-   convention). Each kernel does the numpy path's operations (mpinn/optim/*.py update_, mpinn/batch.py
-   coalesce) in the same order, each rounded to the parameters' type, so that both give the same bits.
+/* mpinn's fused update kernels (see mpinn/optim/fused.py for the calling convention). Each kernel does the
+   numpy path's operations (the optimizers' update_, batch.coalesce) in the same order, each
+   rounded to the parameters' type, so that both give the same bits.
 
-   The first part is plain C, compiled once. The part after the TEMPLATE line is compiled twice, with
-   `real` as float and as double and the suffix _S as _f and _d. */
+   Built at install time as the extension mpinn.optim._fused (and _fused_v3, for x86-64-v3 CPUs: see
+   scripts/build_backend.py), or at run time by fused.py into a private cache directory. This file holds
+   what is written once; fused_kernels.h holds the kernels, included below once per float type. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,209 +44,34 @@ CONSTS(adagrad_consts, ADAGRAD_CONSTS)
 #define FTRL_CONSTS(X, T) X(T, inv_alpha) X(T, inv_alpha_prev) X(T, beta) X(T, l1) X(T, l2) X(T, start) X(T, wd)
 CONSTS(ftrl_consts, FTRL_CONSTS)
 
-/* TEMPLATE (everything below is compiled once per type) */
+/* The source this library was built from (its SHA-256, given by the build), so that a library built from
+   other sources is never taken for this one. */
+#ifndef MPINN_SOURCE_HASH
+#define MPINN_SOURCE_HASH "unknown"
+#endif
+const char* mpinn_source_hash(void) { return MPINN_SOURCE_HASH; }
+
 #define R real* restrict
 #define CR const real* restrict
-
-/* Ask for the rows AHEAD rows on now (each id a random row of tables far larger than the cache):
-   their loads then overlap this row's arithmetic instead of each waiting for memory in turn. */
+/* Ask for the rows AHEAD rows on now (each id a random row of tables far larger than the cache): their
+   loads then overlap this row's arithmetic instead of each waiting for memory in turn. */
 #define AHEAD 16
-static inline void ahead_S(const int64_t* ids, int64_t r, int64_t k, int64_t w, const real* A, const real* B,
-                           const real* C) {
-    if (r + AHEAD >= k) return;
-    int64_t at = ids[r + AHEAD] * w;
-    for (int64_t o = 0; o < w; o += 64 / (int64_t)sizeof(real)) {
-        __builtin_prefetch(A + at + o, 1);
-        if (B) __builtin_prefetch(B + at + o, 1);
-        if (C) __builtin_prefetch(C + at + o, 1);
-    }
-}
 
-static inline real sgn_S(real x) { return x > 0 ? (real)1 : (x < 0 ? (real)-1 : (x == x ? (real)0 : x)); }
+#define real float
+#define S(name) name##_f
+#define SQRT sqrtf
+#define FABS fabsf
+#define COPYSIGN copysignf
+#include "fused_kernels.h"
+#undef real
+#undef S
+#undef SQRT
+#undef FABS
+#undef COPYSIGN
 
-/* Rows summed over m parts, each part's ids strictly increasing (a k-way merge): out_ids sorted and
-   unique, each out row 0 + its rows in part order (batch.coalesce's bits). Returns the number of rows,
-   or -1 when a part's ids are not increasing (the caller then sorts in numpy). */
-int64_t coalesce_S(int64_t m, const int64_t* lens, const int64_t* const* ids, const real* const* rows,
-                   int64_t w, int64_t* out_ids, real* out) {
-    int64_t at[m];
-    for (int64_t p = 0; p < m; p++) {
-        at[p] = 0;
-        for (int64_t i = 1; i < lens[p]; i++) if (ids[p][i] <= ids[p][i - 1]) return -1;
-    }
-    int64_t n = 0;
-    for (;;) {
-        int64_t best = INT64_MAX, any = 0;
-        for (int64_t p = 0; p < m; p++)
-            if (at[p] < lens[p] && ids[p][at[p]] < best) { best = ids[p][at[p]]; any = 1; }
-        if (!any) return n;
-        real* restrict o = out + n * w;
-        for (int64_t j = 0; j < w; j++) o[j] = 0;
-        for (int64_t p = 0; p < m; p++) {
-            if (at[p] < lens[p] && ids[p][at[p]] == best) {
-                const real* restrict r = rows[p] + at[p] * w;
-                for (int64_t j = 0; j < w; j++) o[j] = o[j] + r[j];
-                at[p]++;
-            }
-        }
-        out_ids[n++] = best;
-    }
-}
-
-static inline void sgd_S(int64_t n, R p, CR g, real lr, real wd) {
-    if (wd != 0) {
-        for (int64_t i = 0; i < n; i++) { real gi = wd * p[i]; gi = g[i] + gi; real d = gi * lr; p[i] = p[i] - d; }
-    } else {
-        for (int64_t i = 0; i < n; i++) { real d = g[i] * lr; p[i] = p[i] - d; }
-    }
-}
-void sgd_dense_S(int64_t n, real* p, real* g, real* s0, real* s1, const sgd_consts* c) {
-    sgd_S(n, p, g, (real)c->lr, 0);
-}
-void sgd_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0, real* S1,
-                void* R_, const sgd_consts* c, const double* steps) {
-    real lr = (real)c->lr, wd = (real)c->wd;
-    for (int64_t r = 0; r < k; r++) { ahead_S(ids, r, k, w, P, 0, 0); sgd_S(w, P + ids[r] * w, G + r * w, lr, wd); }
-}
-
-/* s0 = velocity */
-static inline void momentum_S(int64_t n, R p, CR g, R v, real lr, real mu, real wd) {
-    for (int64_t i = 0; i < n; i++) {
-        real gi = g[i];
-        if (wd != 0) { real dk = wd * p[i]; gi = gi + dk; }
-        real vi = v[i] * mu; vi = vi + gi; v[i] = vi;
-        real d = vi * lr; p[i] = p[i] - d;
-    }
-}
-void momentum_dense_S(int64_t n, real* p, real* g, real* s0, real* s1, const momentum_consts* c) {
-    momentum_S(n, p, g, s0, (real)c->lr, (real)c->mu, 0);
-}
-void momentum_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0, real* S1,
-                     void* R_, const momentum_consts* c, const double* steps) {
-    real lr = (real)c->lr, mu = (real)c->mu, wd = (real)c->wd;
-    for (int64_t r = 0; r < k; r++) {
-        ahead_S(ids, r, k, w, P, S0, 0);
-        momentum_S(w, P + ids[r] * w, G + r * w, S0 + ids[r] * w, lr, mu, wd);
-    }
-}
-
-/* s0, s1 = m / (1 - b1), v / (1 - b2) */
-static inline void adam_S(int64_t n, R p, CR g, R m, R v, real b1, real b2, real eps, real step, real wd) {
-    for (int64_t i = 0; i < n; i++) {
-        real gi = g[i];
-        if (wd != 0) { real dk = wd * p[i]; gi = gi + dk; }
-        real mi = m[i] * b1; mi = mi + gi; m[i] = mi;
-        real g2 = gi * gi;
-        real vi = v[i] * b2; vi = vi + g2; v[i] = vi;
-        real d = sqrt(vi); d = d + eps; d = mi / d; d = d * step; p[i] = p[i] - d;
-    }
-}
-void adam_dense_S(int64_t n, real* p, real* g, real* s0, real* s1, const adam_consts* c) {
-    adam_S(n, p, g, s0, s1, (real)c->b1, (real)c->b2, (real)c->eps, (real)c->step, 0);
-}
-/* steps[t]: the step factor at a row's count t, without the learning rate (float64) */
-void adam_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0, real* S1,
-                 void* R_, const adam_consts* c, const double* steps) {
-    int64_t* t = (int64_t*)R_;
-    double lr = c->lr;
-    real b1 = (real)c->b1, b2 = (real)c->b2, eps = (real)c->eps, wd = (real)c->wd;
-    for (int64_t r = 0; r < k; r++) {
-        int64_t i = ids[r];
-        ahead_S(ids, r, k, w, P, S0, S1);
-        if (r + AHEAD < k) __builtin_prefetch(t + ids[r + AHEAD], 1);
-        t[i] += 1;
-        double step = lr * steps[t[i]];
-        adam_S(w, P + i * w, G + r * w, S0 + i * w, S1 + i * w, b1, b2, eps, (real)step, wd);
-    }
-}
-
-/* s0 = accumulator */
-static inline void adagrad_S(int64_t n, R p, CR g, R acc, real lr, real eps, real wd) {
-    for (int64_t i = 0; i < n; i++) {
-        real gi = g[i];
-        if (wd != 0) { real dk = wd * p[i]; gi = gi + dk; }
-        real g2 = gi * gi;
-        real a = acc[i] + g2; acc[i] = a;
-        real d = sqrt(a); d = d + eps; d = gi / d; d = d * lr; p[i] = p[i] - d;
-    }
-}
-void adagrad_dense_S(int64_t n, real* p, real* g, real* s0, real* s1, const adagrad_consts* c) {
-    adagrad_S(n, p, g, s0, (real)c->lr, (real)c->eps, 0);
-}
-void adagrad_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0, real* S1,
-                    void* R_, const adagrad_consts* c, const double* steps) {
-    real lr = (real)c->lr, eps = (real)c->eps, wd = (real)c->wd;
-    for (int64_t r = 0; r < k; r++) {
-        ahead_S(ids, r, k, w, P, S0, 0);
-        adagrad_S(w, P + ids[r] * w, G + r * w, S0 + ids[r] * w, lr, eps, wd);
-    }
-}
-
-/* s0, s1 = z, sqrt(n). sigma = 1/eta_new - 1/eta_old with 1/eta = (beta + sqrt(n)) / alpha, computed as
-   (sqrt(n_new) - sqrt(n_old)) / alpha + (beta + sqrt(n_old)) (1/alpha - 1/alpha_prev); the second
-   term is left out when alpha did not change (dinv == 0), so a constant rate costs nothing. */
-static inline void ftrl_start_S(int64_t n, CR p, R z, real l1, real start) {
-    if (l1 != 0) {
-        for (int64_t i = 0; i < n; i++) { real zi = p[i] * start; real s = l1 * sgn_S(p[i]); z[i] = zi - s; }
-    } else {
-        for (int64_t i = 0; i < n; i++) z[i] = p[i] * start;
-    }
-}
-static inline void ftrl_S(int64_t n, R p, CR g, R z, R sqn, real ainv, real dinv, real beta, real l1,
-                          real l2, real wd, const int use_l1, const int use_wd, const int use_dinv) {
-    real nainv = -ainv;
-    for (int64_t i = 0; i < n; i++) {
-        real gi = g[i];
-        if (use_wd) { real dk = wd * p[i]; gi = gi + dk; }
-        real zi = z[i] + gi;
-        real g2 = gi * gi;
-        real qo = sqn[i];
-        real q = qo * qo; q = q + g2; q = sqrt(q); sqn[i] = q;
-        real s = q - qo; s = s * ainv;
-        if (use_dinv) { real e = beta + qo; e = e * dinv; s = s + e; }
-        s = s * p[i];
-        zi = zi - s; z[i] = zi;
-        q = q + beta; q = q * nainv; q = q - l2;      /* q - 0 is q, bit for bit */
-        if (use_l1) {
-            real a = fabs(zi); a = a - l1; a = a < 0 ? (real)0 : a; a = copysign(a, zi);
-            p[i] = a / q;
-        } else {
-            p[i] = zi / q;
-        }
-    }
-}
-/* the flags as constants, so that each call is compiled into its own branch-free loop */
-static inline void ftrl_any_S(int64_t n, R p, CR g, R z, R nn, real ainv, real dinv, real beta, real l1,
-                              real l2, real wd) {
-    int k = (l1 != 0) * 4 + (wd != 0) * 2 + (dinv != 0);
-    switch (k) {
-        case 0: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 0, 0, 0); break;
-        case 1: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 0, 0, 1); break;
-        case 2: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 0, 1, 0); break;
-        case 3: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 0, 1, 1); break;
-        case 4: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 1, 0, 0); break;
-        case 5: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 1, 0, 1); break;
-        case 6: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 1, 1, 0); break;
-        default: ftrl_S(n, p, g, z, nn, ainv, dinv, beta, l1, l2, wd, 1, 1, 1); break;
-    }
-}
-void ftrl_dense_S(int64_t n, real* p, real* g, real* s0, real* s1, const ftrl_consts* c) {
-    real ainv = (real)c->inv_alpha, dinv = ainv - (real)c->inv_alpha_prev;
-    ftrl_any_S(n, p, g, s0, s1, ainv, dinv, (real)c->beta, (real)c->l1, (real)c->l2, 0);
-}
-/* R_: per row, 1 / the alpha of its last step (float64; 0: never stepped, z not started yet) */
-void ftrl_rows_S(int64_t k, int64_t w, const int64_t* ids, real* P, real* G, real* S0, real* S1,
-                 void* R_, const ftrl_consts* c, const double* steps) {
-    double* prev = (double*)R_;
-    real ainv = (real)c->inv_alpha, beta = (real)c->beta, l1 = (real)c->l1, l2 = (real)c->l2;
-    real start = (real)c->start, wd = (real)c->wd;
-    for (int64_t r = 0; r < k; r++) {
-        int64_t i = ids[r];
-        ahead_S(ids, r, k, w, P, S0, S1);
-        real dinv = 0;
-        if (prev[i] == 0) ftrl_start_S(w, P + i * w, S0 + i * w, l1, start);
-        else dinv = ainv - (real)prev[i];
-        prev[i] = c->inv_alpha;
-        ftrl_any_S(w, P + i * w, G + r * w, S0 + i * w, S1 + i * w, ainv, dinv, beta, l1, l2, wd);
-    }
-}
+#define real double
+#define S(name) name##_d
+#define SQRT sqrt
+#define FABS fabs
+#define COPYSIGN copysign
+#include "fused_kernels.h"

@@ -1,12 +1,13 @@
 """Fused update kernels: each optimizer's step in one pass over its elements (and over the touched rows
-of the hashed table, by id, with no gather or write-back), written in C (fused.c beside this file),
-compiled on first use with the machine's C compiler and loaded with ctypes. Optional: with no compiler,
-or MPINN_FUSED=0, the numpy passes of each optimizer's update_ run instead.
+of the hashed table, by id, with no gather or write-back), written in C (fused.c and fused_kernels.h
+beside this file) and called through ctypes. The library is the one built at install time, or one built
+at run time into a private cache (fused_build.py says where from and how it is checked). Optional: with
+neither, or MPINN_FUSED=0, the numpy passes of each optimizer's update_ run instead.
 
 The two give the same bits: every kernel does the numpy path's operations in the same order, each
-rounded to the parameters' dtype (float32 or float64; compiled with -ffp-contract=off, so no fused
-multiply-add), and sqrt and division are correctly rounded in both. tests/model/test_fused.py checks it
-for every optimizer, dense and by rows.
+rounded to the parameters' dtype (compiled with -ffp-contract=off, so no fused multiply-add), and sqrt and
+division are correctly rounded in both. tests/model/test_fused.py checks it for every optimizer, dense
+and by rows.
 
 Calling convention (so that one Python wrapper serves every optimizer):
     NAME_dense_S(n, p, g, s0, s1, &consts)                    elements 0..n-1
@@ -15,25 +16,19 @@ Calling convention (so that one Python wrapper serves every optimizer):
 s0/s1 (S0/S1) are the optimizer's state arrays, R its per-row state, consts its constants (a struct
 of doubles named field by field: CONSTS below, checked against the C side's layout at load), steps
 Adam's step factor by per-row count (float64); unused pointers are NULL. S is f (float32) or d
-(float64)."""
+(float64).
+
+MPINN_FUSED: auto (default: the installed library, the x86-64-v3 build where the CPU has it, else a
+run-time build), base or v3 (that installed build only), runtime (a run-time build only), 0/off (numpy)."""
 import ctypes
-import hashlib
 import os
-import platform
-import shutil
-import subprocess
-import sysconfig
-import tempfile
 
 import numpy as np
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fused.c")     # the C source
-TEMPLATE = "/* TEMPLATE"        # the line after which the source is compiled once per type
+from mpinn.optim import fused_build
+from mpinn.optim.fused_build import Unavailable
 
 TYPES = {np.dtype(np.float32): ("float", "f"), np.dtype(np.float64): ("double", "d")}     # C type, suffix
-FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared"]
-NATIVE = ["-march=native"]     # this CPU's vector width (sqrt and division are 1.7x faster with AVX2
-                               # than with SSE2); correctly rounded on every ISA, so the same bits
 
 
 def _consts(name, fields):
@@ -52,22 +47,7 @@ CONSTS = {
 _lib = None
 _tried = False
 why_not = None          # why the kernels are not in use (None: in use, or not tried yet)
-
-
-def c_source():
-    """The source: its first part once, its template for float (suffix _f; sqrtf and friends) and for
-    double (suffix _d)."""
-    with open(SOURCE) as f:
-        head, body = f.read().split(TEMPLATE, 1)
-    body = body.split("\n", 1)[1]
-    out = [head]
-    for ctype, s in TYPES.values():
-        text = body.replace("real", ctype).replace("_S(", "_%s(" % s)
-        if ctype == "float":
-            for fn in ("sqrt", "fabs", "copysign"):
-                text = text.replace(fn + "(", fn + "f(")
-        out.append(text + "\n#undef R\n#undef CR\n#undef AHEAD\n")
-    return "\n".join(out)
+source = None           # where the library in use came from (installed base / v3, or the cache)
 
 
 def check_layout(lib, consts=None):
@@ -94,90 +74,69 @@ def check_layout(lib, consts=None):
     return None
 
 
-def _cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "mpinn")
+def _not_installed(want):
+    raise Unavailable("not installed (pip install . builds it when a C compiler is there)")
 
 
-def _cpu():
-    """What the compiled file depends on besides the source: the machine and its CPU's features (a
-    home directory shared by nodes of different kinds keeps one file per kind)."""
-    flags = platform.machine() + platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags += next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        pass
-    return flags
-
-
-def _compile(src, path):
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        raise OSError("no C compiler (cc, gcc, or $CC) on the PATH")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
-    os.close(fd)
-    try:
-        with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
-            f.write(src)
-        for flags in (FLAGS + NATIVE, FLAGS):     # a compiler that knows no -march=native: without it
-            r = subprocess.run([cc] + flags + ["-o", tmp, f.name, "-lm"], capture_output=True, text=True,
-                               timeout=120)
-            if not r.returncode:
-                break
-        os.unlink(f.name)
-        if r.returncode:
-            raise OSError("%s failed: %s" % (cc, (r.stderr or r.stdout).strip()[-500:]))
-        os.replace(tmp, path)          # atomic: ranks compiling at once each leave a whole file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _candidates(mode):
+    """[(where, source hash -> the library's path)] in the order to try them, for MPINN_FUSED=mode."""
+    out = []
+    if mode in ("auto", "v3", "base"):
+        for variant, path in fused_build.installed_variants():
+            if mode in ("auto", variant):
+                out.append(("installed " + variant, lambda want, path=path: path))
+        if mode != "auto" and not out:
+            out.append(("installed " + mode, _not_installed))
+    if mode in ("auto", "runtime"):
+        out.append(("run-time build", fused_build.cached))
+    return out
 
 
 def library():
-    """The compiled kernels (a ctypes CDLL), or None (why_not says why). Compiled once per source,
-    compiler flags and CPU kind into ~/.cache/mpinn (or $XDG_CACHE_HOME/mpinn; else the temp dir)."""
-    global _lib, _tried, why_not
+    """The kernels (a ctypes CDLL), or None (why_not says why: one line for the doctor and the start-up)."""
+    global _lib, _tried, why_not, source
     if _tried:
         return _lib
     _tried = True
-    if os.environ.get("MPINN_FUSED", "1").lower() in ("0", "off", "no", "false"):
+    mode = os.environ.get("MPINN_FUSED", "auto").lower()
+    if mode in ("0", "off", "no", "false"):
         why_not = "turned off by MPINN_FUSED=%s" % os.environ["MPINN_FUSED"]
         return None
+    if mode not in ("auto", "base", "v3", "runtime", "1", "on", "yes", "true"):
+        why_not = "MPINN_FUSED=%s is none of auto, base, v3, runtime, 0" % os.environ["MPINN_FUSED"]
+        return None
+    mode = "auto" if mode in ("1", "on", "yes", "true") else mode
+    reasons = []
     try:
-        src = c_source()
-    except OSError as e:        # an install without the source (package data left out)
+        want = fused_build.source_hash()
+    except OSError as e:        # an install without the sources (package data left out)
         why_not = "no kernel source (%s): the numpy passes run instead" % e
         return None
-    key = hashlib.sha256((src + " ".join(FLAGS + NATIVE) + sysconfig.get_platform() + _cpu()).encode()).hexdigest()[:16]
-    errors = []
-    for where in (_cache_dir(), os.path.join(tempfile.gettempdir(), "mpinn-%d" % os.getuid())):
-        path = os.path.join(where, "fused-%s.so" % key)
+    for where, get in _candidates(mode):
         try:
-            if not os.path.exists(path):
-                _compile(src, path)
-            lib = ctypes.CDLL(path)
-        except (OSError, subprocess.SubprocessError) as e:     # e.g. a read-only home: the temp dir next
-            errors.append(str(e))
+            path = get(want)
+            lib = fused_build.open_library(path, want)
+            mismatch = check_layout(lib)
+            if mismatch:
+                raise Unavailable("%s: its constants differ from mpinn's (%s)" % (path, mismatch))
+            for _, suffix in TYPES.values():
+                getattr(lib, "coalesce_" + suffix).restype = ctypes.c_int64    # the others return nothing
+        except Unavailable as e:
+            reasons.append("%s: %s" % (where, e))
             continue
-        mismatch = check_layout(lib)
-        if mismatch:
-            why_not = "refused %s: its constants differ from mpinn's (%s): the numpy passes run instead" % (
-                path, mismatch)
-            return None
-        for _, suffix in TYPES.values():
-            getattr(lib, "coalesce_" + suffix).restype = ctypes.c_int64    # the others return nothing
-        _lib = lib
+        except Exception as e:  # noqa: BLE001 - any other failure is a reason too, never a crash
+            reasons.append("%s: %s: %s" % (where, type(e).__name__, e))
+            continue
+        _lib, source, why_not = lib, "%s (%s)" % (where, path), None
         return _lib
-    why_not = "not compiled (%s): the numpy passes run instead" % "; ".join(errors)
+    why_not = "not available (%s): the numpy passes run instead" % "; ".join(reasons)
     return None
 
 
 def status():
-    """One line for reports: are the kernels in use, and if not, why."""
+    """One line for reports: are the kernels in use (from where), and if not, why."""
     lib = library()
-    return "compiled (%s)" % lib._name if lib is not None else "off: " + (why_not or "unknown")
+    return "compiled, %s" % source if lib is not None else "off: " + (why_not or "unknown")
 
 
 def coalesce(parts):
