@@ -1,5 +1,6 @@
 """The fused kernels' builds side by side on W2 (the peers' wide hashed workload, python -m mpinn.bench):
-the installed portable baseline, the installed x86-64-v3 build, a run-time -march=native build, the numpy
+the installed -march=native build, the installed x86-64-v3 and portable builds, a run-time -march=native
+build, the numpy
 passes, and optionally another revision's tree (its own kernels, as it builds them). Each round runs every
 build once per optimizer, the builds' order rotated from round to round; prints the median samples/s and
 the update's share of the step per build and optimizer, and the ratio to the first build; writes JSON.
@@ -18,7 +19,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from benchlib import print_and_save  # noqa: E402
 
-BUILDS = {"installed v3": {"MPINN_FUSED": "v3"}, "installed base": {"MPINN_FUSED": "base"},
+BUILDS = {"installed native": {"MPINN_FUSED": "native"}, "installed v3": {"MPINN_FUSED": "v3"},
+          "installed base": {"MPINN_FUSED": "base"},
           "run-time native": {"MPINN_FUSED": "runtime"}, "numpy passes": {"MPINN_FUSED": "0"}}
 
 

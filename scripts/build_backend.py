@@ -2,8 +2,10 @@
 setuptools' own, with the optimizers' C kernels added as optional extensions, so that `pip install .`
 (and `pip install -e .`) compiles them once, at install time:
 
-    mpinn.optim._fused      the portable baseline (-O3, no -march: what a wheel for any x86-64 CPU holds)
-    mpinn.optim._fused_v3   the same source for x86-64-v3 CPUs (AVX2, FMA contraction still off), x86-64 only
+    mpinn.optim._fused          the portable baseline (-O3, no -march: what a wheel for any x86-64 CPU holds)
+    mpinn.optim._fused_v3       the same source for x86-64-v3 CPUs (AVX2, FMA contraction still off), x86-64 only
+    mpinn.optim._fused_native   for this machine's CPU (-march=native: AVX-512 where it has it), carrying the
+                                CPU's features, so that it is loaded only on CPUs that have them all
 
 Both are optional: without a C compiler the install succeeds and the numpy passes run (or mpinn builds the
 kernels at run time into a private cache, mpinn/optim/fused_build.py). Each is built with the SHA-256 of
@@ -30,14 +32,29 @@ def source_hash(root=ROOT):
     return h.hexdigest()
 
 
+def cpu_flags():
+    """This machine's CPU features, as /proc/cpuinfo lists them (mpinn.optim.fused_build reads the same)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ""
+    return " ".join(sorted(set(line.split(":", 1)[-1].split())))
+
+
 def extensions():
     from setuptools import Extension
-    common = dict(include_dirs=["mpinn/optim"], depends=list(KERNELS), libraries=["m"], optional=True,
-                  define_macros=[("MPINN_SOURCE_HASH", '"%s"' % source_hash())])
-    out = [Extension("mpinn.optim._fused", ["mpinn/optim/fused.c"], extra_compile_args=FLAGS, **common)]
+    common = dict(include_dirs=["mpinn/optim"], depends=list(KERNELS), libraries=["m"], optional=True)
+    hashed = [("MPINN_SOURCE_HASH", '"%s"' % source_hash())]
+    out = [Extension("mpinn.optim._fused", ["mpinn/optim/fused.c"], extra_compile_args=FLAGS,
+                     define_macros=hashed, **common)]
     if platform.machine().lower() in ("x86_64", "amd64"):
         out.append(Extension("mpinn.optim._fused_v3", ["mpinn/optim/fused_v3.c"], extra_compile_args=FLAGS + V3,
-                             **common))
+                             define_macros=hashed, **common))
+    if cpu_flags():
+        out.append(Extension("mpinn.optim._fused_native", ["mpinn/optim/fused_native.c"],
+                             extra_compile_args=FLAGS + ["-march=native"],
+                             define_macros=hashed + [("MPINN_CPU_FLAGS", '"%s"' % cpu_flags())], **common))
     return out
 
 

@@ -2,8 +2,9 @@
    numpy path's operations (the optimizers' update_, batch.coalesce) in the same order, each
    rounded to the parameters' type, so that both give the same bits.
 
-   Built at install time as the extension mpinn.optim._fused (and _fused_v3, for x86-64-v3 CPUs: see
-   scripts/build_backend.py), or at run time by fused.py into a private cache directory. This file holds
+   Built at install time as the extensions mpinn.optim._fused (portable), _fused_v3 (x86-64-v3 CPUs) and
+   _fused_native (the installing machine's CPU; see scripts/build_backend.py), or at run time by
+   fused_build.py into a private cache directory. This file holds
    what is written once; fused_kernels.h holds the kernels, included below once per float type. */
 #include <math.h>
 #include <stddef.h>
@@ -50,6 +51,12 @@ CONSTS(ftrl_consts, FTRL_CONSTS)
 #define MPINN_SOURCE_HASH "unknown"
 #endif
 const char* mpinn_source_hash(void) { return MPINN_SOURCE_HASH; }
+/* A build for the building machine's CPU (-march=native) carries that CPU's features (/proc/cpuinfo's
+   flags), so that it is loaded only where the CPU has all of them. */
+#ifndef MPINN_CPU_FLAGS
+#define MPINN_CPU_FLAGS ""
+#endif
+const char* mpinn_cpu_flags(void) { return MPINN_CPU_FLAGS; }
 
 #define R real* restrict
 #define CR const real* restrict

@@ -18,8 +18,9 @@ of doubles named field by field: CONSTS below, checked against the C side's layo
 Adam's step factor by per-row count (float64); unused pointers are NULL. S is f (float32) or d
 (float64).
 
-MPINN_FUSED: auto (default: the installed library, the x86-64-v3 build where the CPU has it, else a
-run-time build), base or v3 (that installed build only), runtime (a run-time build only), 0/off (numpy)."""
+MPINN_FUSED: auto (default: the installed build for this CPU, else a run-time build for it, else the
+installed x86-64-v3 or portable build), native, v3 or base (that installed build only), runtime (a
+run-time build only), 0/off (numpy)."""
 import ctypes
 import os
 
@@ -79,17 +80,16 @@ def _not_installed(want):
 
 
 def _candidates(mode):
-    """[(where, source hash -> the library's path)] in the order to try them, for MPINN_FUSED=mode."""
-    out = []
-    if mode in ("auto", "v3", "base"):
-        for variant, path in fused_build.installed_variants():
-            if mode in ("auto", variant):
-                out.append(("installed " + variant, lambda want, path=path: path))
-        if mode != "auto" and not out:
-            out.append(("installed " + mode, _not_installed))
-    if mode in ("auto", "runtime"):
-        out.append(("run-time build", fused_build.cached))
-    return out
+    """[(where, source hash -> the library's path)] in the order to try them, for MPINN_FUSED=mode: auto
+    takes the installed build for this CPU, else a run-time build for it, else the x86-64-v3 or the
+    portable installed build (measured on W2: -march=native is the fastest where the CPU has AVX-512)."""
+    installed = [("installed " + v, lambda want, path=path: path) for v, path in fused_build.installed_variants()
+                 if mode in ("auto", v)]
+    if mode in ("native", "v3", "base") and not installed:
+        return [("installed " + mode, _not_installed)]
+    runtime = [("run-time build", fused_build.cached)] if mode in ("auto", "runtime") else []
+    native = [c for c in installed if c[0] == "installed native"]
+    return native + runtime + [c for c in installed if c[0] != "installed native"]
 
 
 def library():
@@ -102,8 +102,8 @@ def library():
     if mode in ("0", "off", "no", "false"):
         why_not = "turned off by MPINN_FUSED=%s" % os.environ["MPINN_FUSED"]
         return None
-    if mode not in ("auto", "base", "v3", "runtime", "1", "on", "yes", "true"):
-        why_not = "MPINN_FUSED=%s is none of auto, base, v3, runtime, 0" % os.environ["MPINN_FUSED"]
+    if mode not in ("auto", "native", "base", "v3", "runtime", "1", "on", "yes", "true"):
+        why_not = "MPINN_FUSED=%s is none of auto, native, v3, base, runtime, 0" % os.environ["MPINN_FUSED"]
         return None
     mode = "auto" if mode in ("1", "on", "yes", "true") else mode
     reasons = []

@@ -54,8 +54,8 @@ def cpu_flags():
 
 
 def installed(variant):
-    """The path of the installed extension `variant` (base or v3), or None."""
-    name = "_fused" if variant == "base" else "_fused_v3"
+    """The path of the installed extension `variant` (base, v3 or native), or None."""
+    name = {"base": "_fused", "v3": "_fused_v3", "native": "_fused_native"}[variant]
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = os.path.join(HERE, name + suffix)
         if os.path.exists(path):
@@ -64,26 +64,27 @@ def installed(variant):
 
 
 def installed_variants():
-    """The installed extensions this CPU can run, the fastest first: [(variant, path)]."""
-    out = []
-    if V3_FLAGS <= cpu_flags() and installed("v3"):
-        out.append(("v3", installed("v3")))
-    if installed("base"):
-        out.append(("base", installed("base")))
-    return out
+    """The installed extensions this CPU can run, the fastest first: [(variant, path)] (the native build
+    is checked when it is opened: open_library(..., cpu=True))."""
+    out = [(v, installed(v)) for v in ("native", "v3", "base") if installed(v)]
+    return [(v, p) for v, p in out if v != "v3" or V3_FLAGS <= cpu_flags()]
 
 
 def open_library(path, want_hash):
-    """ctypes.CDLL(path), refused if it was built from other sources than want_hash."""
+    """ctypes.CDLL(path), refused if it was built from other sources than want_hash, or for a CPU with
+    features this one lacks (the function that says so runs no vector code: loading is safe)."""
     try:
         lib = ctypes.CDLL(path)
-        lib.mpinn_source_hash.restype = ctypes.c_char_p
-        built = lib.mpinn_source_hash().decode()
+        lib.mpinn_source_hash.restype = lib.mpinn_cpu_flags.restype = ctypes.c_char_p
+        built, needs = lib.mpinn_source_hash().decode(), set(lib.mpinn_cpu_flags().decode().split())
     except (OSError, AttributeError) as e:
         raise Unavailable("%s cannot be loaded: %s" % (path, e))
     if built != want_hash:
         raise Unavailable("%s was built from other sources (%s..., these are %s...)" % (path, built[:12],
                                                                                       want_hash[:12]))
+    missing = sorted(needs - cpu_flags())
+    if missing:
+        raise Unavailable("%s was built for a CPU with %s, which this one lacks" % (path, ", ".join(missing[:5])))
     return lib
 
 
@@ -160,11 +161,12 @@ def compiler():
 
 def _compile(cc, out, want_hash):
     """Compile fused.c into the file out (a name of its own, in the cache)."""
-    define = "-DMPINN_SOURCE_HASH=\"%s\"" % want_hash
+    define = ["-DMPINN_SOURCE_HASH=\"%s\"" % want_hash]
     src = os.path.join(HERE, "fused.c")
     last = None
     for flags in (FLAGS + NATIVE, FLAGS):       # a compiler that knows no -march=native: without it
-        cmd = cc + flags + [define, "-I", HERE, "-o", out, src, "-lm"]
+        cpu = ["-DMPINN_CPU_FLAGS=\"%s\"" % " ".join(sorted(cpu_flags()))] if flags[-1] in NATIVE else []
+        cmd = cc + flags + define + cpu + ["-I", HERE, "-o", out, src, "-lm"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as e:

@@ -30,7 +30,8 @@ def planted(tmp_path, marker):
     src = tmp_path / "plant.c"
     src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void plant(void) {\n'
                    '    FILE* f = fopen("%s", "w"); if (f) { fputs("ran", f); fclose(f); } }\n'
-                   'const char* mpinn_source_hash(void) { return "%s"; }\n' % (marker, fused_build.source_hash()))
+                   'const char* mpinn_source_hash(void) { return "%s"; }\n'
+                   'const char* mpinn_cpu_flags(void) { return ""; }\n' % (marker, fused_build.source_hash()))
     out = tmp_path / "plant.so"
     subprocess.run([CC, "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
     return out
@@ -183,6 +184,19 @@ def test_an_installed_build_is_used_when_there_is_one():
     got = status_of({"MPINN_FUSED": "auto"})
     assert got.startswith("compiled, installed"), got
     assert status_of({"MPINN_FUSED": "base"}).startswith("compiled, installed base")
+
+
+def test_a_build_for_another_cpu_is_not_loaded(monkeypatch):
+    """The native build carries the installing CPU's features; on a CPU lacking one it is refused (its
+    code could stop the process with an illegal instruction), and auto falls back to another build."""
+    path = fused_build.installed("native")
+    if not path:
+        pytest.skip("no native build installed here")
+    fused_build.open_library(path, fused_build.source_hash())
+    fewer = fused_build.cpu_flags() - {"avx2"}
+    monkeypatch.setattr(fused_build, "cpu_flags", lambda: fewer)
+    with pytest.raises(Unavailable, match="built for a CPU with avx2"):
+        fused_build.open_library(path, fused_build.source_hash())
 
 
 def test_the_status_line_names_an_unknown_setting():
