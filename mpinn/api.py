@@ -194,9 +194,10 @@ def describe_run(cfg, comm, wired):
     """The start-up line that says what is being trained, and how."""
     spec, schedule = wired.spec, wired.schedule
     epochs = "%d epoch%s" % (cfg.epochs, "" if cfg.epochs == 1 else "s")
-    return "model: %s -> %s (%s, %s head), %d parameters; %d rank%s, %s, %s lr %g%s, global batch %d%s" % (
+    return "model: %s -> %s (%s, %s head)%s, %d parameters; %d rank%s, %s, %s lr %g%s, global batch %d%s" % (
         "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
-        spec.activation, cfg.loss, wired.model.size, comm.size, "" if comm.size == 1 else "s",
+        spec.activation, cfg.loss, " + a linear part (--wide on)" if spec.has_wide else
+        " (linear: no hidden layers)" if not spec.hidden else "", wired.model.size, comm.size, "" if comm.size == 1 else "s",
         "--parallel tower (%s data, a replica per rank)" % cfg.towers if cfg.towers else "--reduce " + comm.name,
         cfg.optimizer, schedule.target,
         " (%s-scaled from %g%s)" % (cfg.lr_scaling, schedule.lr, ", %d warm-up steps" % cfg.warmup_steps

@@ -28,6 +28,8 @@ class ModelSpec:
     dtype: str = "float32"        # parameter and compute dtype
     sparse_fan_in: float = 1.0    # mean non-zeros per sparse row: the first layer's effective fan-in
     extra: dict = field(default_factory=dict)  # free-form notes kept in the model file
+    wide: bool = False            # wide and deep: the inputs also feed the output directly (a linear model
+                                  # beside the hidden layers, trained jointly; Cheng et al. 2016)
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -46,6 +48,17 @@ class ModelSpec:
     def layer_sizes(self):
         return (self.n_sparse + self.n_dense,) + self.hidden + (self.n_out,)
 
+    @property
+    def first_width(self):
+        """The first layer's output columns: the first hidden layer's, then (wide) the n_out columns of the
+        linear part, which go straight to the output. Also the hashed table's row width."""
+        return self.layer_sizes[1] + (self.n_out if self.has_wide else 0)
+
+    @property
+    def has_wide(self):
+        """Is there a linear part beside hidden layers? (Without hidden layers the model is linear already.)"""
+        return bool(self.wide and self.hidden)
+
     def to_dict(self):
         d = asdict(self)
         d["hidden"] = list(self.hidden)
@@ -53,4 +66,4 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d):
-        return cls(**d)
+        return cls(**d)         # a model file from before the wide path has no "wide": False

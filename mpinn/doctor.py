@@ -138,7 +138,7 @@ def bus_bandwidth(result, size):
 
 def default_spec(args):
     return ModelSpec(2 ** args.hash_bits, DEFAULT_DENSE, args.hidden, 1, args.activation, "sigmoid",
-                     args.dtype, sparse_fan_in=float(DEFAULT_FEATURES))
+                     args.dtype, sparse_fan_in=float(DEFAULT_FEATURES), wide=bool(args.hidden))   # as training
 
 
 def time_step(comm, args, spec, repeats):

@@ -32,6 +32,12 @@ def _act_grad_(name, a, d):
 class MLP:
     """x -> [act(x W_l + b_l)]* -> x W_L + b_L, with a softmax, sigmoid or squared-error head.
 
+    Wide and deep (spec.wide, with hidden layers): W0 has n_out more columns, whose outputs skip the
+    hidden layers and are added to the output: output = deep(x) + x W0[:, h:] + b0[h:], a linear model
+    on every input trained jointly with the network (Cheng et al. 2016). Its weights are extra columns
+    of the same table rows, so the hashed table's row machinery (sparse rows, their exchange, sharding,
+    lazy updates, checkpoints, the fused kernels) serves both parts unchanged; they start at zero.
+
     Buffer layout: W0, b0, W1, b1, ..., W0 first so that its sparse block W0[:n_sparse] is a prefix.
     Everything after `dense_start` is what a dense exchange moves when the sparse block goes as rows.
     """
@@ -42,8 +48,10 @@ class MLP:
         xp = self.xp = self.backend.xp
         self.dtype = np.dtype(spec.dtype)
         sizes = spec.layer_sizes
+        outs = (spec.first_width,) + sizes[2:]          # each layer's output columns
+        self.deep_width = sizes[1] if spec.has_wide else None     # the first layer's columns that go on
         self.shapes, offsets, n = [], [], 0
-        for fin, fout in zip(sizes[:-1], sizes[1:]):
+        for fin, fout in zip(sizes[:-1], outs):
             for shape in ((fin, fout), (fout,)):
                 self.shapes.append(shape)
                 offsets.append(n)
@@ -55,8 +63,8 @@ class MLP:
         self.grads = self.grad_buffer[:n]
         self.W, self.b = self._views(self.params)
         self.gW, self.gb = self._views(self.grads)
-        self.dense_start = spec.n_sparse * sizes[1]
-        self.table = (spec.n_sparse, sizes[1]) if spec.n_sparse else (0, 0)    # the hashed block's rows x width
+        self.dense_start = spec.n_sparse * outs[0]
+        self.table = (spec.n_sparse, outs[0]) if spec.n_sparse else (0, 0)    # the hashed block's rows x width
         self.weight_slices = [(o, o + math.prod(s)) for o, s in zip(offsets, self.shapes) if len(s) == 2]
 
     def use_grad_buffer(self, buf):
@@ -121,6 +129,12 @@ class MLP:
                     self.params[o + c:o + d] = self.xp.asarray(rng.uniform(-bound, bound, d - c).astype(self.dtype))
                 at = b
             rng.bit_generator.advance(n - at)
+        if self.deep_width is not None:     # the linear part starts at zero (a logistic regression's start)
+            W0, h = self.W[0], self.deep_width
+            for a, b in ([(rows[0], rows[1]), (self.spec.n_sparse, W0.shape[0])] if rows is not None
+                         else [(0, W0.shape[0])]):
+                W0[a:b, h:] = 0
+            self.b[0][h:] = 0
         return self
 
     def set_params(self, arrays):
@@ -136,7 +150,7 @@ class MLP:
     def _first_layer(self, batch, table=None):
         spec, xp = self.spec, self.xp
         n = batch.n
-        z = xp.zeros((n, spec.layer_sizes[1]), dtype=self.dtype)
+        z = xp.zeros((n, spec.first_width), dtype=self.dtype)
         if spec.n_sparse:
             z += batch.Xs @ (self.W[0][:spec.n_sparse] if table is None else table)
         if spec.n_dense:
@@ -150,11 +164,16 @@ class MLP:
         columns number those rows 0..k-1 (a compact CSR: a sharded table's fetched rows)."""
         acts = []
         z = self._first_layer(batch, table)
+        wide = None
+        if self.deep_width is not None:     # the linear part's columns go straight to the output
+            z, wide = z[:, :self.deep_width], z[:, self.deep_width:]
         for l in range(1, self.n_layers):
             a = _act(self.spec.activation, self.xp, z)
             acts.append(a)
             z = a @ self.W[l]
             z += self.b[l]
+        if wide is not None:
+            z += wide
         acts.append(z)
         return acts
 
@@ -189,13 +208,14 @@ class MLP:
         self.grad_buffer[-1] = 0
         if batch.n == 0:            # a rank with no rows this step still takes part in the step
             self.grads[self.dense_start if sparse_grad else 0:] = 0
-            return (SparseRows(xp.zeros(0, np.int64), xp.zeros((0, spec.layer_sizes[1]), self.dtype),
+            return (SparseRows(xp.zeros(0, np.int64), xp.zeros((0, spec.first_width), self.dtype),
                                spec.n_sparse) if sparse_grad and spec.n_sparse else None)
         acts = self.forward(batch, table)
         loss, d = head_loss_delta(spec.loss, xp, acts[-1], batch.y, True)
         self.grad_buffer[-1] = loss
         if scale != 1:
             d *= self.dtype.type(scale)
+        d_out = d                   # the linear part's delta: the output's (d is rebound below, never written)
         for l in range(self.n_layers - 1, 0, -1):
             a = acts[l - 1]
             xp.matmul(a.T, d, out=self.gW[l])
@@ -204,6 +224,8 @@ class MLP:
                 on_ready(self.offsets[2 * l])
             d = d @ self.W[l].T
             _act_grad_(spec.activation, a, d)
+        if self.deep_width is not None:
+            d = xp.concatenate([d, d_out], axis=1)
         xp.sum(d, axis=0, out=self.gb[0])
         if spec.n_dense:
             xp.matmul(batch.Xd.T, d, out=self.gW[0][spec.n_sparse:])

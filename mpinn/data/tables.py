@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.data import kinds
 from mpinn.data.base import CHUNK_ROWS, Dataset
 from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
 from mpinn.data.labels import encode_labels
@@ -56,7 +57,7 @@ class TableSource:
     Columns are resolved (and a CSV's header read) when it is made; parts() reads the rows."""
 
     def __init__(self, path=None, label=None, categorical=(), numeric=(), require_label=True,
-                 default_rows=200_000, default_seed=0, chunk_rows=CHUNK_ROWS, engine="auto"):
+                 default_rows=200_000, default_seed=0, chunk_rows=CHUNK_ROWS, engine="auto", exclude=()):
         self.path, self.chunk_rows, self.engine = path, max(1, int(chunk_rows)), engine
         categorical, numeric = _split_names(categorical), _split_names(numeric)
         self.n_rows = None
@@ -72,16 +73,24 @@ class TableSource:
         ext = os.path.splitext(path)[1].lower()
         self.kind = "parquet" if ext in (".parquet", ".pq") else "csv"
         header = self._read_header() if self.kind == "csv" else self._parquet_schema()
-        if not categorical and not numeric:     # default: every other column is hashed
-            categorical = [h for h in header if h != label]
         col = {h: i for i, h in enumerate(header)}
         for name in categorical + numeric + ([label] if require_label else []):
             if name not in col:
                 raise MpinnError("%s has no column %r (columns: %s)" % (path, name, ", ".join(header)))
+        sample = (kinds.sample_csv(path, header, getattr(self, "header_lines", 1)) if self.kind == "csv"
+                  else kinds.sample_parquet(self._parquet(), header))
+        self.kinds_note = None
+        if not categorical and not numeric:     # none named: chosen from the values
+            categorical, numeric, self.kinds_note = kinds.infer([h for h in header if h not in exclude], sample,
+                                                                label, _MISSING)
+        if label in col:
+            kinds.check_not_label(sample, label, categorical + numeric, path)
         self.header, self.col = header, col
         self.label, self.has_label = label, label in col
         self.categorical, self.numeric = categorical, numeric
         self.meta = {"source": self.kind, "label": label, "categorical": categorical, "numeric": numeric}
+        if self.kinds_note:
+            self.meta["columns_chosen"] = self.kinds_note
 
     # ---- CSV
     def _open(self):
@@ -331,19 +340,47 @@ def load_default(n_rows=200_000, seed=0, hash_bits=18, hash_seed=0, hash_mode="t
 
 def load_csv(path, label, categorical=(), numeric=(), hash_bits=18, hash_seed=0, task="auto",
              classes=None, require_label=True, hash_mode="trick", hash_k=4, buckets=None, contract=None,
-             chunk_rows=CHUNK_ROWS, engine="auto", positive=None):
+             chunk_rows=CHUNK_ROWS, engine="auto", positive=None, exclude=()):
     """A CSV file with a header row, read in chunks. Categorical columns are hashed; numeric ones go
-    in as dense features; an empty categorical cell is its own token, an empty numeric cell is missing."""
-    source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows, engine=engine)
+    in as dense features; an empty categorical cell is its own token, an empty numeric cell is missing.
+    exclude: columns never chosen as inputs when none are named (e.g. the --holdout-by column)."""
+    source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows, engine=engine,
+                         exclude=exclude)
     return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract,
                       positive=positive)
 
 
 def load_parquet(path, label, categorical=(), numeric=(), hash_bits=18, hash_seed=0, task="auto",
                  classes=None, require_label=True, hash_mode="trick", hash_k=4, buckets=None, contract=None,
-                 chunk_rows=CHUNK_ROWS, positive=None):
+                 chunk_rows=CHUNK_ROWS, positive=None, exclude=()):
     """A Parquet file read in record batches (pyarrow); dictionary-encoded string columns are hashed
     through their dictionaries."""
-    source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows)
+    source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows, exclude=exclude)
     return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract,
                       positive=positive)
+
+
+def read_column(path, name):
+    """Every data row's raw value of one column of a CSV or Parquet file, in the readers' row order (the
+    values --holdout-by splits on; one more pass over the file)."""
+    if os.path.splitext(path)[1].lower() in (".parquet", ".pq"):
+        source = TableSource.__new__(TableSource)
+        source.path = path
+        pf = source._parquet()
+        if name not in pf.schema_arrow.names:
+            raise MpinnError("%s has no column %r for --holdout-by" % (path, name))
+        return ["" if v is None else v for v in pf.read(columns=[name]).column(0).to_pylist()]
+    out = []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        try:
+            header = [h.strip() for h in next(reader)]
+            if name not in header:
+                raise MpinnError("%s has no column %r for --holdout-by" % (path, name))
+            j = header.index(name)
+            for row in reader:
+                if row:                     # the readers skip empty lines too
+                    out.append(row[j] if j < len(row) else "")
+        except (csv.Error, UnicodeDecodeError, StopIteration) as e:
+            raise MpinnError("%s line %d: %s" % (path, reader.line_num, e))
+    return out

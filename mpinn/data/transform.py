@@ -7,6 +7,13 @@ from mpinn.config import MpinnError
 TRANSFORM_VERSION = 1
 MODES = ("auto", "standard", "none")
 SKEWED = 2.0        # auto: a non-negative column whose skewness exceeds this is heavy-tailed (money, counts)
+FARTHEST = 10.0     # auto: no training value ends more than this many scales from the mean (the scale's floor)
+
+
+def _bounded(stats, j):
+    """auto: a column already in [-1, 1] (pixels in [0, 1], 0/1 flags, correlations): only centred."""
+    lo, hi = stats["min"][j], stats["max"][j]
+    return lo is not None and hi is not None and lo >= -1.0 and hi <= 1.0
 
 
 def _log_helps(stats, j):
@@ -21,7 +28,12 @@ class NumericTransform:
     and scaling to unit variance; a missing or non-finite value becomes the training mean (0 after
     centring) and turns on an indicator input appended after the columns (one per column that had
     missing values in training). Regression targets are centred and scaled too (predictions are
-    scaled back). mode none: values go in as they are; missing ones are still imputed and flagged."""
+    scaled back). mode none: values go in as they are; missing ones are still imputed and flagged.
+
+    auto also leaves a column that is already in [-1, 1] at its scale (only centred: a pixel, a 0/1
+    flag; kind "bounded"), and floors every other column's scale so that no training value ends more
+    than FARTHEST scales from the mean (a column that is almost always 0 would otherwise turn its rare
+    values into outliers in the hundreds)."""
 
     def __init__(self, d):
         self.d = dict(d)
@@ -55,12 +67,19 @@ class NumericTransform:
             if mode == "none":
                 kind, center, scale = "none", 0.0, 1.0
                 fill, lo, hi = stats["mean"][j], None, None
+            elif mode == "auto" and _bounded(stats, j):
+                kind, center, scale = "bounded", stats["mean"][j], 1.0
+                fill, lo, hi = 0.0, stats["min"][j], stats["max"][j]
             else:
                 kind = "log" if mode == "auto" and _log_helps(stats, j) else "standard"
                 pre = "log_" if kind == "log" else ""
                 center, scale = stats[pre + "mean"][j], stats[pre + "std"][j]
-                scale = scale if scale > 0 else 1.0          # a constant column becomes 0, not NaN
                 fill, lo, hi = 0.0, stats["min"][j], stats["max"][j]
+                if mode == "auto":
+                    ends = [v for v in (lo, hi) if v is not None]
+                    ends = [np.log1p(max(v, 0.0)) for v in ends] if kind == "log" else ends
+                    scale = max([scale] + [abs(v - center) / FARTHEST for v in ends])
+                scale = scale if scale > 0 else 1.0          # a constant column becomes 0, not NaN
             d["kind"].append(kind)
             d["center"].append(center)
             d["scale"].append(scale)
@@ -149,8 +168,13 @@ class NumericTransform:
             if self.d["mode"] == "none":
                 parts.append("%d numeric columns as they are (--numeric-transform none)" % self.n_in)
             else:
-                parts.append("%d numeric columns standardised%s" % (
-                    self.n_in, "; log1p first for %d heavy-tailed: %s" % (len(logs), _names(logs)) if logs else ""))
+                bounded = [self.columns[j] for j, k in enumerate(self.kind) if k == "bounded"]
+                scaled = self.n_in - len(bounded)
+                if scaled:
+                    parts.append("%d numeric columns standardised%s" % (
+                        scaled, "; log1p first for %d heavy-tailed: %s" % (len(logs), _names(logs)) if logs else ""))
+                if bounded:
+                    parts.append("%d already in [-1, 1] only centred: %s" % (len(bounded), _names(bounded)))
             if self.indicators:
                 parts.append("missing values imputed with the mean and flagged in %d columns (%s)"
                              % (len(self.indicators), _names([self.columns[j] for j in self.indicators])))

@@ -59,8 +59,12 @@ def resolve(cfg, info, comm):
         d("lr", REGISTRY[cfg.optimizer].lr, DEFAULT)
     if cfg.batch_size is None and not cfg.batch_per_rank:
         d("batch_size", auto_batch(info["n_train"]))
+    if cfg.wide == "auto":
+        d("wide", "on" if n_sparse and cfg.hidden else "off")
+    if cfg.early_stop is None and cfg.where("epochs") == "given":
+        d("early_stop", 0)          # --epochs N given: N epochs, unless --early-stop is given too
     for key in ("epochs", "lr_decay", "early_stop"):
-        if getattr(cfg, key) is None:
+        if d.get(key) is None:
             d(key, defaults[key])
     if cfg.parallel == "tower" or not info["has_valid"]:    # nothing to pick the best epoch by
         if cfg.where("early_stop") != "given":
@@ -105,7 +109,7 @@ def choose_table(cfg, comm, n_sparse, info):
     from importlib import import_module
     module, cls = REGISTRY[cfg.optimizer].where.split(":")
     state_arrays = len(getattr(import_module(module), cls).element_state)
-    width = cfg.hidden[0] if cfg.hidden else info["n_out"]
+    width = (cfg.hidden[0] if cfg.hidden else 0) + (info["n_out"] if cfg.wide == "on" or not cfg.hidden else 0)
     table_bytes = n_sparse * width * np.dtype(cfg.dtype).itemsize * (1 + state_arrays)
     room = comm.allreduce_min_obj(mem_available() or 1 << 62)
     if per_node * table_bytes > room // 2:

@@ -68,6 +68,9 @@ RULES = tuple([
          "--adagrad-rowwise updates the touched rows of the hashed block (its dense form is the same update): "
          "leave out --hashed-update dense", "--optimizer adagrad --adagrad-rowwise --hashed-update dense"),
     *_own_option_rules(),
+    Rule("wide-needs-deep", ("wide", "hidden"), lambda c: c.wide == "on" and not c.hidden,
+         "--wide on adds a linear part beside hidden layers; with --hidden '' the model is that linear part "
+         "alone: leave out --wide", "--wide on --hidden ''"),
     Rule("tower-checkpoints", ("parallel", "checkpoint_dir", "resume"),
          lambda c: c.parallel == "tower" and bool(c.checkpoint_dir or c.resume),
          "--parallel tower does not write or resume checkpoints yet; leave out --checkpoint-dir / --resume",
@@ -123,6 +126,15 @@ RULES = tuple([
     Rule("holdout-or-valid", ("valid", "holdout"), lambda c: bool(c.valid) and _given(c, "holdout"),
          "--holdout splits the training data when there is no --valid file: give one of them",
          "--valid valid.csv --holdout 0.2"),
+    Rule("holdout-by-table", ("holdout_by", "data"),
+         lambda c: c.holdout_by != "random" and _suffix(c) not in ("csv", "parquet", "pq"),
+         "--holdout-by splits by a column of a CSV or Parquet file; this data is %s" % "{_s}",
+         "--holdout-by time:t", "data.npz"),
+    Rule("holdout-by-valid", ("holdout_by", "valid"), lambda c: c.holdout_by != "random" and bool(c.valid),
+         "--holdout-by chooses the held-out rows of the data; with --valid FILE they are that file's: give one "
+         "of them", "--valid valid.csv --holdout-by time:t"),
+    Rule("holdout-by-share", ("holdout_by", "holdout"), lambda c: c.holdout_by != "random" and c.holdout == 0,
+         "--holdout-by needs a share to hold out: --holdout > 0", "--holdout-by time:t --holdout 0"),
     Rule("early-stop-held-out", ("early_stop", "holdout", "valid", "parallel"),
          lambda c: bool(c.early_stop) and _given(c, "early_stop") and (
              c.parallel == "tower" or (not c.valid and c.holdout == 0)),

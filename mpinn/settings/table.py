@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
-from mpinn.options import (hidden_sizes, nonneg_float, nonneg_int, positive_float, positive_int)
+from mpinn.options import (hidden_sizes, holdout_by, nonneg_float, nonneg_int, positive_float, positive_int)
 
 # where a value came from
 GIVEN, DEFAULT, DATA = "given", "default", "data"
@@ -57,6 +57,12 @@ class RunConfig:
     valid: Optional[str] = option(None, "data", "held-out file (same format); default: --holdout of the data",
                                   metavar="FILE")
     holdout: float = option(0.1, "data", "share of rows held out when there is no --valid", type=nonneg_float)
+    holdout_by: str = option(
+        "random", "data", "how --holdout picks its rows: random (a seeded share); time:COLUMN (the last rows by "
+        "that column: numbers, or dates written so that they sort, e.g. 2026-11-25; how a model that will "
+        "predict the future is judged, click logs above all); group:COLUMN (whole groups held out, e.g. every "
+        "row of a user: how a model for new users is judged). CSV and Parquet files; the column is left out of "
+        "the inputs that mpinn chooses itself", type=holdout_by, metavar="HOW")
     hash_mode: str = option("trick", "data", "trick: one column per feature, hash mod 2**bits; split: the value's "
                             "xxh64 cut in k slices, one column in each of k blocks per feature; onehot: one column "
                             "per training value, plus one for unseen values", choices=("trick", "split", "onehot"))
@@ -69,7 +75,12 @@ class RunConfig:
                                     "(default ceil(sqrt(distinct values)))")
     default_rows: int = option(200_000, "data", "rows of the embedded click log", type=positive_int)
     # ------------------------------------------------------------------ model
-    hidden: tuple = option((64,), "model", "hidden widths, comma-separated", type=hidden_sizes)
+    hidden: tuple = option((64,), "model", "hidden widths, comma-separated ('' for none: a linear model)",
+                           type=hidden_sizes)
+    wide: str = option("auto", "model", "wide and deep (Cheng et al. 2016): the inputs also feed the output "
+                       "directly, a linear model trained jointly with the hidden layers (its weights are extra "
+                       "columns of the first layer, starting at zero); auto: on when there are hashed inputs and "
+                       "hidden layers", choices=("auto", "on", "off"))
     activation: str = option("relu", "model", "hidden activation", choices=("relu", "sigmoid", "tanh"))
     loss: str = option("auto", "model", "head; auto: softmax (multiclass), sigmoid (binary), squared (regression)",
                        choices=("auto", "softmax", "sigmoid", "squared"))

@@ -29,7 +29,7 @@ def model_spec(cfg, info):
     """The model of a resolved configuration for the data's shapes (info: layout, n_out, fan_in)."""
     lay = info["layout"]
     return ModelSpec(lay["n_sparse"], lay["n_dense"], cfg.hidden, info["n_out"], cfg.activation, cfg.loss, cfg.dtype,
-                     sparse_fan_in=info["fan_in"])
+                     sparse_fan_in=info["fan_in"], wide=cfg.wide == "on")
 
 
 def wire(cfg, comm, info, hooks=None):

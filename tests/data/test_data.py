@@ -194,8 +194,9 @@ def test_a_given_contract_is_used_not_refitted(tmp_path):
     valid = load_data(va, label="y", categorical="c", contract=train.meta["hashing"])
     assert valid.meta["hashing"] == train.meta["hashing"] and valid.Xs.shape[1] == train.Xs.shape[1]
     assert np.array_equal(valid.Xs[0].indices, train.Xs[1].indices)     # v1 -> the same columns
+    other = write(tmp_path / "other.csv", "d,y\nx,0\n")
     with pytest.raises(MpinnError, match="contract is for categorical columns"):
-        load_data(va, label="y", categorical="y", contract=train.meta["hashing"])
+        load_data(other, label="y", categorical="d", contract=train.meta["hashing"])
 
 
 def test_label_scan_in_chunks_decides_like_encode_labels():

@@ -75,6 +75,28 @@ def test_transform_standardises_logs_imputes_and_flags():
     assert NumericTransform.fit(stats, "standard").kind == ["standard"] * 5
 
 
+def test_bounded_columns_are_only_centred_and_rare_values_stay_near():
+    """auto: a pixel in [0, 1] that is almost always 0, a 0/1 flag and a correlation in [-1, 1] keep their
+    scale (only centred, no log1p: a log would make the rare pixel an outlier in the hundreds once
+    standardised); an unbounded count that is almost always 0 has its scale floored, so no training value
+    ends more than 10 scales from the mean."""
+    rng = np.random.default_rng(3)
+    n = 20000
+    pixel = np.where(rng.random(n) < 0.002, rng.random(n), 0.0)
+    flag = (rng.random(n) < 0.3).astype(float)
+    corr = np.tanh(rng.standard_normal(n))
+    rare = np.where(rng.random(n) < 0.001, 1000.0, 0.0)
+    X = np.column_stack([pixel, flag, corr, rare])
+    t = NumericTransform.fit(column_stats(X, ["pixel", "flag", "corr", "rare"]), "auto")
+    assert t.kind[:3] == ["bounded"] * 3 and t.kind[3] in ("log", "standard")
+    Z = t.apply(X)
+    np.testing.assert_allclose(Z[:, :3], X[:, :3] - X[:, :3].mean(axis=0), atol=1e-12)
+    assert np.abs(Z[:, 3]).max() <= 10.0 + 1e-9
+    assert "3 already in [-1, 1] only centred: pixel, flag, corr" in t.describe()
+    standard = NumericTransform.fit(column_stats(X, ["pixel", "flag", "corr", "rare"]), "standard")
+    assert standard.kind == ["standard"] * 4 and np.abs(standard.apply(X)[:, 0]).max() > 20   # what auto avoids
+
+
 def test_an_all_missing_column_is_one_error():
     X = np.column_stack([np.arange(5.0), np.full(5, np.nan)])
     with pytest.raises(MpinnError, match="numeric column 'b' has no values"):

@@ -127,8 +127,8 @@ def test_doctor_on_two_ranks_writes_the_report(tmp_path, launcher):
     rep = json.load(open(out))
     assert [(x["rank"], x["local_rank"], x["local_size"]) for x in rep["ranks"]] == [(0, 0, 2), (1, 1, 2)]
     assert rep["ranks"][0]["gpu"].startswith(("none", "cuda:0")) and rep["problems"] == [] and rep["ok"]
-    # 4096 hashed + 4 dense -> 64 -> 1
-    assert rep["allreduce"]["elements"] == (4096 + 4) * 64 + 64 + 64 + 1
+    # 4096 hashed + 4 dense -> 64 -> 1, with the linear part (one more column of W0 and b0), as training has it
+    assert rep["allreduce"]["elements"] == (4096 + 4) * 65 + 65 + 64 + 1
     step = rep["step"]
     assert step["rows_per_rank"] == 512 and 0 < step["comm_share"] < 1 and step["compute_s"] > 0
     for text in ("mpinn doctor: 2 ranks on 1 host", "hostfile: hostfiles/localhost (MPICH host:slots)",

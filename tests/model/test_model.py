@@ -64,20 +64,24 @@ CASES = [  # (n_sparse, n_dense, hidden, n_out, activation, loss)
 ]
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["deep", "wide-and-deep"])
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("lam", [0.0, 0.1])
-def test_gradients_match_finite_differences(case, lam):
+def test_gradients_match_finite_differences(case, lam, wide):
     n_sparse, n_dense, hidden, n_out, act, loss = case
-    model = MLP(ModelSpec(n_sparse, n_dense, hidden, n_out, act, loss, "float64", sparse_fan_in=3)).init_(1)
+    model = MLP(ModelSpec(n_sparse, n_dense, hidden, n_out, act, loss, "float64", sparse_fan_in=3, wide=wide)).init_(1)
     if act == "relu":          # keep pre-activations away from the kink at 0
         model.params += 0.05
+    elif wide:                 # the linear part starts at zero: move it off
+        model.params += 0.01
     batch = make_batch(loss, n_sparse=n_sparse, n_dense=n_dense, n_out=n_out)
     a, f = analytic(model, batch, lam), numeric(model, batch, lam)
     assert np.max(np.abs(a - f)) < 1e-7 * max(1.0, np.max(np.abs(f)))
 
 
-def test_sparse_rows_equal_dense_gradient():
-    model = MLP(ModelSpec(50, 2, (6,), 3, "relu", "softmax", "float64")).init_(3)
+@pytest.mark.parametrize("wide", [False, True], ids=["deep", "wide-and-deep"])
+def test_sparse_rows_equal_dense_gradient(wide):
+    model = MLP(ModelSpec(50, 2, (6,), 3, "relu", "softmax", "float64", wide=wide)).init_(3)
     batch = make_batch("softmax", n=20, n_sparse=50, n_dense=2)
     model.loss_grad_(batch, 0.05)
     dense = model.grads.copy()
@@ -87,6 +91,27 @@ def test_sparse_rows_equal_dense_gradient():
     np.testing.assert_allclose(model.grads[model.dense_start:], dense[model.dense_start:], rtol=1e-13)
     model.densify_(rows)
     np.testing.assert_allclose(model.grads, dense, rtol=1e-12, atol=1e-15)
+
+
+def test_the_wide_part_is_a_linear_model_beside_the_network():
+    """Wide and deep: the output is the deep network's plus x W0[:, h:] + b0[h:] (the table's extra columns),
+    which start at zero; with the hidden layers' output layer zeroed, the model is exactly that linear model."""
+    spec = ModelSpec(30, 4, (6,), 2, "tanh", "softmax", "float64", wide=True)
+    model = MLP(spec).init_(2)
+    assert model.table == (30, 8) and model.W[0].shape == (34, 8) and model.W[1].shape == (6, 2)
+    assert not model.W[0][:, 6:].any() and not model.b[0][6:].any()
+    rng = np.random.default_rng(4)
+    model.W[0][:, 6:] = rng.standard_normal((34, 2))
+    model.b[0][6:] = rng.standard_normal(2)
+    model.W[1][...] = 0
+    model.b[1][...] = 0
+    batch = make_batch("softmax", n=7, n_sparse=30, n_dense=4, n_out=2)
+    X = np.hstack([batch.Xs.toarray(), batch.Xd])
+    z = X @ model.W[0][:, 6:] + model.b[0][6:]
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(model.predict(batch), p / p.sum(axis=1, keepdims=True), rtol=1e-12)
+    linear = MLP(ModelSpec(30, 4, (), 2, "tanh", "softmax", "float64", wide=True))
+    assert linear.table == (30, 2) and linear.deep_width is None      # no hidden layers: linear already
 
 
 def test_parameters_are_views_of_one_flat_buffer():
