@@ -260,8 +260,8 @@ def trees(name, work):
     X = []
     for f in (tr, te):
         x = f[cat + num].copy()
-        for c in cat:
-            x[c] = x[c].astype(pd.CategoricalDtype(sorted(set(tr[c].astype(str)))))
+        for c in cat:       # a value the training rows never had: missing
+            x[c] = pd.Categorical(x[c].fillna("").astype(str), categories=sorted(set(tr[c].fillna("").astype(str))))
         X.append(x)
     ytr = _target(spec, tr)
     t = time.perf_counter()

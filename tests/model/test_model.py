@@ -155,3 +155,30 @@ def test_spec_rejects_bad_values():
         create_optimizer("sgd", 3, np).step_(np.zeros(3), np.zeros(3), lr=-0.1)
     with pytest.raises(MpinnError, match="alpha"):
         create_optimizer("ftrl", 3, np).step_(np.zeros(3), np.zeros(3), lr=0.0)
+
+
+def test_the_linear_model_alone_is_a_logistic_regression():
+    """--hidden '' (the wide part alone) on one-hot features, trained to convergence with L2 lambda = 1/(C n),
+    reaches scikit-learn's LogisticRegression(C) log-loss on the same rows to 1e-3 (sklearn's penalty is
+    ||w||^2 / 2 on the sum of the losses; mpinn's lambda/2 ||w||^2 on their mean; neither decays the bias)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+    rng = np.random.default_rng(7)
+    n, card = 600, (5, 8, 3)
+    codes = np.column_stack([rng.integers(0, c, n) for c in card])
+    offsets = np.r_[0, np.cumsum(card)[:-1]]
+    cols = (codes + offsets).ravel()
+    Xs = sp.csr_matrix((np.ones(cols.size), cols, np.arange(0, cols.size + 1, len(card))), shape=(n, sum(card)))
+    teacher = rng.standard_normal(sum(card)) * 1.5
+    y = (rng.random(n) < 1 / (1 + np.exp(-(Xs @ teacher)))).astype(np.float64)
+    C = 1.0
+    ref = LogisticRegression(C=C, tol=1e-12, max_iter=10000).fit(Xs, y)
+    want = log_loss(y, ref.predict_proba(Xs)[:, 1])
+    model = MLP(ModelSpec(sum(card), 0, (), 1, "relu", "sigmoid", "float64", wide=True)).init_(0)
+    opt = create_optimizer("sgd", model.size, np, weight_decay=1.0 / (C * n), weight_slices=model.weight_slices)
+    batch = Batch(Xs, None, y)
+    for _ in range(4000):
+        model.loss_grad_(batch, 1.0 / n)
+        opt.step_(model.params, model.grads, lr=2.0)
+    got = log_loss(y, model.predict(batch))
+    assert abs(got - want) < 1e-3, (got, want)

@@ -13,7 +13,7 @@ from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.model import MLP
 
-SPEC = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
+SPEC = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5, wide=True)   # wide and deep, as trained by default
 BATCH, FIRST, TOTAL = 12, 3, 6
 
 

@@ -23,7 +23,7 @@ LAYOUT = Layout(64, 3, "float64", "int64")
 
 
 def spec_for(n_sparse=64):
-    return ModelSpec(n_sparse, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
+    return ModelSpec(n_sparse, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5, wide=True)   # wide and deep
 
 
 def data_for(n_sparse=64, only=None):

@@ -11,11 +11,11 @@ from mpinn.model import MLP
 from mpinn.optim import create_optimizer
 
 
-def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weight_decay=0.0, seed=0):
+def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weight_decay=0.0, seed=0, wide=False):
     """`steps` steps over the toy data (global batches of `batch` rows, in order) on this communicator;
     with comm_name None: the single-process reference, no MPI at all."""
     Xs, Xd, y = toy_data()
-    spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
+    spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5, wide=wide)
     model = MLP(spec).init_(seed)
     opt = make_optimizer(optimizer, model, weight_decay=weight_decay)
     if comm_name is None:
@@ -35,12 +35,13 @@ def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weigh
     return model.params.copy()
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["deep", "wide-and-deep"])
 @pytest.mark.parametrize("reduce_", ["allreduce", "gather"])
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("batch", [7, 12])          # 7 and 12 rows: uneven at np = 2 and 3
-def test_n_ranks_equal_one_process(reduce_, optimizer, batch):
-    ref = train_steps(None, optimizer, batch, 6)
-    got = train_steps(reduce_, optimizer, batch, 6)
+def test_n_ranks_equal_one_process(reduce_, optimizer, batch, wide):
+    ref = train_steps(None, optimizer, batch, 6, wide=wide)
+    got = train_steps(reduce_, optimizer, batch, 6, wide=wide)
     agree(np.max(np.abs(got - ref)) < 1e-10, "max diff %g" % np.max(np.abs(got - ref)))
 
 
