@@ -3,9 +3,14 @@
     mpirun -np 2 python -m mpi4py scripts/api_example.py
 
 (-m mpi4py: an unhandled exception on one rank aborts every rank instead of leaving them waiting.)"""
+import argparse
+
 import numpy as np
 
-import mpinn.api as mp
+argparse.ArgumentParser(description="The Python API's example: train on the click log and on arrays, predict new "
+                                    "rows (run under mpirun -np N python -m mpi4py).").parse_args()
+
+import mpinn.api as mp  # noqa: E402
 
 # 1. The embedded click log: a sparse hashed first layer, 2 epochs, data parallel over the ranks.
 clicks = mp.train(default_rows=50_000, epochs=2, hidden=(32,), model_out="clicks.npz", quiet=True)

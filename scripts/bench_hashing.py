@@ -1,6 +1,6 @@
 """Hashing benchmark: mpinn's split and trick modes against FeatureHasher and the peers' methods, one run.
 
-The input is exactly that of ../shared/peers/hash_bench.py: 1,000,000 rows of the W2 generator (n = 1M),
+The input is exactly that of the peers' hash_bench.py: 1,000,000 rows of the W2 generator (n = 1M),
 20 categorical features, value v of feature j the distinct Python str "c{j}={v}", each method in its
 natural layout (prepared untimed): 20-tuples of str for FeatureHasher, 20 pyarrow StringArrays for the
 peers' arrow method, 20 object arrays for their pandas method; mpinn is timed on both the str lists a

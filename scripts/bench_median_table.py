@@ -59,4 +59,11 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", metavar="FILE.jsonl", help="peer-format records")
+    args = ap.parse_args()
+    missing = [f for f in args.files if not __import__("os").path.exists(f)]
+    if missing:
+        ap.error("no such file: %s" % missing[0])
+    main(args.files)

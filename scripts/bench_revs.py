@@ -77,6 +77,10 @@ def main(rev_a, rev_b):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="Environment: REPS, NPS, INPUTS, WORKLOADS, OUT (see the module docstring).")
+    ap.add_argument("rev_a", help="a git revision")
+    ap.add_argument("rev_b", help="another git revision")
+    args = ap.parse_args()
+    main(args.rev_a, args.rev_b)

@@ -8,7 +8,7 @@
 #   OUT=scripts/results/side-by-side-DATE.jsonl  REPS=3  NPS="1 2"  MPINN_EXTRA="" (e.g. --overlap)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PEERS_DIR="${PEERS_DIR:-/work/shared/peers}"
+PEERS_DIR="${PEERS_DIR:?set PEERS_DIR to a checkout of the peers benchmark (bash setup.sh there first)}"
 PY="${MPINN_PYTHON:-$(command -v python3)}"
 MPIEXEC="$(dirname "$PY")/mpiexec"; [ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec)"
 VENV="${PEERS_VENV:-/tmp/peers-venv}"

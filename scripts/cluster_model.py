@@ -219,9 +219,17 @@ def latest(pattern):
     return found[-1]
 
 
-def main():
-    scaling = sys.argv[1] if len(sys.argv) > 1 else latest("bench-scaling-2*.json")
-    a2a_path = sys.argv[2] if len(sys.argv) > 2 else latest("bench-alltoallv-*.json")
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("scaling", nargs="?", help="bench_scaling.py's JSON (default: the newest in scripts/results)")
+    p.add_argument("alltoallv", nargs="?", help="bench_alltoallv.py's JSON (default: the newest)")
+    args = p.parse_args(argv)
+    scaling = args.scaling or latest("bench-scaling-2*.json")
+    a2a_path = args.alltoallv or latest("bench-alltoallv-*.json")
+    for path in (scaling, a2a_path):
+        if not path or not os.path.exists(path):
+            p.error("no such measurement file: %s (run scripts/bench_scaling.py and bench_alltoallv.py)" % path)
     with open(scaling) as f:
         doc = json.load(f)
     with open(a2a_path) as f:

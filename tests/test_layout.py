@@ -1,4 +1,4 @@
-"""The package's shape holds: the layers of STYLE.md (import-linter's contracts in setup.cfg), no
+"""The package's shape holds: the layers of docs/style.md (import-linter's contracts in setup.cfg), no
 import circles, no module past the size where it wants splitting."""
 import os
 import shutil

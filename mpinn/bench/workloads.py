@@ -1,4 +1,4 @@
-"""The peers' benchmark workloads W1, W2, W3 (../shared/peers README): exact data, initial weights and
+"""The peers' benchmark workloads W1, W2, W3 (the shared peers benchmark's README): exact data, initial weights and
 steps, as mpinn models. python -m mpinn.bench trains them; the tests check them against the peers' checksums."""
 import hashlib
 from dataclasses import dataclass

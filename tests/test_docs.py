@@ -1,0 +1,141 @@
+"""The README and the user guide cannot drift from the code: every command in an `sh` block runs here (in a
+directory holding the small files the examples name), the Python in the README runs, the API page shows
+scripts/api_example.py as it is, the architecture page names every package, and every script answers
+--help. (`text` blocks are output, or commands for a cluster or for minutes-long benchmarks: the cluster
+ones run in tests/cluster/, the benchmarks are scripts.)"""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run
+
+PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+# the README's install and test commands are what .ci/run runs (CI runs them): not run again from inside the suite
+NOT_HERE = ('pip install -e ".[test]"', "python -m pytest")
+
+
+def blocks(path, kind):
+    """The fenced blocks of `kind` in a page: [(line number, text)]."""
+    out, lines, start = [], open(path).read().split("\n"), None
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            if start is None:
+                start, info = i, line[3:].strip()
+            else:
+                if info == kind:
+                    out.append((start + 1, "\n".join(lines[start + 1:i])))
+                start = None
+    return out
+
+
+def commands(text):
+    """The block's command lines: continuations joined, comments and blank lines left out."""
+    out, cur = [], ""
+    for line in text.split("\n"):
+        line = line.rstrip()
+        if line.endswith("\\"):
+            cur += line[:-1] + " "
+            continue
+        cur += line
+        cmd = cur.split("  #")[0].strip() if not cur.lstrip().startswith("#") else ""
+        cur = ""
+        if cmd:
+            out.append(cmd)
+    return out
+
+
+SH = [(os.path.relpath(p, ROOT), n, cmd) for p in PAGES for n, text in blocks(p, "sh") for cmd in commands(text)]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The files the examples name: clicks.csv (and -valid, -test): a click, three categorical columns, two
+    numeric ones and a day; hostfiles/ and scripts/ as in the repository."""
+    d = tmp_path_factory.mktemp("docs")
+    rng = np.random.default_rng(0)
+    for name, n, days in (("clicks.csv", 3000, (1, 21)), ("clicks-valid.csv", 600, (21, 25)),
+                          ("clicks-test.csv", 600, (25, 31))):
+        site, ad, device = rng.integers(0, 40, n), rng.integers(0, 200, n), rng.integers(0, 3, n)
+        price, age = rng.lognormal(3, 1, n), rng.integers(18, 80, n)
+        logit = np.sin(site) + 0.01 * (ad % 50) - 0.5 * device + 0.2 * np.log(price) - 1.0
+        clicked = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+        day = rng.integers(*days, n)
+        with open(d / name, "w") as f:
+            f.write("clicked,site,ad,device,price,age,day\n")
+            for i in range(n):
+                f.write("%d,s%d,a%d,%s,%.2f,%d,%d\n" % (clicked[i], site[i], ad[i], ("phone", "tablet", "desktop")[device[i]],
+                                                      price[i], age[i], day[i]))
+    for sub in ("hostfiles", "scripts"):
+        os.symlink(os.path.join(ROOT, sub), d / sub)
+    return d
+
+
+def test_the_pages_have_commands_to_run():
+    assert len(SH) >= 10, SH
+    assert any(cmd == "mpirun -np 2 python -m mpinn.train" for _, _, cmd in SH)
+
+
+def test_the_readme_install_and_test_commands_are_what_ci_runs():
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        ci = f.read()
+    readme = [cmd for page, _, cmd in SH if page == "README.md" and cmd.startswith(NOT_HERE)]
+    assert sorted(readme) == sorted(NOT_HERE)
+    for cmd in readme:
+        assert re.search(r"^%s\s" % re.escape(cmd), ci, re.M), cmd
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("page,line,cmd", [c for c in SH if not c[2].startswith(NOT_HERE)],
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None)
+def test_every_shown_command_runs(page, line, cmd, workdir, launcher):
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    r = run(["bash", "-c", cmd], timeout=300, env=env, cwd=str(workdir))
+    assert r.returncode == 0, "%s:%d: %s\n%s\n%s" % (page, line, cmd, r.stdout[-2000:], r.stderr[-2000:])
+    assert "Traceback" not in r.stderr
+
+
+def test_the_readme_python_runs(workdir):
+    for line, code in blocks(os.path.join(ROOT, "README.md"), "python"):
+        r = run([sys.executable, "-c", code], timeout=300, cwd=str(workdir))
+        assert r.returncode == 0, "README.md:%d\n%s" % (line, r.stderr[-3000:])
+
+
+def test_the_api_page_shows_the_example_script_as_it_is():
+    (_, shown), = blocks(os.path.join(ROOT, "docs", "api.md"), "python")
+    with open(os.path.join(ROOT, "scripts", "api_example.py")) as f:
+        script = f.read()
+    assert shown.strip() in script
+
+
+def test_the_architecture_page_names_every_package():
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+        page = f.read()
+    packages = sorted("mpinn." + os.path.basename(os.path.dirname(p))
+                      for p in glob.glob(os.path.join(ROOT, "mpinn", "*", "__init__.py")))
+    assert packages and all("`%s`" % p in page for p in packages), [p for p in packages if "`%s`" % p not in page]
+
+
+@pytest.mark.parametrize("script", sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.py"))
+                                          if not p.endswith(("benchlib.py", "build_backend.py"))))
+def test_every_script_answers_help(script):
+    r = run([sys.executable, os.path.join(ROOT, "scripts", script), "--help"], timeout=60)
+    assert r.returncode == 0 and "usage:" in r.stdout, (script, r.stdout[-500:], r.stderr[-1500:])
+
+
+def test_nothing_foreign_is_tracked():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not files:
+        pytest.skip("not a git checkout")
+    assert not [f for f in files if f.endswith((".whl", ".tar.gz", ".zip", ".so"))]
+    outside, parent = [], ".." + "/shared"      # (spelt so that this file does not name it)
+    for f in files:
+        if f.endswith((".py", ".md", ".cfg", ".sh", ".toml", ".sbatch")):
+            with open(os.path.join(ROOT, f), errors="replace") as fh:
+                if parent in fh.read():
+                    outside.append(f)
+    assert outside == [], "files that point outside the repository: %s" % outside
