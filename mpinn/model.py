@@ -5,7 +5,7 @@ import numpy as np
 
 from mpinn.backend import get_backend
 from mpinn.batch import SparseRows, densify_
-from mpinn.process import small_pages_at
+from mpinn.process import fresh_zeros, small_pages_at
 
 
 def _act(name, xp, z):
@@ -57,9 +57,10 @@ class MLP:
                 offsets.append(n)
                 n += math.prod(shape)
         self.offsets, self.size = offsets, n
-        self.params = xp.zeros(n, dtype=self.dtype)
+        zeros = (lambda k: fresh_zeros(k, self.dtype)) if xp is np else (lambda k: xp.zeros(k, dtype=self.dtype))
+        self.params = zeros(n)
         # one extra trailing slot carries the local loss sum through the same reduction
-        self.grad_buffer = xp.zeros(n + 1, dtype=self.dtype)
+        self.grad_buffer = zeros(n + 1)
         self.grads = self.grad_buffer[:n]
         self.W, self.b = self._views(self.params)
         self.gW, self.gb = self._views(self.grads)

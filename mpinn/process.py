@@ -130,6 +130,23 @@ def reusing_heap(mmap_threshold=32 << 20, trim_threshold=256 << 20):
     return _mallopt((M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold))
 
 
+FRESH_BYTES = 4 << 20     # arrays at least this large get pages of their own (fresh_zeros)
+
+
+def fresh_zeros(n, dtype):
+    """A zeroed host vector of n elements whose large form (FRESH_BYTES and up) lies in pages of its own,
+    mapped anonymously: untouched until written, whatever the heap holds. numpy's zeros is calloc, which
+    may hand back a freed heap chunk and clear it, making every page resident: on the rank that read the
+    data, a sharded table's other rows (pages it must never hold) would all be in memory."""
+    import mmap
+    import numpy as np
+    dtype = np.dtype(dtype)
+    nbytes = int(n) * dtype.itemsize
+    if nbytes < FRESH_BYTES:
+        return np.zeros(int(n), dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype)
+
+
 def follow_umask(fd):
     """Give a file made by mkstemp (mode 0600, meant for secrets) the mode an ordinary new file gets,
     0666 less the umask, so colleagues on a shared cluster can read models and packed files."""

@@ -3,6 +3,7 @@ import numpy as np
 
 from mpinn.batch import SparseRows, put_rows, take_rows
 from mpinn.config import MpinnError
+from mpinn.process import fresh_zeros
 from mpinn.optim import fused
 
 HASHED_UPDATES = ("lazy", "dense")
@@ -77,7 +78,9 @@ class Optimizer:
     # ---------------------------------------------------------------- state
     def allocate_(self, zeros=None, dtype=np.float64):
         """Make the state arrays with zeros(shape, dtype) (default: private arrays)."""
-        zeros = zeros or (lambda shape, dt: self.xp.zeros(shape, dtype=dt))
+        if zeros is None:       # on the host, large arrays in pages of their own (process.fresh_zeros)
+            zeros = ((lambda shape, dt: fresh_zeros(shape[0], dt)) if self.xp is np
+                     else (lambda shape, dt: self.xp.zeros(shape, dtype=dt)))
         self.arrays = {}
         for k in self.element_state:
             self.arrays[k] = zeros((self.size,), np.dtype(dtype))
