@@ -72,6 +72,8 @@ def run(cfg, comm=None):
         raise MpinnError(unwired, collective=True)
     comm = create_communicator("tower" if cfg.towers else cfg.reduce, comm, sparse_threshold=cfg.sparse_threshold,
                                compress=cfg.compress, device=cfg.device, transport=cfg.comm)
+    from mpinn.outputs import check_outputs
+    comm.root_call(lambda: check_outputs(cfg))      # before anything is read: a model file that cannot be written
     cfg = settings.resolve_device(cfg, comm)
     rank0 = comm.rank == 0
     watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()

@@ -55,10 +55,40 @@ def load_model(path):
         raise MpinnError("%s is not a readable mpinn model file (%s)" % (path, e))
     except Exception as e:  # zipfile.BadZipFile and friends on truncated files
         raise MpinnError("%s is not a readable mpinn model file (%s: %s)" % (path, type(e).__name__, e))
-    if header.get("format") != FORMAT:
-        raise MpinnError("%s: unknown model format %r" % (path, header.get("format")))
-    spec = ModelSpec.from_dict(header["spec"])
-    return params, spec, header["meta"]
+    check_format(path, header)
+    return params, spec_of(path, header), dict(header.get("meta") or {}, written_by=header.get("version", "?"))
+
+
+def check_format(path, header):
+    """This mpinn reads model files of FORMAT and older; a newer or foreign one is refused, naming both."""
+    fmt, by = header.get("format"), header.get("version", "an unknown version")
+    m = re.match(r"^mpinn-model-(\d+)$", str(fmt))
+    if m is None:
+        raise MpinnError("%s is not an mpinn model file (format %r; this mpinn %s reads %s)"
+                         % (path, fmt, __version__, FORMAT))
+    if int(m.group(1)) > int(FORMAT.rsplit("-", 1)[1]):
+        raise MpinnError("%s was written by mpinn %s in format %s; this mpinn %s reads %s and older: upgrade mpinn"
+                         % (path, by, fmt, __version__, FORMAT))
+
+
+def spec_of(path, header):
+    """The ModelSpec of a model file, or one line naming what this mpinn does not know or misses."""
+    d = header.get("spec")
+    if not isinstance(d, dict):
+        raise MpinnError("%s has no model architecture (spec) in its header" % path)
+    from dataclasses import MISSING, fields
+    known = {f.name for f in fields(ModelSpec)}
+    needed = {f.name for f in fields(ModelSpec) if f.default is MISSING and f.default_factory is MISSING}
+    extra, missing = sorted(set(d) - known), sorted(needed - set(d))
+    if extra or missing:
+        raise MpinnError("%s (written by mpinn %s) has an architecture this mpinn %s cannot read: %s" % (
+            path, header.get("version", "?"), __version__,
+            "; ".join(p for p in ("fields it does not know: %s" % ", ".join(extra) if extra else "",
+                                  "fields missing: %s" % ", ".join(missing) if missing else "") if p)))
+    try:
+        return ModelSpec.from_dict(d)
+    except (TypeError, ValueError) as e:
+        raise MpinnError("%s: its architecture is not valid (%s)" % (path, e))
 
 
 # ---------------------------------------------------------------- training checkpoints

@@ -81,6 +81,10 @@ def predict_file(model_path, data=None):
     from mpinn.model import MLP, predict_rows
     from mpinn.training.towers import mix
     params, spec, meta = load_model(model_path)
+    if meta.get("task") not in ("binary", "multiclass", "regression"):
+        from mpinn import __version__
+        raise MpinnError("%s (written by mpinn %s) has no task in its header: not a model file this mpinn %s can "
+                         "predict with" % (model_path, meta.get("written_by", "?"), __version__))
     model = MLP(spec)
     towers = params.reshape(-1, params.shape[-1]) if params.ndim == 2 else params[None]
     if towers.shape[1] != model.size:
@@ -120,6 +124,10 @@ def _relabel(rows, meta):
 
 def run(args):
     from mpinn.metrics import format_metrics
+    from mpinn.outputs import check_file
+    for path, what in ((args.out, "--out"), (args.metrics_out, "--metrics-out")):
+        if path:
+            check_file(path, what)      # before the model and the data are read
     pred, metrics, meta, data = predict_file(args.model, args.data)
     if data.meta.get("has_label", True):
         print("%d rows: %s" % (len(data), format_metrics(metrics)), flush=True)

@@ -11,7 +11,12 @@ from mpinn.data.stats import column_stats
 
 def dense_xy(X, y, path, task, classes, require_label, positive=None):
     # loadmat returns Fortran-ordered arrays: convert once, here, where they enter
-    X = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+    try:
+        X = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+    except (TypeError, ValueError) as e:
+        raise MpinnError("%s: X must hold numbers (%s holds %s: %s)" % (
+            path, "an array of" if hasattr(X, "dtype") else "a", getattr(getattr(X, "dtype", None), "name", type(X).__name__),
+            str(e).splitlines()[0][:80]))
     if X.ndim != 2:
         raise MpinnError("%s: X must be 2-D, got shape %s" % (path, X.shape))
     # NaN or inf in X are missing values: the transform imputes and flags them
@@ -33,13 +38,17 @@ def dense_xy(X, y, path, task, classes, require_label, positive=None):
 def load_npz(path, task="auto", classes=None, require_label=True, positive=None):
     try:
         with np.load(path, allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise MpinnError("%s is a single .npy array, not an .npz file with X and y" % path)
             if "X" not in z:
                 raise MpinnError("%s has no X array (found: %s)" % (path, ", ".join(z.files)))
             X, y = z["X"], (z["y"] if "y" in z else None)
+    except MpinnError:
+        raise
     except ValueError as e:
         raise MpinnError("%s: cannot load without pickle (%s)" % (path, e))
-    except (OSError, EOFError) as e:
-        raise MpinnError("cannot read %s: %s" % (path, e))
+    except Exception as e:      # a truncated or damaged file: BadZipFile, EOFError, OSError, zlib.error ...
+        raise MpinnError("cannot read %s as an .npz file (%s: %s)" % (path, type(e).__name__, str(e)[:120]))
     return dense_xy(X, y, path, task, classes, require_label, positive)
 
 
@@ -48,8 +57,8 @@ def load_mat(path, task="auto", classes=None, require_label=True, positive=None)
     import scipy.io
     try:
         d = scipy.io.loadmat(path)
-    except (OSError, ValueError, TypeError) as e:
-        raise MpinnError("cannot read %s as a .mat file: %s" % (path, e))
+    except Exception as e:      # truncated, not a .mat file, an unsupported version (MatReadError, ValueError ...)
+        raise MpinnError("cannot read %s as a .mat file (%s: %s)" % (path, type(e).__name__, str(e)[:120]))
     if "X" not in d:
         raise MpinnError("%s has no X matrix" % path)
     return dense_xy(d["X"], d.get("y"), path, task, classes, require_label, positive)

@@ -4,6 +4,42 @@ import numpy as np
 from mpinn.config import MpinnError
 from mpinn.hashing import factorize
 
+# cells that mean "missing" (after stripping spaces): a numeric input's are imputed and flagged, a label's
+# are refused; pyarrow's CSV reader is given the same list
+MISSING_TEXT = ("", "NA", "N/A", "n/a", "na", "NaN", "nan", "-NaN", "-nan", "NULL", "null", "None", "none",
+                "#N/A", "?")
+_MISSING = frozenset(MISSING_TEXT)
+
+
+def missing_labels(raw):
+    """A mask of the labels that are missing (a missing cell, None, NaN) or not finite."""
+    raw = np.asarray(raw).ravel()
+    if raw.dtype.kind in "iub":
+        return np.zeros(raw.shape[0], bool)
+    if raw.dtype.kind == "f":
+        return ~np.isfinite(raw)
+    out = np.zeros(raw.shape[0], bool)
+    for i, v in enumerate(raw):
+        if v is None or (isinstance(v, (float, np.floating)) and not np.isfinite(v)):
+            out[i] = True
+        elif isinstance(v, str) and (v.strip() in _MISSING or v.strip().lower() in ("inf", "-inf", "+inf")):
+            out[i] = True
+    return out
+
+
+def check_labels_present(raw, offset=0):
+    """Refuse a label that is missing or not finite: it cannot be imputed, and it must never change the
+    task (one NaN among 0/1 would make a regression, one empty cell a third class). offset: the row number
+    of raw[0] in the file."""
+    bad = missing_labels(raw)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        value = np.asarray(raw).ravel()[first]
+        value = value.item() if isinstance(value, np.generic) else value
+        raise MpinnError("the label is missing or not a number in %d of %d rows (the first is data row %d, "
+                         "value %r): remove those rows, or fill their labels" % (
+                             int(bad.sum()), bad.shape[0], offset + first + 1, value))
+
 
 def binary_classes(classes, positive=None):
     """The two classes in the order [negative, positive]: the positive class is `positive` when given
@@ -19,8 +55,10 @@ def binary_classes(classes, positive=None):
 
 def encode_labels(raw, task="auto", classes=None, positive=None):
     """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`; binary ones
-    0/1, 1 for classes[1] (the positive class). Any two distinct values make a binary task."""
+    0/1, 1 for classes[1] (the positive class). Any two distinct values make a binary task. A missing
+    or non-finite label is refused."""
     raw = np.asarray(raw).ravel()
+    check_labels_present(raw)
     numeric = raw.dtype.kind in "iufb"
     if not numeric:
         try:
@@ -91,6 +129,8 @@ class LabelScan:
 
     def update(self, raw):
         raw = np.asarray(raw).ravel()
+        check_labels_present(raw, getattr(self, "seen", 0))
+        self.seen = getattr(self, "seen", 0) + raw.shape[0]
         if not self.many_texts:
             _, keys = factorize(raw) if raw.dtype.kind not in "iufb" else (None, [])
             self.texts.update(str(k) for k in keys)

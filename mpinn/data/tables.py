@@ -9,7 +9,7 @@ from mpinn.config import MpinnError
 from mpinn.data import kinds
 from mpinn.data.base import CHUNK_ROWS, Dataset
 from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
-from mpinn.data.labels import encode_labels
+from mpinn.data.labels import MISSING_TEXT, encode_labels
 from mpinn.data.stats import ColumnStats
 from mpinn.hashing import (ContractFitter, arrow_available, csr_from_indices, encode_indices, make_contract,
                            parse_buckets)
@@ -33,8 +33,7 @@ class Part:
 
 # numeric cells that mean "missing" (imputed and flagged by the transform), after stripping spaces;
 # pyarrow's reader is given the same list, and any other text is an error
-MISSING_NUMBERS = ("", "NA", "N/A", "n/a", "na", "NaN", "nan", "-NaN", "-nan", "NULL", "null", "None", "none",
-                   "#N/A", "?")
+MISSING_NUMBERS = MISSING_TEXT
 _MISSING = frozenset(MISSING_NUMBERS)
 
 
@@ -77,6 +76,8 @@ class TableSource:
         for name in categorical + numeric + ([label] if require_label else []):
             if name not in col:
                 raise MpinnError("%s has no column %r (columns: %s)" % (path, name, ", ".join(header)))
+        if self.kind == "parquet":
+            self._check_scalar_columns(categorical + numeric + ([label] if label in col else []))
         sample = (kinds.sample_csv(path, header, getattr(self, "header_lines", 1)) if self.kind == "csv"
                   else kinds.sample_parquet(self._parquet(), header))
         self.kinds_note = None
@@ -229,6 +230,19 @@ class TableSource:
         self.n_rows = pf.metadata.num_rows
         return list(pf.schema_arrow.names)
 
+    def _check_scalar_columns(self, names):
+        """A Parquet column mpinn reads holds one value per row: a nested one (a list, a struct, a map) is
+        one clear error, not a failure deep in the hashing."""
+        import pyarrow as pa
+        schema = self._parquet().schema_arrow
+        for name in dict.fromkeys(names):
+            t = schema.field(name).type
+            if pa.types.is_dictionary(t):
+                t = t.value_type
+            if pa.types.is_nested(t):
+                raise MpinnError("%s: column %r holds %s values (nested); mpinn reads columns of one number or "
+                                 "text per row" % (self.path, name, t))
+
     def _parquet_parts(self):
         import pyarrow as pa
         schema = self._parquet().schema_arrow
@@ -250,10 +264,7 @@ class TableSource:
                             raise MpinnError("%s: column %r is not numeric (%s)" % (self.path, name, c.type))
                 labels = None
                 if self.has_label:
-                    c = b.column(self.label)
-                    if c.null_count:
-                        i = int(np.flatnonzero(c.is_null().to_numpy(zero_copy_only=False))[0])
-                        raise MpinnError("%s row %d: the label is missing" % (self.path, start + i + 1))
+                    c = b.column(self.label)        # a null label: refused with every reader's message
                     if pa.types.is_dictionary(c.type):
                         c = c.dictionary_decode()
                     labels = c.to_numpy(zero_copy_only=False)

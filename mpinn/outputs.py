@@ -1,0 +1,54 @@
+"""The files a run will write, checked before it reads anything: a training run must not end, hours later,
+in a traceback because its model file's directory cannot be made."""
+import os
+
+from mpinn.config import MpinnError
+
+
+def _creatable_dir(path):
+    """None if directory `path` exists and can be written, or can be made; else why not."""
+    path = os.path.abspath(path)
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        return "%s is a file, not a directory" % probe
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return "%s cannot be written" % probe
+    return None
+
+
+def check_file(path, what):
+    """A file the run will write: not a directory, writable if it exists, its directory writable or makeable."""
+    if os.path.isdir(path):
+        raise MpinnError("%s %s is a directory; give a file name" % (what, path))
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise MpinnError("%s %s exists and cannot be written" % (what, path))
+    why = _creatable_dir(os.path.dirname(os.path.abspath(path)))
+    if why:
+        raise MpinnError("%s %s cannot be written: %s" % (what, path, why))
+
+
+def check_dir(path, what):
+    """A directory the run will write files into."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise MpinnError("%s %s is a file, not a directory" % (what, path))
+    why = _creatable_dir(path)
+    if why:
+        raise MpinnError("%s %s cannot be used: %s" % (what, path, why))
+
+
+def check_outputs(cfg):
+    """Every output of a training run (rank 0, before any data is read)."""
+    for name, what in (("model_out", "--model-out"), ("metrics_out", "--metrics-out"), ("curve", "--curve"),
+                       ("plot", "--plot"), ("timeline", "--timeline")):
+        path = getattr(cfg, name)
+        if path:
+            check_file(path, what)
+    for name, what in (("checkpoint_dir", "--checkpoint-dir"), ("resume", "--resume")):
+        path = getattr(cfg, name)
+        if path:
+            check_dir(path, what)
