@@ -62,7 +62,7 @@ def run(cfg, comm=None):
     The options are checked against the rule table before anything else (no data file is opened until
     they pass), again once the device is known, and again when the data resolves the rest."""
     from mpinn.comm import create_communicator
-    from mpinn.comm.guard import NoWatchdog, Watchdog, world_rank_size
+    from mpinn.comm.guard import StopSignals, world_rank_size
     from mpinn.comm.node import unwired_srun
 
     settings.check(cfg)
@@ -73,7 +73,17 @@ def run(cfg, comm=None):
     comm = create_communicator("tower" if cfg.towers else cfg.reduce, comm, sparse_threshold=cfg.sparse_threshold,
                                compress=cfg.compress, device=cfg.device, transport=cfg.comm)
     from mpinn.outputs import check_outputs
-    comm.root_call(lambda: check_outputs(cfg))      # before anything is read: a model file that cannot be written
+    comm.root_call(lambda: (check_outputs(cfg), own_checkpoint_dir(cfg)))   # before anything is read
+    stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
+    try:
+        return _run(cfg, comm, stop)
+    finally:
+        stop.uninstall()
+
+
+def _run(cfg, comm, stop):
+    """run(), once the options and the outputs have passed their checks and the signals are caught."""
+    from mpinn.comm.guard import NoWatchdog, Watchdog
     cfg = settings.resolve_device(cfg, comm)
     rank0 = comm.rank == 0
     watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
@@ -90,7 +100,7 @@ def run(cfg, comm=None):
     from mpinn.report import Curve
     from mpinn.training import Faults, Hooks, wire
     curve = Curve(cfg.curve, cfg.plot) if rank0 and (cfg.curve or cfg.plot) else None
-    hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), curve.add if curve else None)
+    hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), curve.add if curve else None, stop)
     wired = wire(cfg, comm, info, hooks)
     trainer = wired.trainer
     setup_checkpoints(cfg, comm, wired, info)
@@ -170,13 +180,40 @@ def check_resume(header, config, spec, meta, n_train, batch):
                          % (path, header.get("n_train"), n_train))
 
 
+def run_identity(config, spec, meta, n_train):
+    """What a checkpoint must match to continue a run, as 12 hex digits: its files carry it in their name, so
+    that a directory two runs share keeps each run's checkpoints apart."""
+    import hashlib
+    key = json.dumps({"config": config, "spec": spec.to_dict(), "hashing": meta.get("hashing"),
+                      "transform": meta.get("transform"), "n_train": n_train}, sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def own_checkpoint_dir(cfg):
+    """A fresh run (no --resume) starts in a --checkpoint-dir that holds no checkpoint, or with
+    --overwrite-checkpoints, which removes them now: another run's files are never mistaken for this one's."""
+    from mpinn.checkpoint import list_checkpoints, remove_stale_temporaries
+    if not cfg.checkpoint_dir or cfg.resume:
+        return
+    found = list_checkpoints(cfg.checkpoint_dir)
+    if found and not cfg.overwrite_checkpoints:
+        raise MpinnError("--checkpoint-dir %s holds %d checkpoint(s) of an earlier run (the newest %s): continue "
+                         "it with --resume %s, use another directory, or give --overwrite-checkpoints to delete "
+                         "them" % (cfg.checkpoint_dir, len(found), os.path.basename(found[-1][1]),
+                                   cfg.checkpoint_dir), collective=True)
+    for _, path in found:
+        os.unlink(path)
+    remove_stale_temporaries(cfg.checkpoint_dir)
+
+
 def setup_checkpoints(cfg, comm, wired, info):
     """Restore the trainer from --resume, and have it write checkpoints where asked."""
     trainer, config = wired.trainer, resume_config(cfg)
+    run = run_identity(config, wired.spec, info["meta"], info["n_train"])
     if cfg.resume:
         def load_checkpoint_checked():
             from mpinn.checkpoint import load_checkpoint
-            arrays, header = load_checkpoint(cfg.resume)
+            arrays, header = load_checkpoint(cfg.resume, run)
             check_resume(header, config, wired.spec, info["meta"], info["n_train"], cfg.batch)
             return arrays, header
         arrays, header = comm.root_call(load_checkpoint_checked) or (None, None)
@@ -188,7 +225,7 @@ def setup_checkpoints(cfg, comm, wired, info):
     if ckpt_dir:
         trainer.enable_checkpoints(ckpt_dir, cfg.checkpoint_every, cfg.keep_checkpoints,
                                    {"config": config, "spec": wired.spec.to_dict(), "meta": info["meta"],
-                                    "n_train": info["n_train"]})
+                                    "n_train": info["n_train"], "run": run})
 
 
 # ---------------------------------------------------------------- what is said and written

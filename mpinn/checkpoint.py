@@ -93,50 +93,60 @@ def spec_of(path, header):
 
 # ---------------------------------------------------------------- training checkpoints
 CHECKPOINT_FORMAT = "mpinn-checkpoint-1"
-_CKPT = re.compile(r"^ckpt-(\d{9})\.npz$")
+# ckpt-<run>-<step>.npz: the run's identity (a hash of what a resume must match), so that a directory
+# shared by two runs keeps each run's files apart; ckpt-<step>.npz from before identities: no run
+_CKPT = re.compile(r"^ckpt-(?:([0-9a-f]{12})-)?(\d{9})\.npz$")
 
 
-def checkpoint_path(directory, step):
-    return os.path.join(directory, "ckpt-%09d.npz" % step)
+def checkpoint_path(directory, step, run=None):
+    return os.path.join(directory, "ckpt-%s%09d.npz" % (run + "-" if run else "", step))
 
 
-def list_checkpoints(directory):
-    """(step, path) of the finished checkpoints in directory, oldest first (temporary files,
-    left by a writer that died mid-write, are not checkpoints)."""
+def list_checkpoints(directory, run=None):
+    """(step, path) of the finished checkpoints in directory (of run `run` only, when given), oldest first
+    (temporary files, left by a writer that died mid-write, are not checkpoints)."""
     if not os.path.isdir(directory):
         return []
-    found = [(int(m.group(1)), os.path.join(directory, name))
-             for name in os.listdir(directory) for m in [_CKPT.match(name)] if m]
+    found = [(int(m.group(2)), os.path.join(directory, name))
+             for name in os.listdir(directory) for m in [_CKPT.match(name)] if m and (run is None or m.group(1) == run)]
     return sorted(found)
 
 
-def save_checkpoint(directory, step, arrays, header, keep=3):
-    """Write ckpt-<step>.npz atomically (temporary file, fsync, rename, fsync of the directory),
-    then delete all but the newest `keep`. A crash at any moment leaves the previous checkpoints
-    intact and at most one stray temporary file, which the next save removes."""
+def remove_stale_temporaries(directory):
+    """The temporary files a writer killed mid-write left behind (they are never checkpoints)."""
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            if name.startswith(".tmp-ckpt-"):
+                os.unlink(os.path.join(directory, name))
+
+
+def save_checkpoint(directory, step, arrays, header, keep=3, run=None):
+    """Write ckpt-<run>-<step>.npz atomically (temporary file, fsync, rename, fsync of the directory), then
+    delete all but this run's newest `keep` (another run's files are never touched). A crash at any moment
+    leaves the previous checkpoints intact and at most one stray temporary file, which the next save
+    removes."""
     os.makedirs(directory, exist_ok=True)
-    for name in os.listdir(directory):
-        if name.startswith(".tmp-ckpt-"):
-            os.unlink(os.path.join(directory, name))
-    header = dict(header, format=CHECKPOINT_FORMAT, version=__version__, step=int(step))
-    path = checkpoint_path(directory, step)
+    remove_stale_temporaries(directory)
+    header = dict(header, format=CHECKPOINT_FORMAT, version=__version__, step=int(step), run=run)
+    path = checkpoint_path(directory, step, run)
     _write_npz_atomically(path, ".tmp-ckpt-", header, arrays)
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)   # the rename itself reaches the disk
     finally:
         os.close(dfd)
-    for _, old in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+    for _, old in list_checkpoints(directory, run)[:-keep] if keep > 0 else []:
         os.unlink(old)
     return path
 
 
-def load_checkpoint(directory):
-    """(arrays, header) of the newest checkpoint in directory; a clear MpinnError when there is
-    none, or when it is unreadable, truncated, foreign or holds pickled objects."""
+def load_checkpoint(directory, run=None):
+    """(arrays, header) of the newest checkpoint in directory: run `run`'s when it has any there, else the
+    newest of any run (whose header then says how it differs); a clear MpinnError when there is none, or
+    when it is unreadable, truncated, foreign or holds pickled objects."""
     if not os.path.isdir(directory):
         raise MpinnError("--resume: checkpoint directory %s does not exist" % directory)
-    found = list_checkpoints(directory)
+    found = (run and list_checkpoints(directory, run)) or list_checkpoints(directory)
     if not found:
         raise MpinnError("--resume: no checkpoint (ckpt-*.npz) in %s" % directory)
     path = found[-1][1]

@@ -17,6 +17,17 @@ class MpinnError(Exception):
         self.code = code
 
 
+STOPPED_EXIT = 75      # "stopped, resumable" (EX_TEMPFAIL): a signal ended the run at a step boundary
+
+
+class Stopped(MpinnError):
+    """A run stopped on a signal (SIGTERM, SIGUSR1) at a step boundary every rank agreed on, after its
+    checkpoint was written: not an error; exit code STOPPED_EXIT, and --resume continues it exactly."""
+
+    def __init__(self, message):
+        super().__init__(message, collective=True, code=STOPPED_EXIT)
+
+
 @dataclass
 class ModelSpec:
     n_sparse: int                 # hashed sparse input columns (0: no sparse input)

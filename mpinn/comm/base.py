@@ -48,6 +48,9 @@ class Communicator:
     def allreduce_min_obj(self, value):
         return self.comm.allreduce(value, op=MPI.MIN)
 
+    def allreduce_max_obj(self, value):
+        return self.comm.allreduce(value, op=MPI.MAX)
+
     # ------------------------------------------------------------ checked buffers
     def Bcast_(self, buf, root=0, what="Bcast buffer"):
         check_buffer(buf, buf.dtype, buf.size, what)

@@ -1,5 +1,6 @@
 """Ending a job: one clear line, a clean collective exit or an abort of every rank; the step deadline."""
 import os
+import signal
 import sys
 import threading
 import time
@@ -7,7 +8,7 @@ import traceback
 
 from mpi4py import MPI
 
-from mpinn.config import MpinnError
+from mpinn.config import MpinnError, Stopped
 
 
 def say_error(line):
@@ -74,6 +75,39 @@ class NoWatchdog:
         pass
 
 
+# ---------------------------------------------------------------- stopping on a signal
+class StopSignals:
+    """SIGTERM (Slurm's, before the time limit and on preemption; a launcher's, when it is told to stop) and
+    SIGUSR1 (what `sbatch --signal=USR1@120` sends ahead of the limit) are remembered, not obeyed at once:
+    the trainer asks every rank at its next step boundary (stop_agreed), writes a checkpoint and ends
+    with mpinn.config.STOPPED_EXIT. A second signal of the same kind is remembered too (it changes
+    nothing: the first already asked for a stop)."""
+
+    SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1"}
+
+    def __init__(self):
+        self.signal, self._previous = 0, {}
+
+    def install(self):
+        for s in self.SIGNALS:
+            try:
+                self._previous[s] = signal.signal(s, self._note)
+            except ValueError:          # not the main thread (an API call from a thread): not caught
+                pass
+        return self
+
+    def _note(self, signum, frame):
+        self.signal = self.signal or signum
+
+    def uninstall(self):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def name(self, signum):
+        return self.SIGNALS.get(signum, "signal %d" % signum)
+
+
 # ---------------------------------------------------------------- ending a job
 def world_rank_size():
     return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
@@ -96,6 +130,10 @@ def run_guarded(fn, *args):
     whole job that names the rank and the exception."""
     try:
         return fn(*args)
+    except Stopped as e:            # every rank agreed; rank 0 says so
+        if world_rank_size()[0] == 0:
+            say_error("mpinn: %s" % e)
+        sys.exit(e.code)
     except MpinnError as e:
         fail(str(e), e.code, e.collective)
     except KeyboardInterrupt:

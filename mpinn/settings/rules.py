@@ -140,6 +140,10 @@ RULES = tuple([
              c.parallel == "tower" or (not c.valid and c.holdout == 0)),
          "--early-stop needs held-out rows (--valid FILE or --holdout > 0) and --parallel data",
          "--early-stop 2 --holdout 0"),
+    Rule("overwrite-or-resume", ("overwrite_checkpoints", "resume", "checkpoint_dir"),
+         lambda c: c.overwrite_checkpoints and (bool(c.resume) or not c.checkpoint_dir),
+         "--overwrite-checkpoints starts a run afresh in its --checkpoint-dir; --resume continues one: give "
+         "--checkpoint-dir DIR and one of them", "--overwrite-checkpoints --resume ck"),
     Rule("checkpoint-every", ("checkpoint_every", "checkpoint_dir", "resume"),
          lambda c: bool(c.checkpoint_every) and not (c.checkpoint_dir or c.resume),
          "--checkpoint-every needs --checkpoint-dir DIR (or --resume DIR) to write them to",

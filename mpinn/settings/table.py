@@ -191,7 +191,12 @@ class RunConfig:
                                            "--checkpoint-every steps and at each epoch end", resume=True)
     checkpoint_every: int = option(0, "checkpoints", "steps between checkpoints (0: at epoch ends only)",
                                    resume=True, type=nonneg_int)
-    keep_checkpoints: int = option(3, "checkpoints", "keep the newest K", resume=True, type=positive_int)
+    keep_checkpoints: int = option(3, "checkpoints", "keep the newest K of this run's", resume=True,
+                                   type=positive_int)
+    overwrite_checkpoints: bool = option(False, "checkpoints", "start afresh in a --checkpoint-dir that holds "
+                                         "checkpoints of an earlier run, deleting them (without it such a "
+                                         "directory is refused: --resume continues that run)", resume=True,
+                                         action="store_true")
     resume: Optional[str] = option(None, "checkpoints", "continue from the newest checkpoint in DIR with the same "
                                    "options (--epochs may grow; the number of ranks may change); checkpoints go on "
                                    "being written there unless --checkpoint-dir says otherwise", resume=True,

@@ -12,10 +12,10 @@ class Faults:
     """Test hooks (set by MPINN_FAULT): make one rank misbehave at a given global step, so the
     failure paths are tested for real. Spec: kind:rank:step[+], comma-separated; kind is nan
     (poison this rank's gradient), huge (the largest finite gradient value, which overflows a
-    16-bit cast: --compress), hang (sleep for an hour), kill (SIGKILL itself) or raise;
-    a trailing + repeats it on every later step."""
+    16-bit cast: --compress), hang (sleep for an hour), kill (SIGKILL itself), raise, or slow (sleep
+    0.1 s: a run slow enough to be signalled mid-epoch); a trailing + repeats it on every later step."""
 
-    KINDS = ("nan", "huge", "hang", "kill", "raise")
+    KINDS = ("nan", "huge", "hang", "kill", "raise", "slow")
 
     def __init__(self, spec="", rank=0):
         self.rules = []
@@ -45,3 +45,5 @@ class Faults:
                     os.kill(os.getpid(), signal.SIGKILL)
                 elif kind == "raise":
                     raise RuntimeError("injected failure at step %d" % step)
+                elif kind == "slow":
+                    time.sleep(0.1)

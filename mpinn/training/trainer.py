@@ -8,7 +8,7 @@ import numpy as np
 from mpinn import __version__
 from mpinn.checkpoint import save_checkpoint
 from mpinn.comm.guard import NoWatchdog
-from mpinn.config import MpinnError
+from mpinn.config import MpinnError, Stopped
 from mpinn.metrics import format_metrics
 from mpinn.process import reusing_heap
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
@@ -18,6 +18,8 @@ from mpinn.training.staging import device_feed
 from mpinn.training.steps import choose_step
 from mpinn.training.timeline import PHASES, ProgressBar, Timeline, write_trace
 
+STOP_EVERY = 8      # steps between the ranks' agreement on a stop signal (one small Allreduce)
+
 
 @dataclass
 class Hooks:
@@ -26,6 +28,7 @@ class Hooks:
     watchdog: object = None
     faults: object = None
     on_epoch: object = None
+    stop: object = None         # comm.guard.StopSignals: a signal asks for a checkpoint and a clean stop
 
 
 class Trainer:
@@ -52,6 +55,7 @@ class Trainer:
         self.watchdog = hooks.watchdog or NoWatchdog()
         self.max_bad_steps = int(cfg.max_bad_steps)
         self.on_epoch = hooks.on_epoch  # called on every rank with each epoch's record
+        self.stop = hooks.stop
         self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
         self.tower_mix, self.tower_weights = cfg.tower_mix, None
         self.prefetch = not cfg.no_prefetch     # prepare and send the next batch while this one computes
@@ -164,6 +168,8 @@ class Trainer:
                         and not self.bad_streak):    # only good states are checkpointed
                     self.settle_()
                     self.checkpoint("step")
+                if self.global_step % STOP_EVERY == 0 and self.next_step < steps:
+                    self.stop_if_asked(epoch)
             self.settle_()
             record = {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1),
                       "seconds": time.perf_counter() - t_epoch, "skipped_steps": self.skipped}
@@ -184,11 +190,34 @@ class Trainer:
                 self.on_epoch(record)
             if self.ckpt_dir:
                 self.checkpoint("epoch")
+            if self.epoch <= epochs and not self.stopping:
+                self.stop_if_asked(epoch, at_epoch_end=True)
             if self.stopping:
                 self.log("early stop: no better held-out %s for %d epochs; the best was epoch %d (%.4f)" % (
                     self.stop_metric, self.best["bad_epochs"], self.best["epoch"], self.best["value"]))
         self.elapsed = time.perf_counter() - t_fit
         return self.history
+
+    # ---------------------------------------------------------------- stopping on a signal
+    def stop_if_asked(self, epoch, at_epoch_end=False):
+        """Collective, at a step boundary: if a stop signal reached any rank (comm.guard.StopSignals), every
+        rank agrees here, a checkpoint of this exact position is written (where checkpoints go) and the run
+        ends with Stopped (exit code STOPPED_EXIT); --resume continues it as if nothing happened."""
+        if self.stop is None:
+            return
+        signum = self.comm.allreduce_max_obj(int(self.stop.signal))
+        if not signum:
+            return
+        self.settle_()
+        where = ("the end of epoch %d" % epoch if at_epoch_end else "step %d (epoch %d, batch %d)"
+                 % (self.global_step, epoch, self.next_step))
+        if self.ckpt_dir:
+            if not at_epoch_end:        # an epoch's end has just been checkpointed
+                self.checkpoint("signal")
+            raise Stopped("stopped by %s at %s: checkpoint %s written; continue with --resume %s"
+                          % (self.stop.name(signum), where, self.last_checkpoint, self.ckpt_dir))
+        raise Stopped("stopped by %s at %s; no --checkpoint-dir, so nothing was saved (give one to resume after "
+                      "a stop)" % (self.stop.name(signum), where))
 
     # ---------------------------------------------------------------- the best epoch
     @property
@@ -276,7 +305,7 @@ class Trainer:
                 arrays["best_params"] = self.best_params
             header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
             self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.global_step, arrays, header,
-                                                   self.ckpt_keep)
+                                                   self.ckpt_keep, run=self.ckpt_meta.get("run"))
         self.last_checkpoint = self.comm.bcast_obj(self.last_checkpoint)
         self.watchdog.disarm()
 

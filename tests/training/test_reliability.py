@@ -4,12 +4,16 @@ import hashlib
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from conftest import mpirun
+from conftest import ROOT, mpiexec_path, mpirun
+from mpinn.config import STOPPED_EXIT
 
 # small enough that a checkpoint takes milliseconds: 2**12 hashed columns, 5400 training rows,
 # global batch 256 -> 22 steps per epoch
@@ -24,6 +28,12 @@ def train(n, args, env=None, timeout=120):
 def params(path):
     with np.load(path, allow_pickle=False) as z:
         return z["params"]
+
+
+def step_file(ck, step):
+    """The checkpoint of step `step` in directory ck (ckpt-<run>-<step>.npz: the one run there)."""
+    (name,) = [n for n in os.listdir(ck) if n.endswith("-%09d.npz" % step)]
+    return ck / name
 
 
 def digest(directory):
@@ -56,7 +66,7 @@ def test_kill_9_ends_the_job_fast_and_resume_is_bitwise_exact(tmp_path, uninterr
     assert ended - killed_at < 10, "the launcher took %.1f s to end the job" % (ended - killed_at)
     assert not (tmp_path / "never.npz").exists()
     # step 31 was never finished: the newest checkpoint is step 28 (every 4 steps; 22 per epoch)
-    assert sorted(os.listdir(ck))[-1] == "ckpt-000000028.npz", os.listdir(ck)
+    assert sorted(os.listdir(ck))[-1].endswith("-000000028.npz"), os.listdir(ck)
 
     r = train(2, ["--epochs", "2", "--resume", str(ck), "--model-out", str(tmp_path / "m.npz"),
                   "--metrics-out", str(tmp_path / "m.json")])
@@ -70,6 +80,71 @@ def test_kill_9_ends_the_job_fast_and_resume_is_bitwise_exact(tmp_path, uninterr
     h_got = json.load(open(tmp_path / "m.json"))["history"]
     assert [e["train_loss"] for e in h_got] == [e["train_loss"] for e in h_ref]
     assert h_got[-1]["valid"] == h_ref[-1]["valid"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_a_signal_to_the_launcher_checkpoints_stops_and_resumes_exactly(tmp_path, uninterrupted, sig, launcher):
+    """What Slurm sends before a time limit (SIGTERM, or SIGUSR1 with sbatch --signal): the ranks agree at a
+    step boundary, write a checkpoint, and end with the "stopped, resumable" exit code; --resume ends bit for
+    bit where the uninterrupted run ends, and no temporary file is left behind."""
+    ck = tmp_path / "ck"
+    cmd = [mpiexec_path(), "-n", "2", sys.executable] + BASE + [
+        "--epochs", "2", "--checkpoint-dir", str(ck), "--checkpoint-every", "4", "--model-out", str(tmp_path / "x.npz")]
+    env = dict(os.environ, MPINN_FAULT="slow:0:1+", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                         start_new_session=True)
+    try:
+        t0 = time.time()
+        while not (ck.exists() and any(f.startswith("ckpt-") for f in os.listdir(ck))) and time.time() - t0 < 60:
+            time.sleep(0.05)
+        os.kill(p.pid, sig)                 # the launcher, as Slurm and a user's Ctrl-\ do
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == STOPPED_EXIT, (p.returncode, err[-2000:])
+    name = "SIGTERM" if sig == signal.SIGTERM else "SIGUSR1"
+    line = [x for x in err.splitlines() if x.startswith("mpinn: stopped by %s" % name)]
+    assert line and "continue with --resume" in line[0], err[-2000:]
+    written = re.search(r"checkpoint (\S+) written", line[0]).group(1)
+    assert os.path.exists(written) and not [f for f in os.listdir(ck) if f.startswith(".tmp")]
+    assert not (tmp_path / "x.npz").exists()
+    r = train(2, ["--epochs", "2", "--resume", str(ck), "--model-out", str(tmp_path / "m.npz")])
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(params(tmp_path / "m.npz"), params(uninterrupted / "m.npz"))     # bitwise
+
+
+@pytest.mark.mpi
+def test_a_fresh_run_does_not_take_over_another_runs_checkpoints(tmp_path, launcher):
+    """Run B in run A's checkpoint directory is refused before it reads anything (its pruning would delete
+    A's files, and a later --resume would pick them up); --resume continues A; --overwrite-checkpoints
+    starts B afresh and deletes A's."""
+    ck = tmp_path / "ck"
+    r = train(2, ["--epochs", "1", "--checkpoint-dir", str(ck), "--model-out", str(tmp_path / "a.npz")])
+    assert r.returncode == 0, r.stderr
+    before = digest(ck)
+    r = train(2, ["--epochs", "1", "--seed", "7", "--checkpoint-dir", str(ck), "--model-out", str(tmp_path / "b.npz")])
+    assert r.returncode == 2 and "holds 1 checkpoint(s) of an earlier run" in r.stderr, r.stderr
+    assert digest(ck) == before and not (tmp_path / "b.npz").exists()
+    r = train(2, ["--epochs", "1", "--seed", "7", "--checkpoint-dir", str(ck), "--overwrite-checkpoints",
+                  "--model-out", str(tmp_path / "b.npz")])
+    assert r.returncode == 0, r.stderr
+    names = os.listdir(ck)
+    assert len(names) == 1 and names[0] not in before, (names, before)
+
+
+@pytest.mark.mpi
+def test_an_output_that_cannot_be_written_ends_the_run_before_the_data_is_read(tmp_path, launcher):
+    (tmp_path / "afile").write_text("")
+    pipe = tmp_path / "pipe.csv"
+    os.mkfifo(pipe)         # reading it would block: the check must come first
+    for option, value in (("--model-out", "afile/m.npz"), ("--metrics-out", "afile/m.json"),
+                          ("--checkpoint-dir", "afile/ck"), ("--model-out", "."), ("--curve", "afile/c.csv")):
+        r = mpirun(2, ["-m", "mpinn.train", "--data", str(pipe), "--label", "y", option,
+                       str(tmp_path / value)], timeout=30)
+        assert r.returncode == 2 and r.stderr.startswith("mpinn: error: %s" % option), (option, r.stderr)
+        assert r.stderr.count("\n") == 1
 
 
 @pytest.mark.mpi
@@ -96,7 +171,7 @@ def test_optimizer_state_resumes_on_another_number_of_ranks(tmp_path, optimizer,
     r = train(3, opt + ["--checkpoint-dir", str(ck), "--checkpoint-every", "9", "--model-out",
                         str(tmp_path / "np3.npz")])
     assert r.returncode == 0, r.stderr
-    os.remove(ck / "ckpt-000000022.npz")     # go back to step 18, mid-epoch
+    os.remove(step_file(ck, 22))     # go back to step 18, mid-epoch
     r = train(2, opt + ["--resume", str(ck), "--model-out", str(tmp_path / "m.npz")])
     assert r.returncode == 0, r.stderr
     assert "epoch 1, step 18" in r.stdout
@@ -140,9 +215,9 @@ def test_too_many_bad_steps_stop_with_the_last_good_checkpoint_intact(tmp_path, 
                   "--max-bad-steps", "3", "--reduce", reduce_], env={"MPINN_FAULT": "nan:0:6+"})
     assert r.returncode == 4, (r.returncode, r.stderr)
     assert ("training stopped: 3 consecutive steps had a non-finite loss or gradient (last at step 8, "
-            "epoch 1); the last good checkpoint is %s" % (ck / "ckpt-000000004.npz")) in r.stderr
-    assert sorted(os.listdir(ck)) == ["ckpt-000000002.npz", "ckpt-000000004.npz"]
-    p = params(ck / "ckpt-000000004.npz")
+            "epoch 1); the last good checkpoint is %s" % step_file(ck, 4)) in r.stderr
+    assert [int(n[-13:-4]) for n in sorted(os.listdir(ck))] == [2, 4]
+    p = params(step_file(ck, 4))
     assert np.isfinite(p).all()
     # and it resumes (the fault gone): the job finishes
     r = train(2, ["--epochs", "1", "--resume", str(ck), "--max-bad-steps", "3", "--reduce", reduce_,
@@ -183,7 +258,8 @@ def precious(tmp_path):
 @pytest.mark.mpi
 def test_every_bad_input_is_one_line_exit_2_and_damages_nothing(precious, launcher):
     tmp, ck = precious
-    out = ["--model-out", str(tmp / "model.npz"), "--checkpoint-dir", str(ck)]
+    # a fresh run may not use ck (it holds the earlier run's checkpoints: test_a_fresh_run_does_not_take_over...)
+    out = ["--model-out", str(tmp / "model.npz"), "--checkpoint-dir", str(tmp / "fresh-ck")]
     cases = []
     for name, (text, message) in BAD_CSV.items():
         cases.append(([write(tmp / name, text), "--label", "y", "--categorical", "a", "--numeric", "x"],
@@ -198,6 +274,7 @@ def test_every_bad_input_is_one_line_exit_2_and_damages_nothing(precious, launch
         (["--resume", str(tmp / "nowhere")], "checkpoint directory %s does not exist" % (tmp / "nowhere")),
         (["--resume", str(ck), "--hidden", "8"], "written with --hidden [16], this run has [8]"),
         (["--resume", str(ck), "--hash-bits", "11"], "written with --hash-bits 12, this run has 11"),
+        (["--checkpoint-dir", str(ck)], "holds 1 checkpoint(s) of an earlier run"),
     ]
     before = digest(tmp)
     for args, message in cases:
