@@ -59,7 +59,7 @@ class Watchdog:
                           "(a rank is stuck, crashed or unreachable; if steps are legitimately this slow, "
                           "raise --step-timeout)" % (rank, size, self._what, deadline - self._started))
                 time.sleep(0.2)     # let the launcher forward the line before the abort tears it down
-                MPI.COMM_WORLD.Abort(DEADLINE_EXIT)
+                abort_job(DEADLINE_EXIT)
 
 
 class NoWatchdog:
@@ -80,35 +80,108 @@ class StopSignals:
     """SIGTERM (Slurm's, before the time limit and on preemption; a launcher's, when it is told to stop) and
     SIGUSR1 (what `sbatch --signal=USR1@120` sends ahead of the limit) are remembered, not obeyed at once:
     the trainer asks every rank at its next step boundary (stop_agreed), writes a checkpoint and ends
-    with mpinn.config.STOPPED_EXIT. A second signal of the same kind is remembered too (it changes
-    nothing: the first already asked for a stop)."""
+    with mpinn.config.STOPPED_EXIT. A second signal changes nothing: the first already asked for a stop.
+
+    If the ranks do not agree in time (a peer is gone, and this rank waits in a collective for it: what
+    `srun --kill-on-bad-exit` leaves when it sends SIGTERM to the survivors), the job is aborted: a stop
+    that cannot happen must not turn a failure into a hang. The trainer says at each boundary how long the
+    work before its next agreement may take (beat: STOP_EVERY steps, or the step deadline before an
+    evaluation); the job is aborted GRACE seconds after that, or after the signal, whichever is later.
+
+    Python runs a signal handler only when the main thread is back in the interpreter, never while it
+    waits inside an MPI call; so the signal is also seen through signal.set_wakeup_fd, whose byte the
+    C-level handler writes at once, and a thread reading that pipe starts the grace."""
 
     SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1"}
+    GRACE = 5.0
+    STOP_EVERY = 8      # steps between the ranks' agreement on a stop (the trainer asks every STOP_EVERY steps)
 
     def __init__(self):
-        self.signal, self._previous = 0, {}
+        self.signal, self._previous, self._wakeup = 0, {}, None
+        self.agreed, self._at, self._due = False, None, None     # _due: None until the training loop begins
+        self._lock = threading.Lock()
 
     def install(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self                 # an API call from a thread: signals are not caught
         for s in self.SIGNALS:
-            try:
-                self._previous[s] = signal.signal(s, self._note)
-            except ValueError:          # not the main thread (an API call from a thread): not caught
-                pass
+            self._previous[s] = signal.signal(s, self._note)
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._wakeup = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
+        threading.Thread(target=self._wake, args=(read,), name="mpinn-stop", daemon=True).start()
         return self
 
-    def _note(self, signum, frame):
-        self.signal = self.signal or signum
+    def _note(self, signum, frame=None):
+        with self._lock:
+            if self.signal:
+                return
+            self.signal, self._at = signum, time.monotonic()
+        threading.Thread(target=self._watch, name="mpinn-stop-grace", daemon=True).start()
+
+    def _wake(self, read):
+        """The wakeup pipe's reader: each byte is a signal number, written even while the main thread waits."""
+        while True:
+            try:
+                got = os.read(read, 64)
+            except OSError:
+                return
+            if not got:                 # uninstall closed the pipe
+                return
+            for signum in got:
+                if signum in self.SIGNALS:
+                    self._note(signum)
+
+    def beat(self, allow):
+        """The trainer is at a boundary; its next agreement on a stop comes within `allow` seconds."""
+        self._due = time.monotonic() + allow
+
+    def _watch(self):
+        while not self.agreed:
+            if self._due is None:       # still starting (reading, hashing): nothing trained, nothing to save
+                rank, size = world_rank_size()
+                say_error("mpinn: rank %d of %d: %s arrived before training began; nothing to save, ending the job"
+                          % (rank, size, self.name(self.signal)))
+                abort_job(128 + self.signal)
+            deadline = max(self._at, self._due) + self.GRACE
+            if time.monotonic() > deadline:
+                rank, size = world_rank_size()
+                say_error("mpinn: error on rank %d of %d: %s arrived, and the ranks did not agree to stop within "
+                          "%.0f s (a rank is gone, or stuck); aborting the job"
+                          % (rank, size, self.name(self.signal), deadline - self._at))
+                time.sleep(0.2)
+                abort_job(128 + self.signal)
+            time.sleep(0.1)
 
     def uninstall(self):
+        """The previous handlers back. A signal that came after the last agreement (while the model was
+        written, say) is raised again now, under them: it was put off, not swallowed."""
+        late = self.signal if not self.agreed else 0
+        self.agreed = True              # the grace watch ends
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}
+        if self._wakeup is not None:
+            read, write, previous = self._wakeup
+            signal.set_wakeup_fd(previous)
+            os.close(write)             # the reader sees the end of the pipe and returns
+            self._wakeup = None
+        if late:
+            signal.raise_signal(late)
 
     def name(self, signum):
         return self.SIGNALS.get(signum, "signal %d" % signum)
 
 
 # ---------------------------------------------------------------- ending a job
+def abort_job(code):
+    """MPI_Abort: the launcher ends every rank. If it returns (seen under srun when the step is already being
+    torn down: PMI's abort is ignored), this process ends anyway, and the launcher notices a rank gone."""
+    MPI.COMM_WORLD.Abort(code)
+    time.sleep(1.0)
+    os._exit(code)
+
+
 def world_rank_size():
     return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
@@ -122,7 +195,7 @@ def fail(message, code=2, collective=False):
             say_error("mpinn: error: %s" % message)
         sys.exit(code)
     say_error("mpinn: error on rank %d of %d: %s" % (rank, size, message))
-    MPI.COMM_WORLD.Abort(code)
+    abort_job(code)
 
 
 def run_guarded(fn, *args):
@@ -150,4 +223,4 @@ def run_guarded(fn, *args):
         say_error("mpinn: rank %d of %d failed with %s: %s; aborting the job"
                   % (rank, size, type(e).__name__, e))
         time.sleep(0.2)     # let the launcher forward the lines before the abort tears it down (a CI run
-        MPI.COMM_WORLD.Abort(1)     # once got the exit status and none of them)
+        abort_job(1)                # once got the exit status and none of them)

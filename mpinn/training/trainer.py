@@ -18,8 +18,6 @@ from mpinn.training.staging import device_feed
 from mpinn.training.steps import choose_step
 from mpinn.training.timeline import PHASES, ProgressBar, Timeline, write_trace
 
-STOP_EVERY = 8      # steps between the ranks' agreement on a stop signal (one small Allreduce)
-
 
 @dataclass
 class Hooks:
@@ -146,6 +144,9 @@ class Trainer:
         steps = math.ceil(n_train / B)
         bar = ProgressBar(progress and self.rank0)
         t_fit, self.samples_at_start, self.steps_at_start = time.perf_counter(), self.samples, self.global_step
+        step_timeout = self.cfg.step_timeout if self.cfg.step_timeout > 0 else float("inf")
+        if self.stop is not None:       # training begins: a stop signal is now obeyed at a step boundary
+            self.stop.beat(step_timeout)
         while self.epoch <= epochs and not self.stopping:
             epoch = self.epoch
             feed = self.feed(train, n_train, epoch, steps)
@@ -168,12 +169,16 @@ class Trainer:
                         and not self.bad_streak):    # only good states are checkpointed
                     self.settle_()
                     self.checkpoint("step")
-                if self.global_step % STOP_EVERY == 0 and self.next_step < steps:
-                    self.stop_if_asked(epoch)
+                if self.stop is not None:
+                    self.stop.beat(self.stop.STOP_EVERY * (time.perf_counter() - t0))     # until the next agreement
+                    if self.global_step % self.stop.STOP_EVERY == 0 and self.next_step < steps:
+                        self.stop_if_asked(epoch)
             self.settle_()
             record = {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1),
                       "seconds": time.perf_counter() - t_epoch, "skipped_steps": self.skipped}
             self.watchdog.arm("evaluation after epoch %d" % epoch)
+            if self.stop is not None:   # evaluation and the epoch's checkpoint come before the next agreement
+                self.stop.beat(step_timeout)
             if has_valid:
                 record["valid"] = self.evaluate(valid)
             self.watchdog.disarm()
@@ -208,6 +213,7 @@ class Trainer:
         signum = self.comm.allreduce_max_obj(int(self.stop.signal))
         if not signum:
             return
+        self.stop.agreed = True
         self.settle_()
         where = ("the end of epoch %d" % epoch if at_epoch_end else "step %d (epoch %d, batch %d)"
                  % (self.global_step, epoch, self.next_step))
