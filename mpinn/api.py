@@ -223,6 +223,8 @@ def setup_checkpoints(cfg, comm, wired, info):
                 trainer.last_checkpoint, trainer.epoch, trainer.next_step, trainer.global_step), flush=True)
     ckpt_dir = cfg.checkpoint_dir or cfg.resume
     if ckpt_dir:
+        from mpinn.checkpoint import clear_stopped
+        comm.root_call(lambda: clear_stopped(ckpt_dir))     # this run goes on: no longer "stopped"
         trainer.enable_checkpoints(ckpt_dir, cfg.checkpoint_every, cfg.keep_checkpoints,
                                    {"config": config, "spec": wired.spec.to_dict(), "meta": info["meta"],
                                     "n_train": info["n_train"], "run": run})

@@ -165,3 +165,27 @@ def load_checkpoint(directory, run=None):
         raise MpinnError("%s: no parameters in the checkpoint" % path)
     header["path"] = path
     return arrays, header
+
+
+# ---------------------------------------------------------------- a run stopped by a signal
+# STOPPED in a checkpoint directory: the last run there was stopped by a signal after writing a checkpoint
+# (its one line inside). A batch script reads it to requeue the job, whatever exit code the launcher
+# reports (srun --kill-on-bad-exit may kill the rank that exits last, and then reports 143); a resume
+# removes it.
+STOPPED = "STOPPED"
+
+
+def mark_stopped(directory, line):
+    path = os.path.join(directory, STOPPED)
+    with open(path + ".tmp", "w") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def clear_stopped(directory):
+    try:
+        os.unlink(os.path.join(directory, STOPPED))
+    except FileNotFoundError:
+        pass

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpinn import __version__
-from mpinn.checkpoint import save_checkpoint
+from mpinn.checkpoint import mark_stopped, save_checkpoint
 from mpinn.comm.guard import NoWatchdog
 from mpinn.config import MpinnError, Stopped
 from mpinn.metrics import format_metrics
@@ -220,8 +220,12 @@ class Trainer:
         if self.ckpt_dir:
             if not at_epoch_end:        # an epoch's end has just been checkpointed
                 self.checkpoint("signal")
-            raise Stopped("stopped by %s at %s: checkpoint %s written; continue with --resume %s"
-                          % (self.stop.name(signum), where, self.last_checkpoint, self.ckpt_dir))
+            line = ("stopped by %s at %s: checkpoint %s written; continue with --resume %s"
+                    % (self.stop.name(signum), where, self.last_checkpoint, self.ckpt_dir))
+            if self.rank0:
+                mark_stopped(self.ckpt_dir, line)
+            self.comm.bcast_obj(None)   # every rank ends after the mark is written
+            raise Stopped(line)
         raise Stopped("stopped by %s at %s; no --checkpoint-dir, so nothing was saved (give one to resume after "
                       "a stop)" % (self.stop.name(signum), where))
 

@@ -4,6 +4,7 @@ Root only (like the multi-host test). The Debian packages are installed if missi
 where they cannot be, every test here is skipped with the reason. slurm_cluster.py builds the cluster."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -279,6 +280,39 @@ def test_requeued_job_resumes_and_matches_the_uninterrupted_run_bitwise(cluster,
     assert out.count("model written to") == 1, out      # the first attempt did not get to the end
     got = params(model)
     assert got.dtype == np.float64 and np.array_equal(got, uninterrupted), np.abs(got - uninterrupted).max()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("sig", ["USR1", "TERM"])
+def test_a_signalled_job_checkpoints_requeues_itself_and_resumes_bitwise(cluster, batch_run, tmp_path, sig):
+    """What --signal=USR1@120 does before --time (and a preemption's SIGTERM): the ranks stop at a step
+    boundary with a checkpoint, mpinn exits 75, the template requeues the job, and the next attempt resumes
+    from that very checkpoint and ends bit for bit where the uninterrupted job ends."""
+    _, _, uninterrupted = batch_run
+    assert uninterrupted is not None
+    work, model = str(tmp_path / sig), str(tmp_path / sig / "model.npz")
+    job_id = submit_template(cluster, work, model)
+    ckpt = os.path.join(work, "ckpt-%d" % job_id)
+    end = time.monotonic() + 60
+    while not (os.path.isdir(ckpt) and any(f.endswith(".npz") for f in os.listdir(ckpt))):
+        assert time.monotonic() < end, "no checkpoint after 60 s: %s" % cluster.job(job_id)
+        time.sleep(0.05)
+    cluster.cmd("scancel", "--signal=" + sig, str(job_id))     # to the job's steps, as --signal=USR1@120 does
+    rec = cluster.wait_job_done(job_id, 90)
+    with open(os.path.join(work, "out-%d.txt" % job_id)) as f:
+        out = f.read()
+    assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("COMPLETED", "0:0", "1"), (rec, out)
+    # the template's line (mpinn's own may be cut short: srun --kill-on-bad-exit can end the last rank to exit)
+    stopped = [l for l in out.splitlines() if l.startswith("mpinn: stopped by SIG" + sig)
+               and l.endswith("; requeueing job %d" % job_id)]
+    assert len(stopped) == 1, out
+    written = re.search(r"checkpoint (\S+) written", stopped[0]).group(1)
+    resumed = [l for l in out.splitlines() if l.startswith("resumed from")]
+    assert len(resumed) == 1 and resumed[0].startswith("resumed from " + written), (written, out)
+    print(stopped[0])
+    assert out.count("model written to") == 1, out
+    got = params(model)
+    assert np.array_equal(got, uninterrupted), np.abs(got - uninterrupted).max()
 
 
 # ---------------------------------------------------------------- Open MPI through PMIx

@@ -110,8 +110,10 @@ def test_a_signal_to_the_launcher_checkpoints_stops_and_resumes_exactly(tmp_path
     written = re.search(r"checkpoint (\S+) written", line[0]).group(1)
     assert os.path.exists(written) and not [f for f in os.listdir(ck) if f.startswith(".tmp")]
     assert not (tmp_path / "x.npz").exists()
+    assert (ck / "STOPPED").read_text() == line[0][len("mpinn: "):] + "\n"     # what a batch script requeues on
     r = train(2, ["--epochs", "2", "--resume", str(ck), "--model-out", str(tmp_path / "m.npz")])
     assert r.returncode == 0, r.stderr
+    assert not (ck / "STOPPED").exists()
     assert np.array_equal(params(tmp_path / "m.npz"), params(uninterrupted / "m.npz"))     # bitwise
 
 
