@@ -89,11 +89,11 @@ def test_a_huge_csv_field_in_a_ragged_row_names_the_row(tmp_path):
 
 
 @pytest.mark.parametrize("kind,bad", [("csv", "NaN"), ("csv", ""), ("csv", "NA"), ("parquet", None),
-                                      ("npz", np.nan)])
+                                      ("npz", np.nan), ("mat", np.nan), ("npz", np.inf), ("prepare", "NaN")])
 def test_a_missing_label_is_refused_by_every_reader(kind, bad, tmp_path):
     y = [1, 0, 1, 0, 1, 0] * 5
-    path = tmp_path / ("lab." + kind)
-    if kind == "csv":
+    path = tmp_path / ("lab." + ("csv" if kind == "prepare" else kind))
+    if kind in ("csv", "prepare"):
         with open(path, "w") as f:
             f.write("a,x,y\n" + "".join("v%d,%d,%s\n" % (i % 3, i, bad if i == 7 else y[i]) for i in range(30)))
     elif kind == "parquet":
@@ -101,9 +101,18 @@ def test_a_missing_label_is_refused_by_every_reader(kind, bad, tmp_path):
         import pyarrow.parquet as pq
         pq.write_table(pa.table({"a": ["v%d" % (i % 3) for i in range(30)], "x": list(range(30)),
                                  "y": [None if i == 7 else y[i] for i in range(30)]}), path)
+    elif kind == "mat":
+        import scipy.io
+        scipy.io.savemat(path, {"X": np.ones((30, 2)), "y": np.array([bad if i == 7 else y[i] + 1 for i in range(30)],
+                                                                    dtype=float).reshape(-1, 1)})
     else:
         np.savez(path, X=np.ones((30, 2)), y=np.array([bad if i == 7 else y[i] for i in range(30)], dtype=float))
-    r = cli(["--data", str(path)] + LABELS[kind], tmp_path)
+    if kind == "prepare":       # the packed format: the label is refused when the file is made
+        r = run([sys.executable, "-m", "mpinn.prepare", "--data", str(path), "--out", str(tmp_path / "lab.mpinn")]
+                + LABELS["csv"])
+        assert not (tmp_path / "lab.mpinn").exists()
+    else:
+        r = cli(["--data", str(path)] + LABELS[kind], tmp_path)
     assert_one_line(r)
     assert "the label is missing or not a number in 1 of 30 rows (the first is data row 8" in r.stderr, r.stderr
 
