@@ -8,6 +8,7 @@ Run a script that calls it under `mpirun -np N python -m mpi4py script.py`: ever
 same call; `-m mpi4py` turns an unhandled exception on one rank into an abort of the whole job."""
 import json
 import os
+import time
 from dataclasses import dataclass
 
 from mpinn.process import pin_threads
@@ -65,6 +66,7 @@ def run(cfg, comm=None):
     from mpinn.comm.guard import StopSignals, world_rank_size
     from mpinn.comm.node import unwired_srun
 
+    t_start = time.perf_counter()
     settings.check(cfg)
     settings.check_requirements(cfg)
     unwired = unwired_srun(world_rank_size()[1], os.environ)
@@ -76,12 +78,12 @@ def run(cfg, comm=None):
     comm.root_call(lambda: (check_outputs(cfg), own_checkpoint_dir(cfg)))   # before anything is read
     stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
     try:
-        return _run(cfg, comm, stop)
+        return _run(cfg, comm, stop, t_start)
     finally:
         stop.uninstall()
 
 
-def _run(cfg, comm, stop):
+def _run(cfg, comm, stop, t_start):
     """run(), once the options and the outputs have passed their checks and the signals are caught."""
     from mpinn.comm.guard import NoWatchdog, Watchdog
     cfg = settings.resolve_device(cfg, comm)
@@ -100,9 +102,11 @@ def _run(cfg, comm, stop):
     from mpinn.report import Curve
     from mpinn.training import Faults, Hooks, wire
     curve = Curve(cfg.curve, cfg.plot) if rank0 and (cfg.curve or cfg.plot) else None
-    hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), curve.add if curve else None, stop)
+    hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), comm.rank), curve.add if curve else None, stop,
+                  curve.add if curve else None)
     wired = wire(cfg, comm, info, hooks)
     trainer = wired.trainer
+    trainer.t_origin = t_start          # the records' "elapsed": since the run began, reading included
     setup_checkpoints(cfg, comm, wired, info)
     trainer.start()
     if comm.size > 1 and cfg.table == "sharded":

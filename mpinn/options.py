@@ -80,11 +80,11 @@ def hidden_sizes(s):
 
 
 def holdout_by(s):
-    """random, time:COLUMN or group:COLUMN."""
+    """random, last, time:COLUMN or group:COLUMN."""
     kind, _, column = s.partition(":")
-    if s == "random" or (kind in ("time", "group") and column.strip()):
-        return s if s == "random" else "%s:%s" % (kind, column.strip())
-    raise argparse.ArgumentTypeError("expected random, time:COLUMN or group:COLUMN, not %r" % s)
+    if s in ("random", "last") or (kind in ("time", "group") and column.strip()):
+        return s if s in ("random", "last") else "%s:%s" % (kind, column.strip())
+    raise argparse.ArgumentTypeError("expected random, last, time:COLUMN or group:COLUMN, not %r" % s)
 
 
 def add_data_argument(group, help):

@@ -56,6 +56,9 @@ def _read_for_model(meta, path):
     contract = meta.get("hashing")
     if path.lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
         data = load_data(path, task=meta["task"], classes=meta.get("classes"), contract=contract)
+    elif meta.get("source") == "criteo":       # click-log text, with or without the label field
+        data = load_data(path, categorical=",".join(meta.get("categorical") or []),
+                         numeric=",".join(meta.get("numeric") or []), contract=contract, fmt="criteo", **kw)
     elif meta.get("source") in ("csv", "default", "parquet"):
         if not path.lower().endswith((".csv", ".txt", ".parquet", ".pq")):
             raise MpinnError("the model was trained on tabular data; give a .csv, .parquet or .mpinn file")

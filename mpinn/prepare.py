@@ -1,11 +1,9 @@
 """Entry point: python -m mpinn.prepare [--data FILE] --out DATA.mpinn: hash a table once into a packed file."""
 import os
 import sys
-import time
-
-import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
 from mpinn.options import Parser, add_data_argument
 from mpinn.settings.parse import add_options
 
@@ -19,9 +17,11 @@ def build_parser():
         epilog="Example: python -m mpinn.prepare --data clicks.csv --label clicked --categorical site,ad --numeric price "
                "--hash-mode split --out clicks.mpinn; then python -m mpinn.prepare --data clicks-valid.csv "
                "--like clicks.mpinn --out clicks-valid.mpinn for rows hashed with the same contract.")
-    add_data_argument(p, ".csv or .parquet; omitted: the embedded click log")
+    add_data_argument(p, ".csv, .parquet or click-log text (the Criteo logs' format, maybe .gz); omitted: the "
+                         "embedded click log")
     p.add_argument("--out", required=True, help="packed file to write (.mpinn)")
     d = p.add_argument_group("columns")
+    add_options(d, names=("format",))     # as in train
     d.add_argument("--label", help="label column")
     d.add_argument("--categorical", default="", help="comma-separated columns to hash")
     d.add_argument("--numeric", default="", help="comma-separated columns used as numbers")
@@ -47,27 +47,6 @@ def build_parser():
     return p
 
 
-class Progress:
-    """rows/s on stderr every few seconds."""
-
-    def __init__(self, enabled, every=2.0):
-        self.enabled, self.every = enabled, every
-        self.t0 = self.last = time.perf_counter()
-
-    def start(self, what):
-        self.what, self.t0, self.last, self.rows = what, time.perf_counter(), time.perf_counter(), 0
-
-    def add(self, rows, total=None, force=False):
-        self.rows += rows
-        now = time.perf_counter()
-        if self.enabled and (force or now - self.last >= self.every):
-            self.last = now
-            of = " of %d" % total if total else ""
-            sys.stderr.write("prepare: %s %d rows%s, %.0f rows/s\n"
-                             % (self.what, self.rows, of, self.rows / max(now - self.t0, 1e-9)))
-            sys.stderr.flush()
-
-
 def _like(path):
     """(meta) of a packed file or a model file."""
     if path.lower().endswith(".mpinn"):
@@ -75,97 +54,6 @@ def _like(path):
         return PackedDataset(path).meta
     from mpinn.checkpoint import load_model
     return load_model(path)[2]
-
-
-def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed=0, hash_k=4, buckets=None,
-            like=None, threads=1, progress=None, report=False, numeric_transform="auto", positive=None):
-    """Two passes over `source` (a data.TableSource): the first counts rows, learns the task and classes,
-    fits the hashing contract (each skipped when already known) and takes the numeric columns' statistics,
-    from which the numeric transform is fitted (or taken from `like`); the second hashes each chunk and
-    appends it to the packed file (numbers as they are: the transform is applied as rows are read). Returns a summary dict (rows, columns, seconds, collision report)."""
-    from mpinn.data.labels import LabelScan, encode_labels
-    from mpinn.data.tables import hashing_fitter
-    from mpinn.hashing import encode_indices, make_contract, per_feature_nnz
-    from mpinn.data.packing import PackedWriter
-    from mpinn.data.stats import ColumnStats
-    from mpinn.data.transform import NumericTransform
-    progress = progress or Progress(False)
-    t0 = time.perf_counter()
-    contract, classes = None, None
-    if like is not None:
-        contract, task, classes = like.get("hashing"), like["task"], like.get("classes")
-        if contract is not None and contract["features"] != source.categorical:
-            raise MpinnError("--like: its categorical columns are %s, this input's are %s"
-                             % (contract["features"], source.categorical))
-    elif source.kind == "default":
-        task, classes = "binary", ["0", "1"]
-    if buckets not in (None, "") and hash_mode != "split" and like is None:
-        raise MpinnError("--buckets is for --hash-mode split (this is %s)" % hash_mode)
-    fitter = None
-    if source.categorical and contract is None:
-        if source.kind == "default" and hash_bits is None:
-            hash_bits = 18          # what auto gives for the click log's 10^5+ values
-        if hash_mode == "trick" and not report and hash_bits is not None:
-            contract = make_contract(source.categorical, hash_bits, hash_seed)
-        else:
-            fitter = hashing_fitter(source, hash_mode, hash_bits, hash_seed, hash_k, buckets)
-    labels = LabelScan(task, positive) if source.has_label and task != "regression" and classes is None else None
-    stats = ColumnStats(source.numeric) if source.numeric else None
-    n = source.n_rows
-    scan = n is None or fitter is not None or labels is not None or stats is not None
-    if scan:
-        progress.start("pass 1/2 (scan)")
-        n = 0
-        for part in source.parts():
-            n += part.n
-            if fitter is not None:
-                fitter.update(part.cats, threads)
-            if labels is not None:
-                labels.update(part.labels)
-            if stats is not None:
-                stats.update(part.Xd)
-            progress.add(part.n)
-        if labels is not None:
-            task, classes = labels.result()
-        if fitter is not None:
-            contract = fitter.contract()
-    if n == 0:
-        raise MpinnError("%s has a header but no rows" % source.path)
-    if not source.has_label and task == "auto":
-        task = "regression"     # nothing to learn from; predict only needs the columns
-    per = len(source.categorical) * per_feature_nnz(contract) if contract else 0
-    meta = dict(source.meta, hashing=contract, task=task, classes=classes, has_label=source.has_label)
-    if stats is not None:
-        meta["numeric_stats"] = stats.result()
-        if like is not None and like.get("transform") is not None:
-            transform = NumericTransform.from_dict(like["transform"])
-            transform.check_columns(source.numeric, "--like")
-            meta["transform"] = transform.to_dict()
-        else:
-            transform = NumericTransform.fit(meta["numeric_stats"], numeric_transform)
-            meta["transform"] = transform.to_dict() if transform is not None else None
-    y_dtype = np.int64 if task == "multiclass" else np.float64
-    n_columns = contract["n_columns"] if contract else 0
-    progress.start("pass 2/2 (hash + write)" if scan else "hash + write")
-    rows = 0
-    with PackedWriter(out, n, n_columns, n * per, len(source.numeric), y_dtype, meta, row_nnz=per) as w:
-        for part in source.parts():
-            idx = encode_indices(part.cats, contract, threads) if contract else None
-            if source.has_label:
-                y = encode_labels(part.labels, task, classes)[0]
-            else:
-                y = np.zeros(part.n)
-            w.append(idx, per, y, part.Xd)
-            rows += part.n
-            progress.add(part.n, n)
-    progress.add(0, n, force=True)
-    seconds = time.perf_counter() - t0
-    summary = {"out": out, "rows": rows, "n_columns": n_columns, "n_dense": len(source.numeric), "nnz": rows * per,
-               "task": task, "classes": classes, "bytes": os.path.getsize(out), "seconds": seconds,
-               "rows_per_s": rows / seconds if seconds else 0.0, "hashing": contract, "transform": meta.get("transform")}
-    if fitter is not None and contract is not None:
-        summary["collisions"] = fitter.report(contract)
-    return summary
 
 
 def run(args):
@@ -180,21 +68,29 @@ def run(args):
         label = label or like.get("label")
         if not categorical and not numeric:
             categorical, numeric = like.get("categorical") or "", like.get("numeric") or ""
+    fmt = None
     if args.data:
         if not os.path.exists(args.data):
             raise MpinnError("data file %s does not exist" % args.data)
-        ext = os.path.splitext(args.data)[1].lower()
-        if ext not in (".csv", ".txt", ".parquet", ".pq"):
-            raise MpinnError("%s: prepare reads .csv or .parquet, not %r" % (args.data, ext))
-        if not label:
+        from mpinn.data import data_format
+        fmt = data_format(args.data, args.format)
+        if fmt not in ("csv", "parquet", "criteo"):
+            raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (args.data, fmt))
+        if not label and fmt != "criteo":
             raise MpinnError("--label COLUMN is required")
     if args.chunk_rows <= 0 or args.threads <= 0 or args.default_rows <= 0:
         raise MpinnError("--chunk-rows, --threads and --default-rows must be positive")
     if not args.out.endswith(".mpinn"):
         raise MpinnError("--out %s: a packed file's name ends in .mpinn" % args.out)
-    source = TableSource(args.data, label, categorical, numeric, require_label=True,
-                         default_rows=args.default_rows, default_seed=args.default_seed,
-                         chunk_rows=args.chunk_rows)
+    if fmt == "criteo":
+        from mpinn.data.clicktext import ClickTextSource
+        from mpinn.data.tables import _split_names
+        source = ClickTextSource(args.data, label, _split_names(categorical), _split_names(numeric),
+                                 chunk_rows=args.chunk_rows)
+    else:
+        source = TableSource(args.data, label, categorical, numeric, require_label=True,
+                             default_rows=args.default_rows, default_seed=args.default_seed,
+                             chunk_rows=args.chunk_rows)
     s = prepare(source, args.out, args.task, args.hash_mode, args.hash_bits, args.hash_seed, args.hash_k,
                 parse_buckets(args.buckets), like, args.threads, Progress(not args.quiet), args.report,
                 args.numeric_transform, args.positive_class)

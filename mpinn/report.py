@@ -14,9 +14,12 @@ def check_plotting():
         raise MpinnError("--plot needs matplotlib: pip install 'mpinn[plot]' (or pip install matplotlib)")
 
 
+COLUMNS = ("epoch", "at", "step", "samples", "elapsed", "train_loss", "seconds", "skipped_steps")
+
+
 def flatten(record):
-    """One epoch's record as flat columns: epoch, train_loss, seconds, skipped_steps, valid_*."""
-    row = {k: record[k] for k in ("epoch", "train_loss", "seconds", "skipped_steps") if k in record}
+    """One record (an epoch's end, or a --eval-every point inside one) as flat columns: COLUMNS, valid_*."""
+    row = {k: record[k] for k in COLUMNS if k in record}
     for k in METRICS + ("n", "nonfinite"):
         if k in record.get("valid", {}):
             row["valid_" + k] = record["valid"][k]
@@ -40,7 +43,8 @@ class Curve:
             if self.path.endswith(".csv"):
                 if len(self.rows) == 1:
                     f.write(",".join(row) + "\n")
-                f.write(",".join("%.6g" % v if isinstance(v, float) else str(v) for v in row.values()) + "\n")
+                f.write(",".join("%.6g" % v if isinstance(v, float) else str(v)
+                                 for v in (row.get(k, "") for k in self.rows[0])) + "\n")
             else:
                 f.write(json.dumps(row) + "\n")
 
@@ -56,6 +60,7 @@ def plot_curve(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    rows = [r for r in rows if r.get("at") != "step"]      # epoch ends (the --eval-every points are in the curve)
     epochs = [r["epoch"] for r in rows]
     metrics = [k for k in METRICS if "valid_" + k in rows[-1]]
     fig, axes = plt.subplots(1, 1 + bool(metrics), figsize=(10 if metrics else 5, 3.6))

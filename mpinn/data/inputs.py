@@ -48,7 +48,8 @@ def held_how(cfg, valid):
         return ""
     kind, _, column = cfg.holdout_by.partition(":")
     share = "%g%%" % (100 * cfg.holdout)
-    return {"random": " (a random %s)" % share, "time": " (the last %s by %s)" % (share, column),
+    return {"random": " (a random %s)" % share, "last": " (the last %s of the rows, in file order)" % share,
+            "time": " (the last %s by %s)" % (share, column),
             "group": " (whole groups of %s, about %s)" % (column, share)}[kind]
 
 
@@ -63,7 +64,7 @@ def load_everywhere(args, comm, say):
         kw = dict(label=args.label, categorical=args.categorical, numeric=args.numeric,
                   hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
                   default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
-                  hash_k=args.hash_k, buckets=args.buckets)
+                  hash_k=args.hash_k, buckets=args.buckets, fmt=args.format)
         by, _, column = args.holdout_by.partition(":")
         by = None if by == "random" else by
         data = args.data if isinstance(args.data, Rows) else load_data(
@@ -77,7 +78,9 @@ def load_everywhere(args, comm, say):
             train = data
         else:
             values = None
-            if by is not None:
+            if by == "last":        # a log written in time order: its last rows
+                by, values = "time", np.arange(len(data))
+            elif by is not None:
                 from mpinn.data.tables import read_column
                 values = read_column(args.data, column)
             train, valid = data.split(args.holdout, args.seed, by, values)

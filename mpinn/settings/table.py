@@ -38,6 +38,11 @@ class RunConfig:
     # ------------------------------------------------------------------ data
     data: Any = option(None, "data", ".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or .mpinn "
                        "(written by python -m mpinn.prepare); omitted: the embedded click log", metavar="FILE")
+    format: str = option("auto", "data", "the data files' format: auto: by extension (.csv, .parquet, .npz, .mat, "
+                         ".mpinn), and click-log text told by its first line; criteo: the Criteo logs' text "
+                         "(Kaggle's train.txt, the 1TB log's day_N; label, I1..I13, C1..C26, tab-separated, no "
+                         "header, maybe .gz): the label, 13 counts and 26 categorical columns need no naming",
+                         choices=("auto", "criteo"))
     label: Optional[str] = option(None, "data", "CSV/Parquet label column")
     categorical: str = option("", "data", "comma-separated CSV/Parquet columns to hash")
     numeric: str = option("", "data", "comma-separated CSV/Parquet columns used as numbers")
@@ -58,7 +63,8 @@ class RunConfig:
                                   metavar="FILE")
     holdout: float = option(0.1, "data", "share of rows held out when there is no --valid", type=nonneg_float)
     holdout_by: str = option(
-        "random", "data", "how --holdout picks its rows: random (a seeded share); time:COLUMN (the last rows by "
+        "random", "data", "how --holdout picks its rows: random (a seeded share); last (the last rows of the file, "
+        "in file order: a log written in time order, any format); time:COLUMN (the last rows by "
         "that column: numbers, or dates written so that they sort, e.g. 2026-11-25; how a model that will "
         "predict the future is judged, click logs above all); group:COLUMN (whole groups held out, e.g. every "
         "row of a user: how a model for new users is judged). CSV and Parquet files; the column is left out of "
@@ -212,7 +218,12 @@ class RunConfig:
     model_out: str = option("mpinn-model.npz", "output", "model file written at the end", resume=True)
     metrics_out: Optional[str] = option(None, "output", "write the history and summary as JSON here", resume=True)
     curve: Optional[str] = option(None, "output", "append each epoch's losses and metrics to FILE (.csv: one row "
-                                  "per epoch; otherwise JSON lines)", resume=True, metavar="FILE")
+                                  "per epoch, and per --eval-every point; otherwise JSON lines)", resume=True,
+                                  metavar="FILE")
+    eval_every: int = option(0, "output", "also evaluate the held-out rows every N steps inside each epoch (0: at "
+                             "epoch ends only): a line each, and a row in --curve with the step, the rows seen and "
+                             "the seconds since the start (how a one-pass click log is watched); the best epoch and "
+                             "early stop count epoch ends only", resume=True, type=nonneg_int, metavar="N")
     plot: Optional[str] = option(None, "output", "at the end, plot the loss and metric curves to PNG (needs "
                                  "matplotlib: pip install 'mpinn[plot]')", resume=True, metavar="PNG")
     no_progress: bool = option(False, "output", "no progress bar", resume=True, action="store_true")

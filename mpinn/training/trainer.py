@@ -6,12 +6,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpinn import __version__
-from mpinn.checkpoint import mark_stopped, save_checkpoint
 from mpinn.comm.guard import NoWatchdog
-from mpinn.config import MpinnError, Stopped
+from mpinn.config import MpinnError
 from mpinn.metrics import format_metrics
 from mpinn.process import reusing_heap
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
+from mpinn.training.checkpoints import Checkpoints
 from mpinn.training.faults import Faults
 from mpinn.training.feed import Feed, epoch_order
 from mpinn.training.staging import device_feed
@@ -27,9 +27,10 @@ class Hooks:
     faults: object = None
     on_epoch: object = None
     stop: object = None         # comm.guard.StopSignals: a signal asks for a checkpoint and a clean stop
+    on_eval: object = None      # called with the record of each evaluation inside an epoch (--eval-every)
 
 
-class Trainer:
+class Trainer(Checkpoints):
     """Data-parallel training: rank 0 holds the data; every rank holds the model.
 
     Made from a resolved RunConfig (mpinn.settings) and the wired parts (mpinn.training.wire): the
@@ -53,6 +54,8 @@ class Trainer:
         self.watchdog = hooks.watchdog or NoWatchdog()
         self.max_bad_steps = int(cfg.max_bad_steps)
         self.on_epoch = hooks.on_epoch  # called on every rank with each epoch's record
+        self.on_eval, self.eval_every = hooks.on_eval, int(cfg.eval_every)
+        self.t_origin = time.perf_counter()     # records' "elapsed" counts from here (the API: its start)
         self.stop = hooks.stop
         self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
         self.tower_mix, self.tower_weights = cfg.tower_mix, None
@@ -173,9 +176,10 @@ class Trainer:
                     self.stop.beat(self.stop.STOP_EVERY * (time.perf_counter() - t0))     # until the next agreement
                     if self.global_step % self.stop.STOP_EVERY == 0 and self.next_step < steps:
                         self.stop_if_asked(epoch)
+                if self.eval_every and has_valid and self.global_step % self.eval_every == 0 and self.next_step < steps:
+                    self.evaluate_inside(valid, epoch, t_epoch, step_timeout)
             self.settle_()
-            record = {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1),
-                      "seconds": time.perf_counter() - t_epoch, "skipped_steps": self.skipped}
+            record = self.record(epoch, t_epoch, "epoch")
             self.watchdog.arm("evaluation after epoch %d" % epoch)
             if self.stop is not None:   # evaluation and the epoch's checkpoint come before the next agreement
                 self.stop.beat(step_timeout)
@@ -203,31 +207,30 @@ class Trainer:
         self.elapsed = time.perf_counter() - t_fit
         return self.history
 
-    # ---------------------------------------------------------------- stopping on a signal
-    def stop_if_asked(self, epoch, at_epoch_end=False):
-        """Collective, at a step boundary: if a stop signal reached any rank (comm.guard.StopSignals), every
-        rank agrees here, a checkpoint of this exact position is written (where checkpoints go) and the run
-        ends with Stopped (exit code STOPPED_EXIT); --resume continues it as if nothing happened."""
-        if self.stop is None:
-            return
-        signum = self.comm.allreduce_max_obj(int(self.stop.signal))
-        if not signum:
-            return
-        self.stop.agreed = True
+    def record(self, epoch, t_epoch, at):
+        """Where training stands: the epoch's mean training loss so far, its seconds, the global step, the
+        rows seen (all epochs), the seconds since the run began; at: "epoch" (its end) or "step" (inside)."""
+        now = time.perf_counter()
+        return {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1), "seconds": now - t_epoch,
+                "skipped_steps": self.skipped, "at": at, "step": self.global_step, "samples": self.samples,
+                "elapsed": now - self.t_origin}
+
+    def evaluate_inside(self, valid, epoch, t_epoch, step_timeout):
+        """--eval-every: the held-out metrics now, inside the epoch (collective). They go to on_eval (the
+        curve) and the log; the best epoch and early stop count epoch ends only."""
         self.settle_()
-        where = ("the end of epoch %d" % epoch if at_epoch_end else "step %d (epoch %d, batch %d)"
-                 % (self.global_step, epoch, self.next_step))
-        if self.ckpt_dir:
-            if not at_epoch_end:        # an epoch's end has just been checkpointed
-                self.checkpoint("signal")
-            line = ("stopped by %s at %s: checkpoint %s written; continue with --resume %s"
-                    % (self.stop.name(signum), where, self.last_checkpoint, self.ckpt_dir))
-            if self.rank0:
-                mark_stopped(self.ckpt_dir, line)
-            self.comm.bcast_obj(None)   # every rank ends after the mark is written
-            raise Stopped(line)
-        raise Stopped("stopped by %s at %s; no --checkpoint-dir, so nothing was saved (give one to resume after "
-                      "a stop)" % (self.stop.name(signum), where))
+        record = self.record(epoch, t_epoch, "step")
+        self.watchdog.arm("evaluation at step %d" % self.global_step)
+        if self.stop is not None:
+            self.stop.beat(step_timeout)
+        record["valid"] = self.evaluate(valid)
+        self.watchdog.disarm()
+        record["elapsed"] = time.perf_counter() - self.t_origin
+        if self.rank0:
+            self.log("step %d (epoch %d, %d rows seen)  valid: %s" % (
+                self.global_step, epoch, self.samples, format_metrics(record["valid"])))
+        if self.on_eval is not None:
+            self.on_eval(record)
 
     # ---------------------------------------------------------------- the best epoch
     @property
@@ -292,51 +295,6 @@ class Trainer:
     @property
     def task(self):
         return task_of(self.model.spec)
-
-    # ---------------------------------------------------------------- checkpoints
-    def enable_checkpoints(self, directory, every=0, keep=3, meta=None):
-        """Write a checkpoint every `every` steps and at each epoch end into directory (rank 0)."""
-        self.ckpt_dir, self.ckpt_every, self.ckpt_keep = directory, int(every), int(keep)
-        self.ckpt_meta = dict(meta or {})
-
-    def position(self):
-        return {"epoch": self.epoch, "next_step": self.next_step, "global_step": self.global_step,
-                "samples": self.samples, "loss_sum": self.loss_sum, "loss_n": self.loss_n,
-                "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history, "best": self.best,
-                "seed": self.seed, "batch_size": self.batch_size}
-
-    def checkpoint(self, why):
-        """Rank 0 writes parameters, optimizer state and position; every rank waits for it under
-        the deadline, so a slow disk is not mistaken for a stuck step."""
-        self.watchdog.arm("checkpoint at step %d" % self.global_step)
-        arrays = self.stepper.saved_arrays()        # collective: a sharded table is gathered to rank 0
-        if self.rank0:
-            if self.best_params is not None:
-                arrays["best_params"] = self.best_params
-            header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
-            self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.global_step, arrays, header,
-                                                   self.ckpt_keep, run=self.ckpt_meta.get("run"))
-        self.last_checkpoint = self.comm.bcast_obj(self.last_checkpoint)
-        self.watchdog.disarm()
-
-    def restore(self, arrays, header):
-        """Continue from a checkpoint that rank 0 has loaded (arrays/header None elsewhere): the
-        parameters reach the other ranks in start(); the optimizer state and position here."""
-        header = self.comm.bcast_obj(header)
-        self.stepper.restore_(arrays, header.get("path"))   # a sharded table: each rank takes its rows
-        pos = header["position"]
-        self.best = pos.get("best")
-        if self.comm.bcast_obj("best_params" in arrays if self.rank0 else None):
-            if self.table == "sharded":     # whole parameters: rank 0 alone holds them (see whole_params)
-                self.best_params = self.model.xp.asarray(arrays["best_params"]) if self.rank0 else None
-            else:
-                buf = np.ascontiguousarray(arrays["best_params"]) if self.rank0 else np.empty_like(
-                    self.model.backend.asnumpy(self.model.params))
-                self.best_params = self.model.xp.asarray(self.comm.Bcast_(buf, root=0, what="best parameters"))
-        self.epoch, self.next_step, self.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
-        self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
-        self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
-        self.last_checkpoint = header.get("path")
 
     def load_params_(self, params):
         """Before start(): rank 0's whole flat parameters (None elsewhere) become the model's on every

@@ -1,0 +1,189 @@
+"""The click-log text format of the Criteo logs (Kaggle's train.txt, the 1TB log's day_N): one row a line, no
+header, 40 tab-separated fields: the 0/1 label, 13 integer counts I1..I13, 26 categorical values C1..C26 given
+as 8-hex-digit hashes; an empty field is missing. A file without labels (a test file) has 39 fields.
+Plain or gzip-compressed (a name ending in .gz), read in chunks like the other tables (a TableSource's Parts):
+pyarrow's reader when it is installed, checked cell by cell; any problem sends the rest to the plain reader,
+which names the line."""
+import csv
+import gzip
+import io
+import os
+
+import numpy as np
+
+from mpinn.config import MpinnError
+from mpinn.data.base import CHUNK_ROWS
+
+N_INT, N_CAT = 13, 26
+INT_NAMES = ["I%d" % (j + 1) for j in range(N_INT)]
+CAT_NAMES = ["C%d" % (j + 1) for j in range(N_CAT)]
+LABEL = "label"
+HEX = frozenset("0123456789abcdefABCDEF")
+SNIFF_EXTS = ("", ".txt", ".tsv", ".gz")       # files whose first line decides whether they are click-log text
+
+
+def _open_text(path):
+    try:
+        if path.endswith(".gz"):
+            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="ascii", newline="")
+        return open(path, encoding="ascii", newline="")
+    except OSError as e:
+        raise MpinnError("cannot read %s: %s" % (path, e.strerror))
+
+
+def first_line_fields(path):
+    """The number of tab-separated fields of the first line and the line (None if it cannot be read)."""
+    try:
+        with _open_text(path) as f:
+            line = f.readline(1 << 16).rstrip("\r\n")
+    except (OSError, EOFError, UnicodeDecodeError, MpinnError):
+        return None, None
+    return line.count("\t") + 1, line
+
+
+def is_click_text(path):
+    """Whether a file's first line looks like the click-log text format (used by --format auto)."""
+    n, line = first_line_fields(path)
+    if n == 1 + N_INT + N_CAT:
+        return line.split("\t", 1)[0] in ("0", "1")
+    return n == N_INT + N_CAT and "," not in line
+
+
+class ClickTextSource:
+    """A click-log text file as a table source: columns label, I1..I13, C1..C26. categorical / numeric: the
+    columns to use (default: all 26 categorical, all 13 counts)."""
+    kind = "criteo"
+
+    def __init__(self, path, label=None, categorical=(), numeric=(), require_label=True, chunk_rows=CHUNK_ROWS):
+        self.path, self.chunk_rows, self.n_rows = path, max(1, int(chunk_rows)), None
+        n, _ = first_line_fields(path)
+        if n is None:
+            raise MpinnError("%s is empty or not text (a click-log text file has 40 tab-separated fields a line)"
+                             % path)
+        if n not in (1 + N_INT + N_CAT, N_INT + N_CAT):
+            raise MpinnError("%s line 1: %d tab-separated fields; a click-log text line has 40 (the label, 13 counts "
+                             "I1..I13, 26 categorical C1..C26), or 39 without the label" % (path, n))
+        self.has_label = n == 1 + N_INT + N_CAT
+        if label not in (None, "", LABEL):
+            raise MpinnError("a click-log text file's label column is %r (the first field), not %r" % (LABEL, label))
+        if require_label and not self.has_label:
+            raise MpinnError("%s has 39 fields a line: no label column (a test file?); training needs the label"
+                             % path)
+        self.header = ([LABEL] if self.has_label else []) + INT_NAMES + CAT_NAMES
+        self.label = LABEL
+        categorical, numeric = list(categorical), list(numeric)
+        for name in categorical + numeric:
+            if name not in INT_NAMES + CAT_NAMES:
+                raise MpinnError("a click-log text file has no column %r (it has I1..I13, C1..C26)" % name)
+        if not categorical and not numeric:
+            categorical, numeric = list(CAT_NAMES), list(INT_NAMES)
+        self.categorical, self.numeric = categorical, numeric
+        self.kinds_note = None
+        self.meta = {"source": "criteo", "label": LABEL, "categorical": categorical, "numeric": numeric}
+
+    # ---- the plain reader: every cell checked, the line named
+    def _python_parts(self, skip=0):
+        width = len(self.header)
+        col = {h: i for i, h in enumerate(self.header)}
+        cat_i, num_i = [col[c] for c in self.categorical], [col[c] for c in self.numeric]
+        off = 1 if self.has_label else 0
+        with _open_text(self.path) as f:
+            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            rows = []
+            line = 0
+            try:
+                for row in reader:
+                    line += 1
+                    if line <= skip:
+                        continue
+                    if len(row) != width:
+                        raise MpinnError("%s line %d: %d fields; the lines of this file have %d" % (
+                            self.path, line, len(row), width))
+                    self._check_row(row, line, off)
+                    rows.append(row)
+                    if len(rows) == self.chunk_rows:
+                        yield self._part(rows, cat_i, num_i)
+                        rows = []
+            except (csv.Error, UnicodeDecodeError, EOFError, OSError) as e:     # gzip: truncated, not gzip
+                raise MpinnError("%s line %d: %s" % (self.path, line + 1, e))
+            if rows:
+                yield self._part(rows, cat_i, num_i)
+
+    def _check_row(self, row, line, off):
+        if off and row[0] not in ("0", "1"):
+            raise MpinnError("%s line %d: the label is %r; a click-log label is 0 or 1" % (self.path, line, row[0]))
+        for k in range(N_INT):
+            v = row[off + k]
+            if v and not (v.lstrip("-").isdigit() and v.count("-") <= 1 and v[0] in "-0123456789"):
+                raise MpinnError("%s line %d: %s is %r, not an integer" % (self.path, line, INT_NAMES[k], v))
+        for k in range(N_CAT):
+            v = row[off + N_INT + k]
+            if v and (len(v) != 8 or not HEX.issuperset(v)):
+                raise MpinnError("%s line %d: %s is %r, not an 8-hex-digit value" % (self.path, line, CAT_NAMES[k], v))
+
+    def _part(self, rows, cat_i, num_i):
+        from mpinn.data.tables import Part
+        Xd = None
+        if num_i:
+            Xd = np.array([[float(r[i]) if r[i] else np.nan for i in num_i] for r in rows], dtype=np.float64)
+        labels = np.array([float(r[0]) for r in rows]) if self.has_label else None
+        return Part([[r[i] for r in rows] for i in cat_i], Xd, labels, len(rows))
+
+    # ---- the fast path
+    def _arrow_parts(self):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as pacsv
+        types = {name: pa.int64() for name in INT_NAMES}
+        types.update({name: pa.string() for name in CAT_NAMES})
+        if self.has_label:
+            types[LABEL] = pa.int64()
+        include = ([LABEL] if self.has_label else []) + self.numeric + self.categorical
+        done = 0
+        try:
+            stream = pa.input_stream(self.path, compression="detect")
+            reader = pacsv.open_csv(
+                stream,
+                read_options=pacsv.ReadOptions(column_names=self.header,
+                                               block_size=max(1 << 20, min(64 << 20, self.chunk_rows * 256))),
+                parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False),
+                convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
+                                                     null_values=[""], strings_can_be_null=False))
+            for batch in reader:
+                for s in range(0, batch.num_rows, self.chunk_rows):
+                    b = batch.slice(s, self.chunk_rows)
+                    labels = None
+                    if self.has_label:
+                        lab = b.column(LABEL)
+                        if lab.null_count or not pc.all(pc.is_in(lab, pa.array([0, 1]))).as_py():
+                            raise ValueError("a label that is not 0 or 1")
+                        labels = lab.to_numpy().astype(np.float64)
+                    for name in self.categorical:
+                        ok = pc.match_substring_regex(b.column(name), "^([0-9a-fA-F]{8})?$")
+                        if not pc.all(ok).as_py():
+                            raise ValueError("a categorical value that is not 8 hex digits")
+                    Xd = None
+                    if self.numeric:
+                        Xd = np.column_stack([b.column(n).to_numpy(zero_copy_only=False).astype(np.float64)
+                                              for n in self.numeric])   # a null (missing) count: NaN
+                    from mpinn.data.tables import Part
+                    yield Part([b.column(name) for name in self.categorical], Xd, labels, b.num_rows)
+                    done += b.num_rows
+        except (pa.ArrowException, ValueError, OSError, EOFError):
+            yield from self._python_parts(skip=done)       # names the line, or reads what arrow would not
+
+    def parts(self):
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            return self._python_parts()
+        return self._arrow_parts()
+
+
+def load_click_text(path, label=None, categorical=(), numeric=(), require_label=True, chunk_rows=CHUNK_ROWS, **kw):
+    """A click-log text file in memory as a Dataset, hashed like any table (kw: load_table's)."""
+    from mpinn.data.tables import load_table
+    if not os.path.exists(path):
+        raise MpinnError("data file %s does not exist" % path)
+    source = ClickTextSource(path, label, categorical, numeric, require_label, chunk_rows)
+    return load_table(source, **kw)
