@@ -14,7 +14,8 @@ def check_plotting():
         raise MpinnError("--plot needs matplotlib: pip install 'mpinn[plot]' (or pip install matplotlib)")
 
 
-COLUMNS = ("epoch", "at", "step", "samples", "elapsed", "train_loss", "seconds", "skipped_steps")
+COLUMNS = ("epoch", "at", "step", "samples", "elapsed", "eval_seconds", "time", "train_loss", "seconds",
+           "skipped_steps")
 
 
 def flatten(record):
@@ -24,6 +25,11 @@ def flatten(record):
         if k in record.get("valid", {}):
             row["valid_" + k] = record["valid"][k]
     return row
+
+
+def cell(key, v):
+    """One CSV cell: floats to 6 digits, the Unix time to the millisecond."""
+    return ("%.3f" if key == "time" else "%.6g") % v if isinstance(v, float) else str(v)
 
 
 class Curve:
@@ -43,8 +49,7 @@ class Curve:
             if self.path.endswith(".csv"):
                 if len(self.rows) == 1:
                     f.write(",".join(row) + "\n")
-                f.write(",".join("%.6g" % v if isinstance(v, float) else str(v)
-                                 for v in (row.get(k, "") for k in self.rows[0])) + "\n")
+                f.write(",".join(cell(k, row.get(k, "")) for k in self.rows[0]) + "\n")
             else:
                 f.write(json.dumps(row) + "\n")
 

@@ -56,6 +56,7 @@ class Trainer(Checkpoints):
         self.on_epoch = hooks.on_epoch  # called on every rank with each epoch's record
         self.on_eval, self.eval_every = hooks.on_eval, int(cfg.eval_every)
         self.t_origin = time.perf_counter()     # records' "elapsed" counts from here (the API: its start)
+        self.eval_seconds = 0.0                 # spent in held-out evaluations so far (the records say it)
         self.stop = hooks.stop
         self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
         self.tower_mix, self.tower_weights = cfg.tower_mix, None
@@ -208,12 +209,14 @@ class Trainer(Checkpoints):
         return self.history
 
     def record(self, epoch, t_epoch, at):
-        """Where training stands: the epoch's mean training loss so far, its seconds, the global step, the
-        rows seen (all epochs), the seconds since the run began; at: "epoch" (its end) or "step" (inside)."""
+        """Where training stands, taken before the held-out evaluation: the epoch's mean training loss so far,
+        its seconds, the global step, the rows seen (all epochs), the seconds since the run began ("elapsed")
+        and the Unix time ("time"), of which "eval_seconds" went to earlier held-out evaluations; at: "epoch"
+        (its end) or "step" (inside one)."""
         now = time.perf_counter()
         return {"epoch": epoch, "train_loss": self.loss_sum / max(self.loss_n, 1), "seconds": now - t_epoch,
                 "skipped_steps": self.skipped, "at": at, "step": self.global_step, "samples": self.samples,
-                "elapsed": now - self.t_origin}
+                "elapsed": now - self.t_origin, "eval_seconds": self.eval_seconds, "time": time.time()}
 
     def evaluate_inside(self, valid, epoch, t_epoch, step_timeout):
         """--eval-every: the held-out metrics now, inside the epoch (collective). They go to on_eval (the
@@ -225,7 +228,6 @@ class Trainer(Checkpoints):
             self.stop.beat(step_timeout)
         record["valid"] = self.evaluate(valid)
         self.watchdog.disarm()
-        record["elapsed"] = time.perf_counter() - self.t_origin
         if self.rank0:
             self.log("step %d (epoch %d, %d rows seen)  valid: %s" % (
                 self.global_step, epoch, self.samples, format_metrics(record["valid"])))
@@ -278,14 +280,17 @@ class Trainer(Checkpoints):
                 collective=True, code=4)
 
     def evaluate(self, data, chunk=65536):
-        """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only."""
+        """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only. Its seconds add to
+        eval_seconds."""
+        t0 = time.perf_counter()
         if not self.towers:
             out = evaluate(self.model, self.comm, self.layout, data, chunk, predict=self.stepper.predict)
             if "rmse" in out:
                 out["rmse"] *= self.target_scale
-            return out
-        out = evaluate_towers(self.model, self.comm, self.layout, data, self.tower_mix, chunk)
-        self.tower_weights = out["weights"]
+        else:
+            out = evaluate_towers(self.model, self.comm, self.layout, data, self.tower_mix, chunk)
+            self.tower_weights = out["weights"]
+        self.eval_seconds += time.perf_counter() - t0
         return out
 
     def gather_towers(self):

@@ -40,4 +40,4 @@ def test_plot_writes_a_png_with_every_curve_and_the_curve_file(tmp_path, launche
     assert sorted(drawn) == sorted(["train loss: 3 points", "held-out log-loss: 3 points",
                                     "accuracy: 3 points", "auc: 3 points"]), drawn
     rows = csv.read_text().splitlines()
-    assert rows[0].startswith("epoch,at,step,samples,elapsed,train_loss") and len(rows) == 1 + 3
+    assert rows[0].startswith("epoch,at,step,samples,elapsed,eval_seconds,time,train_loss") and len(rows) == 1 + 3
