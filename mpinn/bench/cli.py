@@ -16,7 +16,9 @@ def build_parser():
                epilog="W1: MLP 784-256-256-10 on 60000x784 float32, batch 256, SGD 0.05, 300 steps (30 warm-up). "
                       "W2: hashed CSR 2^18 -> 64 -> 1 on 262144 rows x 20 categoricals, batch 1024, SGD 0.1, "
                       "300 steps (30). W3: Ng's 400-25-10 sigmoid net on 5000x400 float64, full-batch GD "
-                      "0.8, 100 iterations (10). Example: mpiexec -n 2 python -m mpinn.bench --workload w1; "
+                      "0.8, 100 iterations (10). W4 (mpinn only): 262144 rows of the W4 click log at --scale 100, "
+                      "26 hashed C<j>=<hex> tokens in 2^20 + 26 dense -> 64 -> 1, batch 1024, SGD 0.1, 300 steps (30). "
+                      "Example: mpiexec -n 2 python -m mpinn.bench --workload w1; "
                       "python -m mpinn.bench --table bench-results.jsonl /tmp/peers-results.jsonl")
     p.add_argument("--workload", choices=sorted(WORKLOADS), help="which workload to train")
     p.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],

@@ -86,10 +86,10 @@ class W4:
         # categorical columns: how often missing, how strongly their values matter
         self.cat_missing = np.where(rng.random(N_CAT) < 0.35, rng.uniform(0.05, 0.45, N_CAT), 0.0)
         self.cat_strength = rng.uniform(0.15, 0.45, N_CAT)
-        # counts: lognormal-shaped long tails, some may be -1 (as I2 of the real log), often missing
+        # counts: lognormal-shaped long tails, often missing; >= 0, but I2 reaches -2 (the real log's I2 has negatives)
         self.int_mu, self.int_sigma = rng.uniform(0.0, 3.0, N_INT), rng.uniform(0.8, 2.2, N_INT)
         self.int_missing = rng.uniform(0.0, 0.45, N_INT)
-        self.int_shift = np.where(np.arange(N_INT) == 1, 2, 1)         # I2 reaches -1
+        self.int_shift = np.where(np.arange(N_INT) == 1, 2, 0)
         self.int_weight = rng.normal(0.0, 0.35, N_INT)
         self.int_missing_effect = rng.normal(0.0, 0.3, N_INT)
         # pairwise interactions between categorical columns of modest cardinality

@@ -1,5 +1,6 @@
 """The peers' benchmark workloads W1, W2, W3 (the shared peers benchmark's README): exact data, initial weights and
-steps, as mpinn models. python -m mpinn.bench trains them; the tests check them against the peers' checksums."""
+steps, as mpinn models. python -m mpinn.bench trains them; the tests check them against the peers' checksums.
+W4 is mpinn's own (the click-log shape of mpinn.bench.w4): the peers' harness has no reader for it."""
 import hashlib
 from dataclasses import dataclass
 
@@ -111,6 +112,45 @@ def _w2_rows(data, lo, hi):
     return Batch(Xs, None, y[lo:hi])
 
 
+W4_N, W4_BITS, W4_H, W4_SCALE = 262144, 20, 64, 100
+
+
+def _w4_data(n=W4_N):
+    """W4 rows 0..n of seed 0 at --scale 100: (hashed column of each C<j>=<hex> token (n, 26) int32, the missing
+    value a token of its own; log1p counts standardised and 13 missing flags (n, 26) float32; labels)."""
+    from mpinn.bench.w4 import MISSING_INT, N_CAT, W4
+    gen = W4(0, W4_SCALE)
+    ids, ints, y = [np.concatenate(a) for a in zip(*((i, c, t) for i, c, t, _ in gen.rows(0, n)))]
+    hexes = gen.hex_codes(ids)
+    idx = np.empty((n, N_CAT), dtype=np.int32)
+    for j in range(N_CAT):
+        values, inverse = np.unique(hexes[:, j], return_inverse=True)
+        idx[:, j] = token_columns("C%d" % (j + 1), [v.decode() for v in values], W4_BITS, 0)[inverse.ravel()]
+    missing = ints == MISSING_INT
+    logs = np.where(missing, np.nan, np.log1p(np.maximum(ints, 0).astype(np.float64)))
+    logs = (logs - np.nanmean(logs, axis=0)) / np.maximum(np.nanstd(logs, axis=0), 1e-9)     # over the present
+    dense = np.hstack([np.where(missing, 0.0, logs), missing]).astype(np.float32)
+    return idx, dense, y.astype(np.float32)
+
+
+def init_w4():
+    rng = np.random.default_rng(104)
+    a = 1.0 / np.sqrt(26 + 26)
+    W0 = np.empty(((1 << W4_BITS) + 26, W4_H), np.float32)   # the hashed rows, then the 26 dense inputs' rows
+    W0[:] = rng.uniform(-a, a, W0.shape)
+    return [W0, np.zeros(W4_H, np.float32), rng.uniform(-1 / 8, 1 / 8, (W4_H, 1)).astype(np.float32),
+            np.zeros(1, np.float32)]
+
+
+def _w4_rows(data, lo, hi):
+    import scipy.sparse as sp
+    idx, dense, y = data
+    n, f = hi - lo, idx.shape[1]
+    Xs = sp.csr_matrix((np.ones(n * f, np.float32), idx[lo:hi].ravel(), np.arange(0, n * f + 1, f, dtype=np.int32)),
+                       shape=(n, 1 << W4_BITS))
+    return Batch(Xs, dense[lo:hi], y[lo:hi])
+
+
 @dataclass
 class Workload:
     spec: ModelSpec
@@ -146,4 +186,7 @@ WORKLOADS = {
     "w3": Workload(ModelSpec(0, 400, (25,), 10, "sigmoid", "sigmoid", "float64"), "int64",
                    5000, 5000, 0.8, 100, 10, 5000, make_w3, lambda: thetas_to_params(init_w3()), _dense_rows,
                    "Ng 400-25-10 sigmoid float64 full-batch GD"),
+    "w4": Workload(ModelSpec(1 << W4_BITS, 26, (W4_H,), 1, "relu", "sigmoid", "float32", sparse_fan_in=26),
+                   "float32", W4_N, 1024, 0.1, 300, 30, 16384, _w4_data, init_w4, _w4_rows,
+                   "W4 click log (scale 100): CSR(2^20) + 26 dense -> 64 -> 1 float32, sparse-row SGD"),
 }

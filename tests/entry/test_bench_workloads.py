@@ -109,3 +109,36 @@ def test_bench_local_input_does_the_same_work(tmp_path, launcher):
         assert rec["input"] == mode
         losses[mode] = rec["loss_final"]
     assert losses["local"] == losses["scatter"] < 7.4
+
+
+def test_w4_batches_hash_the_logs_tokens_as_training_does():
+    """W4's benchmark rows: each C<j> value hashed as the token "C<j>=<hex>" by xxh64 (written plainly here), the
+    text the generator writes for the same rows; the counts' log standardised, then 13 missing flags."""
+    import xxhash
+    from mpinn.bench.w4 import W4, text_lines
+    n = 2000
+    idx, dense, y = workloads._w4_data(n)
+    gen = W4(0, workloads.W4_SCALE)
+    ids, ints, labels, _ = next(gen.rows(0, n))
+    lines = text_lines(gen, ids, ints, labels).splitlines()
+    mask = (1 << workloads.W4_BITS) - 1
+    for i in (0, 1, 777, n - 1):
+        fields = lines[i].split("\t")
+        assert y[i] == float(fields[0])
+        want = [xxhash.xxh64_intdigest(("C%d=%s" % (j + 1, v)).encode(), 0) & mask for j, v in enumerate(fields[14:])]
+        assert idx[i].tolist() == want
+        assert dense[i, 13:].tolist() == [float(v == "") for v in fields[1:14]]
+    logs = dense[:, :13][dense[:, 13:] == 0]
+    assert abs(logs.mean()) < 1e-3 and abs(logs.std() - 1) < 1e-3      # over the present values
+    assert 0.2 < y.mean() < 0.3
+
+
+@pytest.mark.mpi
+def test_bench_w4_runs_and_learns(tmp_path, launcher):
+    out = tmp_path / "r.jsonl"
+    r = mpirun(2, ["-m", "mpinn.bench", "--workload", "w4", "--steps", "40", "--warmup", "2", "--timing-steps", "0",
+                   "--out", str(out)], timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["workload"] == "W4" and rec["np"] == 2 and rec["samples_per_s"] > 0
+    assert rec["loss_final"] < rec["loss_initial"] - 0.05
