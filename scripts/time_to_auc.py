@@ -12,8 +12,8 @@ The clocks. A peer's clock starts when its process starts and stops while it sco
 end: its Unix time less the moment this script launched mpirun, less the seconds its earlier held-out
 evaluations took. mpinn reads the test rows at its start (inside its time), the peers outside theirs.
 
-The peers run in their own venv (--peers-venv, made and filled from PyPI on first use as
-../shared/peers/setup.sh does for the neural peers): lightgbm, vowpalwabbit, scikit-learn, pandas.
+The peers run in their own venv (--peers-venv, made and filled from PyPI on first use, as the
+shared peers benchmark's setup.sh does for the neural peers): lightgbm, vowpalwabbit, scikit-learn, pandas.
 
 Output: --out, JSON lines, one per point: system, np, seconds, auc, rows_seen, point, config (mpinn: the
 options beside the data's), params (peers); a line with system "hidden model" gives the AUC of the log's
