@@ -13,7 +13,9 @@ def build_parser():
         prog="python -m mpinn.prepare",
         description="Read a CSV or Parquet file (or the embedded click log) in chunks, hash its categorical "
                     "columns once and write a packed file (.mpinn) that training reads by row through a memory "
-                    "map: python -m mpinn.train --data DATA.mpinn.",
+                    "map: python -m mpinn.train --data DATA.mpinn. Click-log text is packed in one streaming pass "
+                    "(its task is binary, its --hash-bits default 18); what needs a scan first (--hash-mode split "
+                    "or onehot, auto bits of a CSV, a label to learn the classes of, --report) takes two.",
         epilog="Example: python -m mpinn.prepare --data clicks.csv --label clicked --categorical site,ad --numeric price "
                "--hash-mode split --out clicks.mpinn; then python -m mpinn.prepare --data clicks-valid.csv "
                "--like clicks.mpinn --out clicks-valid.mpinn for rows hashed with the same contract.")
@@ -97,9 +99,10 @@ def run(args):
     if args.verify:
         from mpinn.data.packed import PackedDataset
         PackedDataset(args.out, verify=True)
-    say("wrote %s: %d rows, %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s (%.0f rows/s)%s" % (
+    say("wrote %s: %d rows, %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s (%.0f rows/s, %s)%s" % (
         args.out, s["rows"], s["n_columns"], describe(s["hashing"]), s["n_dense"], s["task"], s["bytes"] / 1e6,
-        s["seconds"], s["rows_per_s"], ", checksums verified" if args.verify else ""))
+        s["seconds"], s["rows_per_s"], "one pass" if s["passes"] == 1 else "two passes",
+        ", checksums verified" if args.verify else ""))
     if s["transform"] is not None:
         from mpinn.data.transform import NumericTransform
         say("numeric transform (stored in the file, applied as rows are read): %s"
