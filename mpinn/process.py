@@ -74,6 +74,34 @@ def mem_available():
     return None
 
 
+def cgroup_limit(proc="/proc/self/cgroup", root="/sys/fs/cgroup"):
+    """The memory limit (bytes) of this process's cgroup, v2 (memory.max) or v1 (memory.limit_in_bytes);
+    None where there is none or it cannot be read."""
+    try:
+        with open(proc) as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for _, controllers, path in lines:
+        for where, name in ((os.path.join(root, "memory"), "memory.limit_in_bytes"), (root, "memory.max")):
+            if (name == "memory.max") != (controllers == "") or (controllers and "memory" not in controllers.split(",")):
+                continue
+            try:
+                with open(os.path.join(where, path.lstrip("/"), name)) as f:
+                    value = f.read().strip()
+            except OSError:
+                continue
+            if value.isdigit() and int(value) < 1 << 60:      # v1 says "no limit" with a huge number
+                return int(value)
+    return None
+
+
+def memory_for_job():
+    """Bytes this process may still use: MemAvailable, or its cgroup's limit where that is lower."""
+    values = [v for v in (mem_available(), cgroup_limit()) if v is not None]
+    return min(values) if values else None
+
+
 MADV_NOHUGEPAGE, HUGE_PAGE = 15, 2 << 20
 
 

@@ -64,3 +64,33 @@ def test_a_file_three_times_the_memory_limit_trains_to_the_same_model(tmp_path, 
     finally:
         if os.path.exists(data):        # 787 MB: not left for pytest's kept temporary directories
             os.remove(data)
+
+
+def test_a_file_larger_than_the_jobs_memory_with_short_shuffled_runs_gets_a_note():
+    from mpinn.data.inputs import larger_than_memory_note
+    note = larger_than_memory_note("big.mpinn", 900 * 10**6, 300 * 10**6, 1)
+    assert note.startswith("note: big.mpinn (900 MB) is larger than the memory this job may use (300 MB)")
+    assert "--shuffle-block 65536" in note
+    assert larger_than_memory_note("big.mpinn", 200 * 10**6, 300 * 10**6, 1) is None       # it fits
+    assert larger_than_memory_note("big.mpinn", 900 * 10**6, 300 * 10**6, 65536) is None   # read in runs
+    assert larger_than_memory_note("big.mpinn", 900 * 10**6, None, 1) is None              # unknown
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_cgroup_limit_is_read_from_this_process_group(tmp_path, version):
+    from mpinn.process import cgroup_limit
+    proc = tmp_path / "cgroup"
+    if version == "v1":
+        proc.write_text("12:cpu,cpuacct:/x\n9:memory:/jobs/42\n0::/\n")
+        d = tmp_path / "memory" / "jobs" / "42"
+        name = "memory.limit_in_bytes"
+    else:
+        proc.write_text("0::/jobs/42\n")
+        d = tmp_path / "jobs" / "42"
+        name = "memory.max"
+    d.mkdir(parents=True)
+    (d / name).write_text("314572800\n")
+    assert cgroup_limit(str(proc), str(tmp_path)) == 314572800
+    (d / name).write_text("max\n" if version == "v2" else "9223372036854771712\n")     # no limit
+    assert cgroup_limit(str(proc), str(tmp_path)) is None
+    assert cgroup_limit(str(tmp_path / "nothing"), str(tmp_path)) is None
