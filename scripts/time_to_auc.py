@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -121,7 +122,20 @@ def run_mpinn(args, train, test, np_, name, options):
                        "auc": round(rec["valid_auc"], 6), "rows_seen": rec["samples"],
                        "point": "epoch %d %s %d" % (rec["epoch"], rec["at"], rec["step"]), "config": options})
         say("  %-24s %8.2f s  AUC %.4f" % (points[-1]["point"], points[-1]["seconds"], points[-1]["auc"]))
-    return points
+    return points + written_point(base + ".log", points)
+
+
+def written_point(log, points):
+    """The model mpinn wrote, as a last point at the run's last one: the parameters of the epoch its log names
+    (the best by held-out loss when it ran more than one; --valid is the test rows here, so that choice saw
+    them), with that epoch's AUC. [] when the written epoch is the last point already."""
+    line = next((x for x in open(log) if x.startswith("model written to ")), "")
+    m = re.search(r"the parameters of epoch (\d+)", line)
+    ends = {int(p["point"].split()[1]): p for p in points if p["point"].split()[2] == "epoch"}
+    if not m or int(m.group(1)) not in ends or ends[int(m.group(1))] is points[-1]:
+        return []
+    best = ends[int(m.group(1))]
+    return [dict(points[-1], auc=best["auc"], point="model written: epoch %s's parameters" % m.group(1))]
 
 
 def run_peer(args, py, train, test, system):
@@ -214,8 +228,7 @@ def plot(points, hidden, path):
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("training wall seconds (log scale)")
     ax.set_ylabel("test AUC")
-    top = [p["auc"] for p in points]
-    ax.set_ylim(max(0.5, sorted(top)[len(top) // 10] - 0.02), hidden + 0.01)
+    ax.set_ylim(max(0.5, min(p["auc"] for p in points) - 0.005), hidden + 0.01)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
@@ -227,9 +240,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="time_to_auc.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--rows", type=int, required=True, help="training rows (the log's first)")
-    p.add_argument("--test-rows", type=int, required=True, help="test rows (the next ones)")
-    p.add_argument("--out", required=True, help="JSON lines, one per point")
+    p.add_argument("--rows", type=int, help="training rows (the log's first)")
+    p.add_argument("--test-rows", type=int, help="test rows (the next ones)")
+    p.add_argument("--out", help="JSON lines, one per point")
+    p.add_argument("--summarize", metavar="POINTS", help="print the table (and --plot) of a points file written "
+                   "before, and exit")
     p.add_argument("--plot", help="PNG of AUC against seconds")
     p.add_argument("--systems", default=",".join(SYSTEMS), help="of %s (default: all)" % ",".join(SYSTEMS))
     p.add_argument("--np", default="1,2", help="mpinn's numbers of ranks (default 1,2)")
@@ -249,6 +264,12 @@ def main(argv=None):
     p.add_argument("--no-install", action="store_true", help="never make or fill the peers' venv")
     p.add_argument("--timeout", type=int, default=3600, help="seconds any one run may take (default 3600)")
     args = p.parse_args(argv)
+    if args.summarize:
+        points = [json.loads(line) for line in open(args.summarize)]
+        report(points, args.plot)
+        return 0
+    if args.rows is None or args.test_rows is None or args.out is None:
+        fail("--rows, --test-rows and --out are needed (or --summarize POINTS)")
     systems = [s for s in args.systems.split(",") if s]
     if any(s not in SYSTEMS for s in systems):
         fail("--systems: each of %s" % ",".join(SYSTEMS))
@@ -276,14 +297,23 @@ def main(argv=None):
                 points += run_mpinn(args, train, test, np_, "tuned", args.mpinn_best)
     with open(args.out, "w") as f:
         f.write("".join(json.dumps(p) + "\n" for p in points))
-    print("W4 --scale %d: %d training rows, %d test rows; hidden model AUC %.4f; %s, %d cores\n" % (
-        args.scale, args.rows, args.test_rows, hidden, time.strftime("%Y-%m-%d"), os.cpu_count()))
-    print(table(points, hidden))
-    print("\npoints written to %s" % args.out)
-    if args.plot:
-        plot(points, hidden, args.plot)
-        print("plot written to %s" % args.plot)
+    print("points written to %s" % args.out)
+    report(points, args.plot)
     return 0
+
+
+def report(points, png):
+    """The table of a run's points (the first: the hidden model's, with the data's description), and the plot."""
+    hidden, data = points[0]["auc"], points[0]["data"]
+    print("W4 --scale %d: %d training rows, %d test rows; hidden model AUC %.4f; %d cores\n" % (
+        data["scale"], data["rows"], data["test_rows"], hidden, os.cpu_count()))
+    print(table(points, hidden))
+    if any(p["point"].startswith("model written") for p in points):
+        print("\n(model written: a run of several epochs writes its best epoch's parameters, chosen by the held-out "
+              "loss on --valid, here the test rows; its final AUC is theirs)")
+    if png:
+        plot(points, hidden, png)
+        print("plot written to %s" % png)
 
 
 if __name__ == "__main__":

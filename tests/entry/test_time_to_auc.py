@@ -39,6 +39,18 @@ def test_the_goals_are_judged_against_the_peers_final_points():
     assert "| mpinn b np 2 | 6.0 s | 9.0 s |" in text                    # time to VW's 0.75, LightGBM's 0.78
 
 
+def test_a_run_of_several_epochs_ends_on_the_model_it_wrote(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("epoch 1/3 ...\nmodel written to m.npz: the parameters of epoch 2 (best by held-out logloss), auc 0.8\n")
+    run_ = [dict(pt("mpinn d", s, a, 2), point=p) for s, a, p in (
+        (1.0, 0.70, "epoch 1 step 10"), (2.0, 0.75, "epoch 1 epoch 20"), (3.0, 0.80, "epoch 2 epoch 40"),
+        (4.0, 0.77, "epoch 3 epoch 60"))]
+    (last,) = tta.written_point(str(log), run_)
+    assert last["auc"] == 0.80 and last["seconds"] == 4.0 and last["point"] == "model written: epoch 2's parameters"
+    log.write_text("model written to m.npz: the parameters of epoch 3 (the last)\n")
+    assert tta.written_point(str(log), run_) == []          # the last point is the written model already
+
+
 def test_mpinn_points_come_from_the_curves_clock(tmp_path):
     out, png = str(tmp_path / "p.json"), str(tmp_path / "p.png")
     r = run([sys.executable, os.path.join(ROOT, "scripts", "time_to_auc.py"), "--rows", "3000", "--test-rows", "600",
@@ -66,6 +78,8 @@ def test_mpinn_points_come_from_the_curves_clock(tmp_path):
         assert b["elapsed"] - a["elapsed"] >= b["eval_seconds"] - a["eval_seconds"]
     assert os.path.getsize(png) > 10000
     assert "mpinn's seconds to reach" in r.stdout and "hidden model AUC" in r.stdout
+    again = run([sys.executable, os.path.join(ROOT, "scripts", "time_to_auc.py"), "--summarize", out], timeout=60)
+    assert again.returncode == 0 and again.stdout.split("\n")[:12] == r.stdout.split("points written")[1].split("\n")[1:13]
 
 
 def test_a_bad_option_is_one_line_and_exit_2(tmp_path):
