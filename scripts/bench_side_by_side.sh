@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mpinn and its training peers side by side, REPS rounds (default 3), round-robin: each round runs
 # every configuration once (PyTorch DDP W1 and W2 EmbeddingBag-sparse, the DT42-style peer W1 and W3,
-# mpinn W1 W2 W3 with rank 0 scattering each batch and with --input local; np 1 and 2), so a burst of foreign load hits several rows a little rather than one
+# mpinn W1 W2 W3 W4 (W4: mpinn only) with rank 0 scattering each batch and with --input local; np 1 and 2), so a burst of foreign load hits several rows a little rather than one
 # row entirely. Every run goes through the peers' runner.py (waits for an idle machine, re-runs a
 # disturbed window, keeps the cleaner attempt). Then a table of medians.  ~12 min per 3 rounds here.
 #   MPINN_PYTHON=/path/to/python  (default: python3 on PATH; mpiexec from its bin/)
@@ -32,7 +32,7 @@ for rep in $(seq "${REPS:-3}"); do
     run "ddp_w2_embbag_sparse_np${np}_r$rep" $(tr "$np") ddp_peer.py --workload w2 --w2-mode embbag_sparse
     run "mpi_naive_w1_np${np}_r$rep" "$VENV/bin/mpiexec" -n "$np" "$PPY" mpi_naive_peer.py --workload w1
     run "mpi_naive_w3_np${np}_r$rep" "$VENV/bin/mpiexec" -n "$np" "$PPY" mpi_naive_peer.py --workload w3
-    for wl in w1 w2 w3; do
+    for wl in w1 w2 w3 w4; do      # W4: mpinn only (the peers have no reader for it)
       run "mpinn_${wl}_np${np}_r$rep" "$MPIEXEC" -n "$np" "$PY" -m mpinn.bench --workload "$wl" ${MPINN_EXTRA:-}
       run "mpinn_local_${wl}_np${np}_r$rep" "$MPIEXEC" -n "$np" "$PY" -m mpinn.bench --workload "$wl" \
           --input local ${MPINN_EXTRA:-}
