@@ -11,8 +11,9 @@ BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 def pin_threads(threads=None):
     """The one BLAS thread policy (call it before numpy loads its BLAS). threads=None: the ranks on a
-    machine share its cores (under Slurm: the cores the job was given there) equally, unless the user
-    set the variables; an int (the benchmark's 1): exactly that many, whatever the environment says."""
+    machine share its cores (under Slurm: the cores the job was given there) equally, one rank alone
+    leaving a core to its reader, unless the user set the variables; an int (the benchmark's 1): exactly
+    that many, whatever the environment says."""
     if threads is not None:
         for var in BLAS_THREAD_VARS:
             os.environ[var] = str(int(threads))
@@ -24,15 +25,18 @@ def pin_threads(threads=None):
 
 
 def blas_share(env, cores):
-    """BLAS threads per rank from what the launcher says (None: leave BLAS its default): the host's
-    cores, or Slurm's SLURM_CPUS_ON_NODE, divided by the ranks on this host (hydra's MPI_LOCALNRANKS,
-    Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, or srun's tasks on this node)."""
+    """BLAS threads per rank from what the launcher says: the host's cores, or Slurm's SLURM_CPUS_ON_NODE,
+    divided by the ranks on this host (hydra's MPI_LOCALNRANKS, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, or
+    srun's tasks on this node). A rank alone on its host leaves one core to its reader thread: OpenBLAS's
+    threads spin, and with every core theirs the small products of a step wait on them (W4 at np 1 on 2
+    cores: 14.9k samples/s with 2 threads on a busy machine, 91.2k with 1)."""
     local = env.get("MPI_LOCALNRANKS") or env.get("OMPI_COMM_WORLD_LOCAL_SIZE")
     local = int(local) if local else slurm_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE"), env.get("SLURM_NODEID"))
     slurm_cores = env.get("SLURM_CPUS_ON_NODE", "")
-    if slurm_cores.isdigit():
-        return max(1, int(slurm_cores) // (local or 1))
-    return max(1, cores // local) if local and local > 1 else None
+    cores = int(slurm_cores) if slurm_cores.isdigit() else cores
+    if not local or local == 1:
+        return max(1, cores - 1)
+    return max(1, cores // local)
 
 
 def slurm_tasks_on_node(spec, node_id):

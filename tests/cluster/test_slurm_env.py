@@ -48,13 +48,14 @@ def test_tasks_on_this_node(spec, node, tasks):
 
 
 @pytest.mark.parametrize("env, cores, threads", [
-    ({}, 16, None),                                                         # one process: BLAS decides
+    ({}, 16, 15),                                                           # one process: a core for its reader
+    ({}, 2, 1), ({}, 1, 1), ({"MPI_LOCALNRANKS": "1"}, 2, 1),
     ({"MPI_LOCALNRANKS": "4"}, 16, 4),                                      # hydra
     ({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 16, 8),                           # Open MPI's mpirun
     ({"SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_NODEID": "1"}, 16, 4),   # srun
     # srun on a shared node: the job's 8 cores there, not the machine's 64
     ({"SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_NODEID": "1", "SLURM_CPUS_ON_NODE": "8"}, 64, 2),
-    ({"SLURM_CPUS_ON_NODE": "4"}, 64, 4),                                   # the batch script, one process
+    ({"SLURM_CPUS_ON_NODE": "4"}, 64, 3),                                   # the batch script, one process
     ({"MPI_LOCALNRANKS": "8", "SLURM_CPUS_ON_NODE": "4"}, 64, 1),           # mpirun inside an allocation
 ])
 def test_blas_threads_share_the_cores_the_job_has(env, cores, threads):
