@@ -74,6 +74,7 @@ def line_of(gen, i):
 
 @pytest.mark.parametrize("damage,message", [
     (lambda f: f[:-1], "line 5: 39 fields; the lines of this file have 40"),
+    (lambda f: f + ["00aa00aa"], "line 5: 41 fields; the lines of this file have 40"),
     (lambda f: f[:20] + ["zz12345g"] + f[21:], "line 5: C7 is 'zz12345g', not an 8-hex-digit value"),
     (lambda f: f[:3] + ["1.5"] + f[4:], "line 5: I3 is '1.5', not an integer"),
     (lambda f: ["2"] + f[1:], "line 5: the label is '2'; a click-log label is 0 or 1"),
