@@ -131,8 +131,8 @@ def _run(cfg, comm, stop, t_start):
     kept = len(history)           # the epoch whose parameters are kept: the best one with --keep best
     if trainer.best is not None and trainer.keep_best:
         kept = trainer.best["epoch"]
-        if trainer.best_params is not None:     # every rank, or rank 0 alone with a sharded table
-            wired.model.params[...] = trainer.best_params
+        if trainer.best_params is not None and trainer.best_params is not wired.model.params:
+            wired.model.params[...] = trainer.best_params   # every rank, or rank 0 alone with a sharded table
             params = params if cfg.towers else wired.model.params
     summary = comm.bcast_obj(summary)
     summary["kept_epoch"] = kept

@@ -192,6 +192,14 @@ class ShardedStep(Step):
         """A copy of the whole parameters on rank 0 (gathered), None elsewhere."""
         return self.gather_flat(self.model.params)
 
+    def adopt_params(self, whole):
+        """Rank 0's model takes `whole` (the best epoch's gathered copy) as its parameters, with no
+        gather; returns it on rank 0, None elsewhere (not collective)."""
+        if self.comm.rank == 0:
+            self.model.use_param_buffer(whole)
+            return whole
+        return None
+
     def final_params(self):
         """The whole parameters on rank 0, which keeps them in its model (None elsewhere: the other
         ranks' models hold their own rows of the table only)."""

@@ -49,3 +49,18 @@ def test_checkpoint_on_3_ranks_resumes_on_3_bitwise_and_on_2_resharded(tmp_path,
     again = json.load(open(tmp_path / "p.json"))
     for k in ("accuracy", "auc", "logloss"):
         assert again[k] == pytest.approx(reported[k], abs=1e-9)
+
+
+@pytest.mark.mpi
+def test_a_sharded_table_kept_at_an_earlier_best_epoch_is_the_replicated_ones(tmp_path, launcher):
+    """With --keep best (the default) a sharded run hands rank 0's copy of the best epoch to the model file
+    without gathering the table again; the file equals the replicated run's, bit for bit."""
+    args = ["-m", "mpinn.train", "--default-rows", "5000", "--epochs", "6", "--optimizer", "adam", "--lr", "0.02",
+            "--no-progress"]
+    lines = {}
+    for table in ("sharded", "replicated"):
+        r = mpirun(2, args + ["--table", table, "--model-out", str(tmp_path / (table + ".npz"))], timeout=180)
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines[table] = [x for x in r.stdout.splitlines() if x.startswith("model written")][0]
+    assert "the parameters of epoch 1 " in lines["sharded"]          # an earlier epoch than the last (6)
+    assert np.array_equal(params(tmp_path / "sharded.npz"), params(tmp_path / "replicated.npz"))
