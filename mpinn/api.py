@@ -127,13 +127,13 @@ def _run(cfg, comm, stop, t_start):
         trainer.write_timeline(cfg.timeline)
     summary = trainer.summary()
     trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
-    params = trainer.gather_towers() if cfg.towers else trainer.final_params()
-    kept = len(history)           # the epoch whose parameters are kept: the best one with --keep best
-    if trainer.best is not None and trainer.keep_best:
-        kept = trainer.best["epoch"]
-        if trainer.best_params is not None and trainer.best_params is not wired.model.params:
-            wired.model.params[...] = trainer.best_params   # every rank, or rank 0 alone with a sharded table
-            params = params if cfg.towers else wired.model.params
+    if cfg.towers:
+        params = trainer.gather_towers()
+        if trainer.keep_best and trainer.best_params is not None:
+            wired.model.params[...] = trainer.best_params
+    else:
+        params = trainer.final_params()     # the kept epoch's: the best one with --keep best
+    kept = trainer.best["epoch"] if trainer.best is not None and trainer.keep_best else len(history)
     summary = comm.bcast_obj(summary)
     summary["kept_epoch"] = kept
     final = next((r.get("valid", {}) for r in history if r["epoch"] == kept), {})

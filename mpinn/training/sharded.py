@@ -193,8 +193,8 @@ class ShardedStep(Step):
         return self.gather_flat(self.model.params)
 
     def adopt_params(self, whole):
-        """Rank 0's model takes `whole` (the best epoch's gathered copy) as its parameters, with no
-        gather; returns it on rank 0, None elsewhere (not collective)."""
+        """Rank 0's model takes `whole` (whole_params' gathered copy, rank 0 alone) as its parameters,
+        with no gather; returns it on rank 0, None elsewhere."""
         if self.comm.rank == 0:
             self.model.use_param_buffer(whole)
             return whole

@@ -77,6 +77,12 @@ class Step:
         """Collective: the whole flat parameters on rank 0 (for the model file), None elsewhere."""
         return self.model.params if self.comm.rank == 0 else None
 
+    def adopt_params(self, whole):
+        """The model takes `whole` (whole_params' copy, on every rank here) as its parameters; returns
+        final_params'."""
+        self.model.params[...] = whole
+        return self.final_params()
+
     def whole_params(self):
         """Collective: a copy of the whole flat parameters (e.g. the best epoch's) on every rank that
         holds them all: every rank here."""
