@@ -256,22 +256,32 @@ def test_sbatch_template_runs_to_completion(cluster, batch_run):
     assert got is not None and np.isfinite(got).all()
 
 
-@pytest.mark.mpi
-def test_requeued_job_resumes_and_matches_the_uninterrupted_run_bitwise(cluster, batch_run, tmp_path):
-    _, _, uninterrupted = batch_run
-    assert uninterrupted is not None
-    work, model = str(tmp_path / "requeued"), str(tmp_path / "requeued" / "model.npz")
+def submit_with_a_checkpoint(cluster, work, model):
+    """The template submitted; returns its job id once its first checkpoint is on disk (60 s at most)."""
     job_id = submit_template(cluster, work, model)
     ckpt = os.path.join(work, "ckpt-%d" % job_id)
     end = time.monotonic() + 60
     while not (os.path.isdir(ckpt) and any(f.endswith(".npz") for f in os.listdir(ckpt))):
         assert time.monotonic() < end, "no checkpoint after 60 s: %s" % cluster.job(job_id)
         time.sleep(0.05)
+    return job_id
+
+
+def job_output(work, job_id):
+    with open(os.path.join(work, "out-%d.txt" % job_id)) as f:
+        return f.read()
+
+
+@pytest.mark.mpi
+def test_requeued_job_resumes_and_matches_the_uninterrupted_run_bitwise(cluster, batch_run, tmp_path):
+    _, _, uninterrupted = batch_run
+    assert uninterrupted is not None
+    work, model = str(tmp_path / "requeued"), str(tmp_path / "requeued" / "model.npz")
+    job_id = submit_with_a_checkpoint(cluster, work, model)
     assert cluster.job(job_id)["JobState"] == "RUNNING"
     cluster.cmd("scontrol", "requeue", str(job_id))    # as when a node fails: the job goes back to the queue
     rec = cluster.wait_job_done(job_id, 90)
-    with open(os.path.join(work, "out-%d.txt" % job_id)) as f:
-        out = f.read()
+    out = job_output(work, job_id)
     assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("COMPLETED", "0:0", "1"), (rec, out)
     assert "DUE TO JOB REQUEUE" in out and "attempt 2, 2 ranks" in out and "(resuming)" in out, out
     resumed = [l for l in out.splitlines() if l.startswith("resumed from")]
@@ -291,16 +301,10 @@ def test_a_signalled_job_checkpoints_requeues_itself_and_resumes_bitwise(cluster
     _, _, uninterrupted = batch_run
     assert uninterrupted is not None
     work, model = str(tmp_path / sig), str(tmp_path / sig / "model.npz")
-    job_id = submit_template(cluster, work, model)
-    ckpt = os.path.join(work, "ckpt-%d" % job_id)
-    end = time.monotonic() + 60
-    while not (os.path.isdir(ckpt) and any(f.endswith(".npz") for f in os.listdir(ckpt))):
-        assert time.monotonic() < end, "no checkpoint after 60 s: %s" % cluster.job(job_id)
-        time.sleep(0.05)
+    job_id = submit_with_a_checkpoint(cluster, work, model)
     cluster.cmd("scancel", "--signal=" + sig, str(job_id))     # to the job's steps, as --signal=USR1@120 does
     rec = cluster.wait_job_done(job_id, 90)
-    with open(os.path.join(work, "out-%d.txt" % job_id)) as f:
-        out = f.read()
+    out = job_output(work, job_id)
     assert (rec["JobState"], rec["ExitCode"], rec["Restarts"]) == ("COMPLETED", "0:0", "1"), (rec, out)
     # the template's line (mpinn's own may be cut short: srun --kill-on-bad-exit can end the last rank to exit)
     stopped = [l for l in out.splitlines() if l.startswith("mpinn: stopped by SIG" + sig)
