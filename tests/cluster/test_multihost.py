@@ -1,8 +1,6 @@
 """Multi-host MPI on one machine: every host a network namespace, ranks over TCP, started from a hostfile."""
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,10 +11,10 @@ import pytest
 
 from conftest import ROOT, mpiexec_path
 
-STANDIN = os.path.join(ROOT, "scripts", "netns_ssh")
-# every name this module creates: mn<pid of the pytest process><letter> + h1 | b | v1 ...; a leftover of a
-# run whose process is gone is removed at the next start
-NAME_RE = re.compile(r"^mn(\d+)([a-z])(?:h\d+|b|v\d+)$")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import netns_lab  # noqa: E402  (scripts/netns_lab.py: the lab, shared with scripts/bench_multihost.py)
+from netns_lab import link_names, netns_names, remove_stale, sh  # noqa: E402
+
 # the global batch named (the default follows the row count) and, for the job that runs until it is
 # killed, no early stop
 TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "1", "--batch-size", "1024", "--dtype", "float64",
@@ -25,251 +23,12 @@ LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12"
               "--batch-size", "1024", "--early-stop", "0", "--no-progress"]
 
 
-def sh(*cmd, check=True, timeout=20):
-    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError("%s: %s" % (" ".join(cmd), (r.stderr or r.stdout).strip()))
-    return r
-
-
-def netns_names():
-    return [line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines() if line.strip()]
-
-
-def link_names():
-    return [l.split()[0].split("@")[0] for l in sh("ip", "-br", "link").stdout.splitlines() if l.strip()]
-
-
-def kill_netns_processes(ns, deadline_s=5.0):
-    """SIGKILL every process in namespace ns until none is left (processes on a cut-off host never exit)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        pids = [int(p) for p in sh("ip", "netns", "pids", ns, check=False).stdout.split()]
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if time.monotonic() > end:
-            raise RuntimeError("processes %s in namespace %s survive SIGKILL" % (pids, ns))
-        time.sleep(0.05)
-
-
-def remove_stale():
-    """Namespaces and links left by an earlier run whose pytest process is gone (e.g. killed)."""
-    mine = str(os.getpid())
-    for ns in netns_names():
-        m = NAME_RE.match(ns)
-        if m and m.group(1) != mine and not os.path.exists("/proc/%s" % m.group(1)):
-            kill_netns_processes(ns)
-            sh("ip", "netns", "del", ns, check=False)
-    for link in link_names():
-        m = NAME_RE.match(link)
-        if m and m.group(1) != mine and not os.path.exists("/proc/%s" % m.group(1)):
-            sh("ip", "link", "del", link, check=False)
-
-
-class Job:
-    """A launcher started in the root namespace, in its own process group, under `timeout -k`."""
-
-    def __init__(self, cmd, env, limit_s, out_dir, name):
-        self.out_path, self.err_path = (os.path.join(out_dir, name + ext) for ext in (".out", ".err"))
-        self._out, self._err = open(self.out_path, "w"), open(self.err_path, "w")
-        self.proc = subprocess.Popen(["timeout", "-k", "5", str(limit_s)] + cmd, stdout=self._out,
-                                     stderr=self._err, env=env, cwd=ROOT, start_new_session=True)
-        self.started = time.monotonic()
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._out.flush()
-            self._err.flush()
-
-    def wait_for_output(self, text, timeout):
-        """Wait until stdout shows `text` (False if the job ends or time runs out first)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if text in self.stdout:
-                return True
-            if self.proc.poll() is not None:
-                return text in self.stdout
-            time.sleep(0.05)
-        return False
-
-    @property
-    def stdout(self):
-        with open(self.out_path) as f:
-            return f.read()
-
-    @property
-    def stderr(self):
-        with open(self.err_path) as f:
-            return f.read()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
-        self._out.close()
-        self._err.close()
-
-
-class Cluster:
-    """n hosts: namespaces <tag>h1.. with eth0 = 10.213.S.(10+i)/24 on a bridge <tag>b = 10.213.S.1;
-    no default route, so nothing leaves the machine."""
-
-    _count = 0
-
-    def __init__(self, n_hosts, out_dir):
-        Cluster._count += 1
-        self.tag = "mn%d%s" % (os.getpid(), "abcdefghijklmnopqrstuvwxyz"[Cluster._count % 26])
-        self.bridge = self.tag + "b"
-        self.hosts = ["%sh%d" % (self.tag, i) for i in range(1, n_hosts + 1)]
-        self.veths = ["%sv%d" % (self.tag, i) for i in range(1, n_hosts + 1)]
-        self.out_dir = out_dir
-        self.jobs = []
-        self.subnet = None
-
-    def _free_subnet(self):
-        used = set(re.findall(r"inet 10\.213\.(\d+)\.", sh("ip", "-4", "addr").stdout))
-        for s in [(os.getpid() + k) % 250 + 2 for k in range(250)]:
-            if str(s) not in used:
-                return "10.213.%d" % s
-        raise RuntimeError("no free 10.213.x.0/24 subnet on this machine")
-
-    def up(self):
-        self.subnet = self._free_subnet()
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
-        sh("ip", "addr", "add", self.subnet + ".1/24", "dev", self.bridge)
-        sh("ip", "link", "set", self.bridge, "up")
-        for i, (ns, veth) in enumerate(zip(self.hosts, self.veths), 1):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            sh("ip", "link", "set", veth, "master", self.bridge, "up")
-            sh("ip", "-n", ns, "addr", "add", "%s.%d/24" % (self.subnet, 10 + i), "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        return self
-
-    def stop_jobs(self):
-        """Every launcher, then every process left in a namespace."""
-        for job in self.jobs:
-            job.kill()
-        self.jobs = []
-        for ns in self.hosts:
-            if ns in netns_names():
-                kill_netns_processes(ns)
-
-    def down(self):
-        try:
-            self.stop_jobs()
-        finally:
-            present = netns_names()
-            for ns in self.hosts:
-                if ns in present:
-                    sh("ip", "netns", "del", ns, check=False)
-            links = link_names()
-            for link in self.veths + [self.bridge]:
-                if link in links:
-                    sh("ip", "link", "del", link, check=False)
-
-    def __enter__(self):
-        return self.up()
-
-    def __exit__(self, *exc):
-        self.down()
-
-    # ------------------------------------------------------------ inside the hosts
-    def counters(self):
-        """{host: (rx_bytes, tx_bytes)} of eth0 inside each namespace."""
-        out = {}
-        for ns in self.hosts:
-            r = sh("ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/rx_bytes",
-                   "/sys/class/net/eth0/statistics/tx_bytes")
-            rx, tx = map(int, r.stdout.split())
-            out[ns] = (rx, tx)
-        return out
-
-    def pids(self, ns, pattern):
-        found = []
-        for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-            try:
-                with open("/proc/%s/cmdline" % pid, "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if pattern in cmd:
-                found.append(int(pid))
-        return found
-
-    def hostfile(self, template, slots):
-        """A hostfiles/ template with node1, node2 ... replaced by the namespaces and `slots` ranks each."""
-        with open(os.path.join(ROOT, "hostfiles", template)) as f:
-            text = f.read()
-        for i, ns in enumerate(self.hosts, 1):
-            text = re.sub(r"^node%d(:\d+| slots=\d+)" % i,
-                          lambda m: ns + (":%d" % slots if m.group(1).startswith(":") else " slots=%d" % slots),
-                          text, flags=re.M)
-        path = os.path.join(self.out_dir, "%s-%d" % (template, slots))
-        with open(path, "w") as f:
-            f.write(text)
-        return path
-
-    # ------------------------------------------------------------ launching
-    def mpich(self, n, args, hostfile, limit_s=60, name="job"):
-        """`mpiexec -n N python ARGS` exactly as a user types it: the hostfile, the launcher and the
-        network are set through the environment hydra and MPICH read."""
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-                   HYDRA_HOST_FILE=hostfile, HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=STANDIN,
-                   HYDRA_IFACE=self.bridge,
-                   # the wheel's default (UCX) would move the bytes through shared memory, not the network
-                   MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="eth0")
-        job = Job([mpiexec_path(), "-n", str(n), sys.executable] + list(args), env, limit_s,
-                  self.out_dir, name)
-        self.jobs.append(job)
-        return job
-
-    def openmpi(self, prefix, n, args, hostfile, limit_s=60, name="job"):
-        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-                   MPI4PY_LIBMPI=os.path.join(prefix, "lib", "libmpi.so.40"),
-                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   PRTE_MCA_plm_ssh_agent=STANDIN,               # plm_rsh_agent is ignored by Open MPI 5
-                   PRTE_MCA_oob_tcp_if_include=self.subnet + ".0/24",
-                   OMPI_MCA_btl="tcp,sm,self", OMPI_MCA_btl_tcp_if_include="eth0",
-                   OMPI_MCA_mpi_yield_when_idle="1",             # oversubscribed ranks crawl without it
-                   # without keepalive PRRTE never notices a lost host, and even MPI_Abort then hangs
-                   PRTE_MCA_oob_tcp_keepalive_time="2", PRTE_MCA_oob_tcp_keepalive_intvl="1",
-                   PRTE_MCA_oob_tcp_keepalive_probes="3")
-        # Open MPI does not forward the caller's environment to remote ranks
-        forward = ["-x", "MPI4PY_LIBMPI", "-x", "PYTHONUNBUFFERED", "-x", "OMP_NUM_THREADS"]
-        job = Job([os.path.join(prefix, "bin", "mpirun"), "--hostfile", hostfile, "-np", str(n)] + forward
-                  + [sys.executable] + list(args), env, limit_s, self.out_dir, name)
-        self.jobs.append(job)
-        return job
+def Cluster(n_hosts, out_dir):
+    return netns_lab.Cluster(n_hosts, out_dir, mpiexec_path())
 
 
 def _skip_reason():
-    if sys.platform != "linux":
-        return "network namespaces are Linux only"
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces (CI runs as root)"
-    for tool in ("ip", "unshare", "timeout"):
-        if not shutil.which(tool):
-            return "needs the %r command" % tool
-    if not mpiexec_path():
-        return "no mpiexec (pip install -e '.[test]' installs the mpich wheel)"
-    probe = "mn%dzh0" % os.getpid()
-    r = sh("ip", "netns", "add", probe, check=False)
-    if r.returncode != 0:
-        return "network namespaces unavailable here: %s" % r.stderr.strip()
-    sh("ip", "netns", "del", probe, check=False)
-    return None
+    return netns_lab.skip_reason(mpiexec_path())
 
 
 @pytest.fixture(scope="module")
