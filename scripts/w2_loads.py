@@ -1,0 +1,185 @@
+"""W2's sharded-table exchange counted from W2's own data, for scripts/cluster_model.py.
+
+    python scripts/w2_loads.py [--ranks 64,1024] [--ranks-per-node 1,8] [--per-rank 512]
+
+P slices of per_rank rows (rank r: rows r*per_rank ..), contiguous nodes of R ranks (rank r on node
+r // R, local index r % R), owners by contiguous id ranges (mpinn.comm.shard.TableShards) except the
+hot rows (hot row i, most frequent first, owned by rank i % P). Counted per step: each rank's unique
+ids, each node's deduplicated union, the hot set (the auto rule), the busiest owner's rows, and for
+each scheme (flat, node, hot, node+hot) the bytes each node sends and receives over its network link
+(out, in per node) and each rank's shared-memory bytes inside its node. Ids are int64 (8 B), rows
+64 float32 (256 B), counts int64 (8 B).
+"""
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TABLE_ROWS, ID, ROW, COUNT = 1 << 18, 8, 64 * 4, 8
+HOT_CAP = 32768                  # auto's ceiling: 8 MiB of float32 rows at width 64
+TAIL = 64 + 64 + 1               # W2's dense parameters (Allreduce'd as today)
+SCHEMES = ("flat", "node", "hot", "node+hot")
+
+
+def w2_index(n):
+    """W2's hashed ids, (n, 20) int64, from the peers' generator."""
+    sys.path.insert(0, ROOT)
+    from mpinn.bench.workloads import make_w2_codes, w2_hashed_indices
+    return w2_hashed_indices(make_w2_codes(n)[0])
+
+
+def auto_hot(idx, per_rank, cap=HOT_CAP):
+    """--hot-rows auto: the ids whose count / rows counted x per_rank >= 1 (seen at least once in a
+    rank's slice per step, expected), most frequent first (ties: smaller id first), at most cap."""
+    ids, c = np.unique(np.asarray(idx).ravel(), return_counts=True)
+    keep = c * per_rank >= np.asarray(idx).shape[0]          # integers: no rounding at the boundary
+    ids, c = ids[keep], c[keep]
+    return ids[np.lexsort((ids, -c))][:cap]
+
+
+def owner_table(P, hot=(), n_rows=TABLE_ROWS):
+    """The owner rank of every row id: contiguous ranges (split_counts), hot row i -> rank i % P."""
+    sys.path.insert(0, ROOT)
+    from mpinn.comm.buffers import split_counts
+    own = np.repeat(np.arange(P, dtype=np.int64), split_counts(n_rows, P))
+    hot = np.asarray(hot, np.int64)
+    own[hot] = np.arange(hot.size) % P
+    return own
+
+
+def rank_ids(idx, P, per_rank):
+    """(rank, id) of every rank's unique ids, rank-major, each rank's ids sorted."""
+    s = np.sort(np.asarray(idx)[:P * per_rank].reshape(P, -1), axis=1)
+    keep = np.ones(s.shape, bool)
+    keep[:, 1:] = s[:, 1:] != s[:, :-1]
+    return np.nonzero(keep)[0].astype(np.int64), s[keep]
+
+
+def _flow(src, dst, n, w, on=None):
+    """(bytes out, bytes in) per endpoint for transfers src -> dst of w bytes each (where `on`)."""
+    if on is not None:
+        src, dst = src[on], dst[on]
+    return (np.bincount(src, minlength=n) * float(w), np.bincount(dst, minlength=n) * float(w))
+
+
+def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS):
+    """One step's exchange at P ranks, R per node (P % R == 0), from the (rank, id) pairs of rank_ids.
+
+    Returns counts (per-rank unique ids, per-node union, hot share, the busiest owner's rows) and for
+    each scheme: 'inter' {phase: (out, in) bytes per node}, 'intra' {phase: bytes of the busiest rank
+    (max of sent, received) to/from the other ranks of its node}, 'inter_messages' per rank per step,
+    'take_max' (rows the busiest owner gathers), 'grad_max' (gradient rows the busiest owner receives),
+    'relay_max' (ids the busiest relay deduplicates, node schemes)."""
+    assert P % R == 0, (P, R)
+    N, hot = P // R, np.asarray(hot, np.int64)
+    k = np.bincount(rank, minlength=P)
+    ishot = np.zeros(n_rows, bool)
+    ishot[hot] = True
+    h = ishot[ids]
+    # node-level dedup: the unique (node, id) pairs, what the relays send over the network
+    node_s = rank // R
+    _, first = np.unique(node_s * n_rows + ids, return_index=True)
+    union = np.bincount(node_s[first], minlength=N)
+    out = {"P": P, "R": R, "N": N, "unique_ids_per_rank": float(k.mean()), "unique_ids_max": int(k.max()),
+           "node_union_mean": float(union.mean()), "node_union_over_ranks": float(union.sum() / k.sum()),
+           "hot_rows": int(hot.size), "hot_share_of_rank_ids": float(h.mean()),
+           "tail_ids_per_rank": float((~h).sum() / P), "schemes": {}}
+    for scheme in SCHEMES:
+        with_hot = "hot" in scheme and hot.size > 0 and P > 1
+        node = scheme.startswith("node") and R > 1        # at R = 1 node-aware is the flat exchange
+        own = owner_table(P, hot if with_hot else (), n_rows)
+        o = own[ids]
+        cold = ~h if with_hot else np.ones(ids.size, bool)
+        off = node_s != o // R
+        inter, intra = {}, {}
+        per_node = np.full(N, 1.0)
+        if not node:
+            inter["counts"] = (per_node * R * (P - R) * COUNT,) * 2
+            inter["ids"] = _flow(node_s, o // R, N, ID, off)
+            inter["rows"] = _flow(o // R, node_s, N, ROW, off & cold)
+            inter["gradient rows"] = _flow(node_s, o // R, N, ROW, off)
+            near = ~off & (rank != o)
+            intra["ids"] = _flow(rank, o, P, ID, near)
+            intra["rows"] = _flow(o, rank, P, ROW, near & cold)
+            intra["gradient rows"] = _flow(rank, o, P, ROW, near)
+            messages = 4 * (P - R)
+            take = np.bincount(o[cold], minlength=P)
+            relay_max = 0
+        else:
+            relay = node_s * R + o % R                     # the rank of the node with the owner's local index
+            near = relay != rank
+            intra["ids"] = _flow(rank, relay, P, ID, near)
+            intra["rows"] = _flow(relay, rank, P, ROW, near & cold)
+            intra["gradient rows"] = _flow(rank, relay, P, ROW, near)
+            fo, fs, fcold = o[first], node_s[first], cold[first]
+            foff = fs != fo // R
+            inter["fetch counts"] = (per_node * R * (N - 1) * COUNT,) * 2
+            inter["fetch ids"] = _flow(fs, fo // R, N, ID, foff)
+            inter["fetch rows"] = _flow(fo // R, fs, N, ROW, foff & fcold)
+            inter["gradient counts"] = (per_node * R * R * (N - 1) * COUNT,) * 2
+            inter["gradient ids"] = _flow(node_s, o // R, N, ID, off)
+            inter["gradient rows"] = _flow(node_s, o // R, N, ROW, off)
+            messages = 6 * (N - 1)
+            take = np.bincount(fo[fcold], minlength=P)
+            relay_max = int(np.bincount(relay, minlength=P).max())
+        if with_hot and N > 1:
+            # the refreshed hot block: a ring Allgatherv over the P ranks (ordered by node); a node's
+            # link brings in every other node's hot rows, and passes on all but the next node's
+            mine = np.bincount(own[hot] // R, minlength=N)
+            inter["hot Allgatherv"] = ((hot.size - np.roll(mine, -1)) * ROW, (hot.size - mine) * ROW)
+        rounds = int(np.ceil(np.log2(N))) if N > 1 else 0
+        inter["dense tail Allreduce"] = (per_node * rounds * TAIL * 4,) * 2
+        grad = np.bincount(o, minlength=P)
+        out["schemes"][scheme] = {
+            "inter": {n: (np.asarray(a, float), np.asarray(b, float)) for n, (a, b) in inter.items()},
+            "intra": {n: float(np.maximum(a, b).max()) for n, (a, b) in intra.items()},
+            "inter_messages": messages, "hot": bool(with_hot), "node_aware": bool(node),
+            "take_max": int(take.max()), "grad_max": int(grad.max()), "relay_max": relay_max}
+    return out
+
+
+def phase_bytes(inter):
+    """{phase: bytes of the busiest node's busier direction} for one scheme's 'inter'."""
+    return {n: float(np.maximum(a, b).max()) for n, (a, b) in inter.items()}
+
+
+def node_bytes(inter):
+    """What crosses the busiest node's link per step, its busier direction (the link is full duplex)."""
+    a = sum(v[0] for v in inter.values())
+    b = sum(v[1] for v in inter.values())
+    return float(np.maximum(a, b).max())
+
+
+def loads(ranks, rpns, per_rank=512, idx=None):
+    """{(P, R): step_counts} for W2's data, the hot set by the auto rule over the whole data."""
+    idx = w2_index(max(ranks) * per_rank) if idx is None else idx
+    hot = auto_hot(idx, per_rank)
+    out = {}
+    for P in ranks:
+        rank, ids = rank_ids(idx, P, per_rank)
+        for R in rpns:
+            if P % R == 0 and P >= R:
+                out[(P, R)] = step_counts(rank, ids, P, R, hot if P > 1 else ())
+    return out
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ranks", default="64,1024")
+    p.add_argument("--ranks-per-node", default="1,8")
+    p.add_argument("--per-rank", type=int, default=512)
+    a = p.parse_args(argv)
+    for (P, R), c in loads([int(x) for x in a.ranks.split(",")], [int(x) for x in a.ranks_per_node.split(",")],
+                           a.per_rank).items():
+        print("P=%d R=%d: unique ids/rank %.0f, node union %.0f (%.2f of the ranks' ids), hot %d rows = %.1f%% of "
+              "a rank's ids" % (P, R, c["unique_ids_per_rank"], c["node_union_mean"], c["node_union_over_ranks"],
+                                c["hot_rows"], 100 * c["hot_share_of_rank_ids"]))
+        for s, v in c["schemes"].items():
+            print("   %-8s inter-node MB/node/step %.3f, messages/rank %d, busiest owner takes %d / gets %d "
+                  "gradient rows" % (s, node_bytes(v["inter"]) / 1e6, v["inter_messages"], v["take_max"], v["grad_max"]))
+
+
+if __name__ == "__main__":
+    main()

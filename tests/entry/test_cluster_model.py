@@ -1,0 +1,140 @@
+"""scripts/cluster_model.py and scripts/w2_loads.py: the counts against brute force on small id sets, the
+auto hot rule against a hand count, the schemes' message formulas, and the floor's bounds (no MPI)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import cluster_model  # noqa: E402
+import w2_loads  # noqa: E402
+
+
+def small_idx(rows, cols=3, seed=0, high=1 << 18):
+    """Zipf-ish ids: a few very common, most rare (so dedup and the hot rule both have something to do)."""
+    rng = np.random.default_rng(seed)
+    common = rng.integers(0, high, 12)
+    idx = rng.integers(0, high, (rows, cols))
+    pick = rng.random((rows, cols)) < 0.5
+    idx[pick] = common[rng.integers(0, common.size, int(pick.sum()))]
+    return idx
+
+
+def contiguous_owner(i, P):
+    """Plain: rows split as evenly as possible, the first n % P ranks one more (split_counts)."""
+    base, extra = divmod(w2_loads.TABLE_ROWS, P)
+    edge = extra * (base + 1)
+    return i // (base + 1) if i < edge else extra + (i - edge) // base
+
+
+def test_unique_ids_and_node_union_against_sets():
+    P, R, per = 8, 4, 6
+    idx = small_idx(P * per)
+    rank, ids = w2_loads.rank_ids(idx, P, per)
+    c = w2_loads.step_counts(rank, ids, P, R)
+    slices = [set(idx[r * per:(r + 1) * per].ravel().tolist()) for r in range(P)]
+    unions = [set().union(*slices[n * R:(n + 1) * R]) for n in range(P // R)]
+    assert c["unique_ids_per_rank"] == pytest.approx(np.mean([len(s) for s in slices]))
+    assert c["node_union_mean"] == pytest.approx(np.mean([len(u) for u in unions]))
+    assert c["node_union_over_ranks"] < 1        # the common ids are shared inside a node
+    # the node scheme's fetch ids: each node's union, less the ids its own ranks own, 8 bytes each
+    out, _ = c["schemes"]["node"]["inter"]["fetch ids"]
+    want = [8 * sum(1 for i in u if contiguous_owner(i, P) // R != n) for n, u in enumerate(unions)]
+    assert out.tolist() == want
+    # flat: every rank's ids owned off its node
+    out, _ = c["schemes"]["flat"]["inter"]["ids"]
+    want = [8 * sum(1 for r in range(n * R, (n + 1) * R) for i in slices[r] if contiguous_owner(i, P) // R != n)
+            for n in range(P // R)]
+    assert out.tolist() == want
+
+
+def test_auto_hot_rule_by_hand():
+    # 6 rows counted, a rank's slice 3 rows: hot = count x 3 >= 6, i.e. seen at least twice
+    idx = np.array([[5, 9], [5, 7], [5, 9], [2, 7], [8, 1], [4, 3]])
+    # counts: 5:3, 9:2, 7:2, the rest 1; most frequent first, ties by the smaller id
+    assert w2_loads.auto_hot(idx, 3).tolist() == [5, 7, 9]
+    assert w2_loads.auto_hot(idx, 2).tolist() == [5]                 # count x 2 >= 6: only 5
+    assert w2_loads.auto_hot(idx, 3, cap=2).tolist() == [5, 7]
+    assert w2_loads.auto_hot(idx, 6).tolist() == [5, 7, 9, 1, 2, 3, 4, 8]
+
+
+def test_hot_owners_round_robin_and_the_busiest_owner():
+    P, per = 4, 5
+    idx = small_idx(P * per, seed=3)
+    hot = w2_loads.auto_hot(idx, per)
+    assert hot.size > 0
+    own = w2_loads.owner_table(P, hot)
+    for i, h in enumerate(hot):
+        assert own[h] == i % P
+    rank, ids = w2_loads.rank_ids(idx, P, per)
+    c = w2_loads.step_counts(rank, ids, P, 1, hot)
+    hs = set(hot.tolist())
+    owner = lambda i: int(own[i]) if i in hs else contiguous_owner(i, P)  # noqa: E731
+    grad, take = np.zeros(P, int), np.zeros(P, int)
+    for r in range(P):
+        for i in set(idx[r * per:(r + 1) * per].ravel().tolist()):
+            grad[owner(i)] += 1
+            take[owner(i)] += i not in hs
+    assert c["schemes"]["hot"]["grad_max"] == grad.max()
+    assert c["schemes"]["hot"]["take_max"] == take.max()
+    assert c["hot_share_of_rank_ids"] == pytest.approx(
+        np.mean([i in hs for r in range(P) for i in set(idx[r * per:(r + 1) * per].ravel().tolist())]))
+
+
+@pytest.mark.parametrize("P,R", [(16, 4), (64, 8), (8, 8)])
+def test_inter_node_message_counts(P, R):
+    idx = small_idx(P * 4)
+    rank, ids = w2_loads.rank_ids(idx, P, 4)
+    c = w2_loads.step_counts(rank, ids, P, R)
+    N = P // R
+    assert c["schemes"]["node"]["inter_messages"] == 6 * (N - 1)
+    assert c["schemes"]["flat"]["inter_messages"] == 4 * (P - R)
+    # the cost model sends that many inter-node messages: 5 Alltoallv of N - 1 (plus Bruck's log2 N for
+    # the fetch counts) against flat's 3 of P - R (plus its counts' rounds off the node)
+    shm = dict(cluster_model.ASSUMED, a2a=0.0, a_v=0.0, a_ar=0.0, per_message=None, a_ag=0.0, b_ag=1e30,
+               b_v=1e30, b_ar=1e30)
+    net = dict(cluster_model.ASSUMED, a_v=1.0, a2a=1.0, a_ar=0.0, b_v=1e30, b_ar=1e30)
+    t = {"take": 0.0, "row": 0.0, "unique": 0.0}
+    node = cluster_model.w2_cluster_terms(c, "node", shm, net, t)
+    flat = cluster_model.w2_cluster_terms(c, "flat", shm, net, t)
+    lg = lambda n: int(np.ceil(np.log2(n))) if n > 1 else 0  # noqa: E731
+    assert node["counts"] + node["Alltoallv messages"] == pytest.approx(5 * (N - 1) + lg(N))
+    assert flat["counts"] + flat["Alltoallv messages"] == pytest.approx(3 * (P - R) + lg(P) - lg(R))
+
+
+def test_at_one_rank_per_node_node_aware_adds_nothing():
+    P = 16
+    idx = small_idx(P * 4, seed=5)
+    rank, ids = w2_loads.rank_ids(idx, P, 4)
+    hot = w2_loads.auto_hot(idx, 4)
+    c = w2_loads.step_counts(rank, ids, P, 1, hot)
+    for a, b in (("flat", "node"), ("hot", "node+hot")):
+        x, y = c["schemes"][a], c["schemes"][b]
+        assert w2_loads.phase_bytes(x["inter"]) == w2_loads.phase_bytes(y["inter"])
+        assert (x["take_max"], x["grad_max"], x["inter_messages"]) == (y["take_max"], y["grad_max"], y["inter_messages"])
+        t = {"take": 1e-7, "row": 1e-7, "unique": 1e-7}
+        shm = dict(cluster_model.ASSUMED, a_ag=1e-6, b_ag=1e9)
+        assert (cluster_model.w2_cluster_terms(c, a, shm, cluster_model.ASSUMED, t)
+                == cluster_model.w2_cluster_terms(c, b, shm, cluster_model.ASSUMED, t))
+    assert c["node_union_over_ranks"] == 1.0
+
+
+def test_floor_bounds_every_prediction():
+    per = 4
+    idx = small_idx(max(cluster_model.CLUSTER_RANKS) * per, cols=20, seed=7)
+    counts = w2_loads.loads(cluster_model.CLUSTER_RANKS, [1, 8], per, idx)
+    shm = {"label": "shm", "a2a": 4e-6, "a_v": 6e-6, "b_v": 5e9, "a_ar": 4e-6, "b_ar": 4e9, "a_ag": 3e-6,
+           "b_ag": 3e9, "per_message": 1e-6}
+    fast = dict(cluster_model.ASSUMED, label="fast", a_v=1e-7, a2a=1e-7, a_ar=1e-7)
+    got = cluster_model.cluster({"W1": 1.5e-3, "W2": 1.4e-3}, shm, [cluster_model.ASSUMED, fast], counts,
+                                {"take": 1e-8, "row": 1e-7, "unique": 1e-7}, [1, 8])
+    assert len(got) == 2 * 2 * 6
+    seen_below = False
+    for key, v in got.items():
+        for e, f in zip(v["eff"], v["floor"]):
+            assert 0 < e <= f <= 1.0, (key, e, f)
+            seen_below |= f < 1.0
+    assert seen_below                     # the floor bites somewhere (R = 8: a node's 8 ranks share a link)
