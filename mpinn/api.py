@@ -107,12 +107,14 @@ def _run(cfg, comm, stop, t_start):
     wired = wire(cfg, comm, info, hooks)
     trainer = wired.trainer
     trainer.t_origin = t_start          # the records' "elapsed": since the run began, reading included
+    hot = trainer.use_hot_rows_(train_set)  # before a checkpoint is restored: the hot rows' state has owners
     setup_checkpoints(cfg, comm, wired, info)
     trainer.start()
     if comm.size > 1 and cfg.table == "sharded":
         say("gradients: hashed table sharded by rows over %d ranks (%s): each batch's rows fetched from their "
             "owners and its gradient rows sent back (Alltoallv), each rank stepping its own rows; dense layers "
             "MPI_Allreduce" % (comm.size, cfg.table_why))
+        say(hot)
     elif comm.size > 1 and comm.transport_note:
         say("gradients: %s" % comm.transport_note + (
             "; parameters and optimizer state: one copy per node, each rank steps its part"

@@ -55,6 +55,19 @@ def nonneg_int(s):
     return v
 
 
+def hot_rows_spec(s):
+    """--hot-rows: auto, off, or a number of rows (0 is off)."""
+    if s in ("auto", "off"):
+        return s
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be auto, off or a number of rows, not %s" % s)
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be auto, off or a number of rows >= 0, not %s" % s)
+    return "off" if v == 0 else str(v)
+
+
 def positive_float(s):
     v = float(s)
     if not v > 0 or v != v or v == float("inf"):

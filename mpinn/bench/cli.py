@@ -7,7 +7,7 @@ from mpinn.bench.workloads import WORKLOADS
 
 
 def build_parser():
-    from mpinn.options import Parser, positive_int
+    from mpinn.options import Parser, hot_rows_spec, positive_int
     p = Parser(prog="python -m mpinn.bench",
                description="mpinn's benchmark: train the peers' workloads (see the peers README) with "
                            "exactly their data, initial weights, batch order and step counts; time the "
@@ -34,6 +34,12 @@ def build_parser():
                    help="Iallreduce the later layers' gradients while earlier layers back-propagate")
     p.add_argument("--hashed-table", default="auto", choices=["auto", "replicated", "sharded"],
                    help="the hashed block (W2): replicated, sharded over the ranks, or auto: as training's --table")
+    p.add_argument("--shard-exchange", default="auto", choices=["auto", "flat", "node"],
+                   help="a sharded table's exchange, as training's --shard-exchange (auto: node-aware on several "
+                        "nodes of more than one rank)")
+    p.add_argument("--hot-rows", default="auto", type=hot_rows_spec, metavar="auto|off|K",
+                   help="a sharded table's rows held by every rank, as training's --hot-rows (counted over the "
+                        "workload's rows)")
     p.add_argument("--input", default="scatter", choices=["scatter", "local"],
                    help="scatter (default): rank 0 holds the data and scatters each batch (Iscatterv, "
                         "posted a step ahead); local: every rank holds the data and takes its own slice "

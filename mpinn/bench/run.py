@@ -21,7 +21,8 @@ def workload_config(args, wl):
         None, hidden=wl.spec.hidden, wide="off", activation=wl.spec.activation, loss=wl.spec.loss, dtype=wl.spec.dtype,
         task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=wl.batch, epochs=1, early_stop=0, holdout=0,
         reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap,
-        average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True)
+        average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True,
+        shard_exchange=args.shard_exchange, hot_rows=args.hot_rows)
 
 
 def workload_info(wl):
@@ -56,6 +57,11 @@ def run(args):
     # a sharded table: rank 0 holds the peers' whole init only for the first loss and until each rank has its rows
     start = MLP(wl.spec).set_params(init) if rank0 else None
     loss0 = start.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
+    if table == "sharded":      # the hot rows, counted over the workload's rows (rank 0's)
+        def counts():
+            Xs = wl.rows(data, 0, wl.n).Xs
+            return np.bincount(np.asarray(Xs.indices, np.int64), minlength=model.table[0]), wl.n
+        trainer.use_hot_rows_(counts=counts() if rank0 else None)
     trainer.load_params_(start.params if rank0 else None)
     del start, init
     trainer.start()
@@ -103,6 +109,8 @@ def run(args):
     lw = LoadWindow()
     lw.start()
     trainer.timeline.reset()
+    shards = getattr(trainer.stepper, "shards", None)
+    traffic0 = shards.traffic.as_dict() if shards is not None else None
     last = []
     t0 = time.perf_counter()
     for s in range(warmup, steps):
@@ -114,6 +122,9 @@ def run(args):
     t1 = time.perf_counter()
     own_cpu = lw.stop()
     measured = steps - warmup
+    traffic = None
+    if shards is not None:      # what this rank sent in the timed steps (the exchange counts as it posts)
+        traffic = {k: v - traffic0[k] for k, v in shards.traffic.as_dict().items()}
     per = {k: v / measured * 1e3 for k, v in trainer.times.items()}
     parts = {k: v / measured * 1e3 for k, v in trainer.timeline.parts.items()}
     trainer.final_params()      # collective: a sharded table whole again on rank 0, for the final loss
@@ -136,7 +147,7 @@ def run(args):
         comm.barrier()
 
     infos = comm.gather_obj({"rss": peak_rss_mb(), "pss": memory_mb()[1], "per": per, "own_cpu": own_cpu, "null_ms": null_ms,
-                             "parts": parts})
+                             "parts": parts, "traffic": traffic})
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
@@ -174,6 +185,14 @@ def run(args):
         "threadpools": thread_info(), "fused_kernels": fused.library() is not None, "fused_from": fused.source,
         "config": cfg.options(),
     }
+    if traffic is not None:
+        st = trainer.stepper
+        total = {k: sum(i["traffic"][k] for i in infos) / measured for k in traffic}
+        rec["exchange"] = {"shard_exchange": st.exchange, "why": st.exchange_why, "hot_rows": st.hot_rows,
+                           "inter_node_messages_per_step": total["inter_node_messages"],
+                           "inter_node_bytes_per_step": total["inter_node_bytes"],
+                           "messages_per_step": total["messages"], "bytes_per_step": total["bytes"],
+                           "counted": "sent by all ranks per timed step, as the exchange posts them"}
     write_result(rec, args.out or os.environ.get("PEERS_RESULTS") or "bench-results.jsonl")
     print("mpinn %s np=%d %s: %.0f samples/s, %.2f ms/step (compute %.2f, comm %.2f), "
           "loss %.4f -> %.6f, foreign load %.2f cores" % (

@@ -1,5 +1,6 @@
-"""The hashed table sharded by rows over the ranks: who owns which rows, and the Alltoallv exchanges that
-bring a batch's rows from their owners and take the gradient rows back to them."""
+"""The hashed table sharded by rows over the ranks: who owns (steps) which rows (RowOwners), and the flat
+Alltoallv exchange (TableShards) that brings a batch's rows from their owners and takes the gradient
+rows back to them. The node-aware exchange with the same methods is mpinn.comm.shard_node."""
 import numpy as np
 
 from mpinn.batch import SparseRows
@@ -8,54 +9,159 @@ from mpinn.comm.buffers import displs, split_counts
 ID = np.int64       # row ids on the wire (a table may outgrow int32 one day; ids are ~3% of the bytes)
 
 
+class RowOwners:
+    """Rank r owns rows bounds[r]:bounds[r + 1] of the table: P contiguous ranges, the first n_rows % P
+    ranks one row more (split_counts; with more ranks than rows the last ranks own none). Contiguous
+    ranges rather than a hash of the id: the ids are already hashes, uniform over the table, so
+    contiguous ranges balance rows and requests alike, the owners of a sorted id list are one
+    searchsorted, and a rank's rows are one contiguous block of the flat buffers.
+
+    Hot rows (`hot`: row ids, most frequent first) are the exception: every rank holds their values
+    (a replica, refreshed after each step), and hot row i in that order is owned, stepped and its
+    optimizer state kept, by rank i % P: the head of a Zipf-distributed column, which every rank asks
+    for, is spread over all the owners instead of falling on whoever's range holds it."""
+
+    def __init__(self, n_rows, size, hot=()):
+        self.n_rows, self.size = int(n_rows), int(size)
+        self.counts = split_counts(self.n_rows, self.size)          # rows per rank (contiguous)
+        self.bounds = np.r_[0, np.cumsum(self.counts)].astype(np.int64)
+        hot = np.asarray(hot, dtype=np.int64)
+        if hot.size and (hot.min() < 0 or hot.max() >= self.n_rows or np.unique(hot).size != hot.size):
+            raise ValueError("hot rows must be distinct row ids of the table")
+        order = np.argsort(hot, kind="stable")
+        self.hot = hot[order]                                                   # sorted
+        self.hot_owner = (np.arange(hot.size, dtype=np.int64) % self.size)[order]
+        # the hot rows grouped by owner, each group sorted: the order of the replica's refresh
+        by_owner = np.argsort(self.hot_owner, kind="stable")
+        self.hot_by_owner = self.hot[by_owner]
+        self.hot_counts = np.bincount(self.hot_owner, minlength=self.size).astype(np.int64)
+
+    @property
+    def n_hot(self):
+        return int(self.hot.size)
+
+    def contiguous(self, ids):
+        """The contiguous-range owner of each id."""
+        return np.searchsorted(self.bounds, ids, side="right").astype(np.int64) - 1
+
+    def hot_mask(self, ids):
+        """Which of ids are hot rows."""
+        if not self.hot.size:
+            return np.zeros(ids.shape[0], dtype=bool)
+        pos = np.minimum(np.searchsorted(self.hot, ids), self.hot.size - 1)
+        return self.hot[pos] == ids
+
+    def of(self, ids):
+        """The owner (the rank that steps it) of each id."""
+        owner = self.contiguous(ids)
+        if self.hot.size:
+            pos = np.minimum(np.searchsorted(self.hot, ids), self.hot.size - 1)
+            hot = self.hot[pos] == ids
+            owner[hot] = self.hot_owner[pos[hot]]
+        return owner
+
+    def hot_of(self, rank):
+        """The hot rows `rank` owns, sorted."""
+        lo = int(self.hot_counts[:rank].sum())
+        return self.hot_by_owner[lo:lo + int(self.hot_counts[rank])]
+
+
+class Traffic:
+    """Messages and bytes this rank sent, all and to ranks on other nodes (what crosses the network),
+    counted by the exchanges as they post them: the benchmark reports them per step."""
+
+    def __init__(self):
+        self.messages = self.bytes = self.off_messages = self.off_bytes = 0
+
+    def add(self, counts, itemsize, off_node, me):
+        """A collective in which this rank sends counts[j] items of itemsize bytes to peer j
+        (off_node[j]: j is on another node; me: this rank's index, whose message stays here)."""
+        sent = np.asarray(counts) > 0
+        sent[me] = False
+        nbytes = np.asarray(counts, dtype=np.int64) * itemsize
+        self.messages += int(sent.sum())
+        self.bytes += int(nbytes[sent].sum())
+        self.off_messages += int((sent & off_node).sum())
+        self.off_bytes += int(nbytes[sent & off_node].sum())
+
+    def as_dict(self):
+        return {"messages": self.messages, "bytes": self.bytes, "inter_node_messages": self.off_messages,
+                "inter_node_bytes": self.off_bytes}
+
+
 class RowPlan:
     """One batch's exchange, kept from the fetch for the return of its gradient rows: how many ids this
-    rank asked of each owner (`asked`), how many each rank asked of it (`given`), and those ids
-    (`wanted`, global ids, one run per asking rank in rank order, each run sorted and unique)."""
+    rank sent each owner (`asked`), how many each rank sent it (`given`), those ids (`wanted`, one
+    run per asking rank in rank order, each sorted and unique), and `order`: this rank's ids in the
+    order they were sent (grouped by owner), or None when they already were."""
 
-    def __init__(self, asked, given, wanted):
-        self.asked, self.given, self.wanted = asked, given, wanted
+    def __init__(self, asked, given, wanted, order=None):
+        self.asked, self.given, self.wanted, self.order = asked, given, wanted, order
 
 
 class TableShards:
-    """Rank r owns rows bounds[r]:bounds[r + 1] of the n_rows x width table: P contiguous ranges, the
-    first n_rows % P ranks one row more (split_counts; with more ranks than rows the last ranks own
-    none). Contiguous ranges rather than a hash of the id: the ids are already hashes, uniform over
-    the table, so contiguous ranges balance rows and requests alike, the owners of a sorted id list
-    are one searchsorted with each owner's ids one contiguous run of it, and a rank's rows are one
-    contiguous block of the flat parameter buffer (the only part of it this rank ever writes).
+    """The flat exchange: every rank sends its requests straight to every owner. Every method is
+    collective and makes the same calls on every rank whatever its batch (an empty batch asks for
+    nothing and still takes part)."""
 
-    Every method is collective and makes the same calls on every rank whatever its batch (an empty
-    batch asks for nothing and still takes part)."""
+    name = "flat"
 
-    def __init__(self, comm, n_rows, width):
+    def __init__(self, comm, n_rows, width, owners=None, node_of=None):
         self.comm, self.n_rows, self.width = comm, int(n_rows), int(width)
-        self.counts = split_counts(self.n_rows, comm.size)          # rows per rank
-        self.bounds = np.r_[0, np.cumsum(self.counts)].astype(np.int64)
+        self.owners = owners or RowOwners(n_rows, comm.size)
+        self.counts, self.bounds = self.owners.counts, self.owners.bounds
         self.lo, self.hi = int(self.bounds[comm.rank]), int(self.bounds[comm.rank + 1])
+        # which ranks are on another node (for the traffic count only); all on one node unless told
+        node_of = np.zeros(comm.size, np.int64) if node_of is None else np.asarray(node_of)
+        self.off_node = node_of != node_of[comm.rank]
+        self.traffic = Traffic()
 
-    def owners(self, ids):
-        """Ids per owner for sorted ids: (P,) counts."""
+    def owners_of(self, ids):
+        """Ids per owner for sorted ids: (P,) counts (contiguous ranges, no hot rows)."""
         return np.diff(np.searchsorted(ids, self.bounds)).astype(np.int64)
 
+    def _count(self, counts, itemsize):
+        self.traffic.add(counts, itemsize, self.off_node, self.comm.rank)
+
     def fetch(self, table, ids):
-        """The current values of rows `ids` (sorted, unique) of the table, from their owners:
-        (rows (len(ids), width), the RowPlan for send_back). `table` is this rank's (n_rows, width)
-        view of the flat parameters, of which only rows lo:hi are read (by their owner).
+        """The current values of rows `ids` (sorted, unique) of the table: (rows (len(ids), width), the
+        RowPlan for send_back). `table` is this rank's (n_rows, width) view of the flat parameters,
+        of which only its own rows (and the hot rows' replica) are read.
         Three exchanges: the id counts (Alltoall of P integers), the ids (Alltoallv), the rows
-        (Alltoallv back along the same counts)."""
-        comm, w = self.comm, self.width
-        asked = self.owners(ids)
+        (Alltoallv back). Hot rows' ids go to their owners too (their gradient rows follow the same
+        plan), but no row comes back for them: their values are the local replica's."""
+        comm, w, owners = self.comm, self.width, self.owners
+        hot = owners.n_hot > 0
+        if hot:
+            owner = owners.of(ids)
+            order = np.argsort(owner, kind="stable")            # grouped by owner, each group sorted
+            asked = np.bincount(owner, minlength=comm.size).astype(np.int64)
+            send = ids[order]
+        else:
+            order, asked, send = None, self.owners_of(ids), ids
         given = comm.Alltoall_(asked, np.empty(comm.size, np.int64), "row id counts")
-        wanted = comm.Alltoallv_(np.ascontiguousarray(ids, ID), asked, np.empty(int(given.sum()), ID),
+        self._count(np.ones(comm.size, np.int64), 8)
+        wanted = comm.Alltoallv_(np.ascontiguousarray(send, ID), asked, np.empty(int(given.sum()), ID),
                                  given, "row ids")
-        if wanted.size and (wanted.min() < self.lo or wanted.max() >= self.hi):
-            raise ValueError("row ids %d..%d asked of rank %d, which owns %d..%d"
-                             % (wanted.min(), wanted.max(), comm.rank, self.lo, self.hi - 1))
-        out = np.take(table, wanted, axis=0)
-        rows = comm.Alltoallv_(out, given * w, np.empty((ids.shape[0], w), table.dtype), asked * w,
-                               "table rows")
-        return rows, RowPlan(asked, given, wanted)
+        self._count(asked, 8)
+        check_owned(owners, wanted, comm.rank)
+        if not hot:
+            out = np.take(table, wanted, axis=0)
+            rows = comm.Alltoallv_(out, given * w, np.empty((ids.shape[0], w), table.dtype), asked * w,
+                                   "table rows")
+            self._count(given, w * table.itemsize)
+            return rows, RowPlan(asked, given, wanted)
+        cold = ~owners.hot_mask(wanted)                          # the rows to answer with
+        reply = segment_sums(cold, given)
+        need = ~owners.hot_mask(ids)                             # in ids' order
+        back = np.bincount(owner[need], minlength=comm.size).astype(np.int64)
+        got = comm.Alltoallv_(np.take(table, wanted[cold], axis=0), reply * w,
+                              np.empty((int(back.sum()), w), table.dtype), back * w, "table rows")
+        self._count(reply, w * table.itemsize)
+        rows = np.empty((ids.shape[0], w), table.dtype)
+        rows[order[need[order]]] = got
+        rows[~need] = table[ids[~need]]
+        return rows, RowPlan(asked, given, wanted, order)
 
     def send_back(self, plan, grad_rows):
         """Every rank's gradient rows (in the order of its fetch's ids) to their owners. Returns, on
@@ -63,27 +169,85 @@ class TableShards:
         within a segment; .coalesced() sums them in rank order, and SGD applies them in turn, as the
         replicated exchange does: the same arithmetic, element by element)."""
         w = self.width
-        got = self.comm.Alltoallv_(np.ascontiguousarray(grad_rows), plan.asked * w,
+        send = grad_rows if plan.order is None else grad_rows[plan.order]
+        got = self.comm.Alltoallv_(np.ascontiguousarray(send), plan.asked * w,
                                    np.empty((plan.wanted.shape[0], w), grad_rows.dtype), plan.given * w,
                                    "gradient rows")
+        self._count(plan.asked, w * grad_rows.itemsize)
         return SparseRows(plan.wanted, got, self.n_rows, displs(np.r_[plan.given, 0]))
+
+    # ------------------------------------------------------------ the hot rows' replica
+    def refresh_hot_(self, table):
+        """Every rank's replica of the hot rows takes their owners' values (Allgatherv; after a step)."""
+        owners = self.owners
+        if not owners.n_hot or self.comm.size == 1:
+            return
+        mine = owners.hot_of(self.comm.rank)
+        got = self.comm.Allgatherv_(np.ascontiguousarray(table[mine]), owners.hot_counts * self.width,
+                                    np.empty((owners.n_hot, self.width), table.dtype), "hot rows")
+        self._count(np.where(np.arange(self.comm.size) == self.comm.rank, 0, mine.shape[0]), self.width * table.itemsize)
+        table[owners.hot_by_owner] = got
+
+    def replicate_hot_(self, table):
+        """Every rank's replica of the hot rows takes the values of the ranks whose range holds them
+        (at start: each rank made, or was sent, its own range's rows)."""
+        owners = self.owners
+        if not owners.n_hot or self.comm.size == 1:
+            return
+        counts = np.diff(np.searchsorted(owners.hot, self.bounds)).astype(np.int64)
+        mine = owners.hot[(owners.hot >= self.lo) & (owners.hot < self.hi)]
+        got = self.comm.Allgatherv_(np.ascontiguousarray(table[mine]), counts * self.width,
+                                    np.empty((owners.n_hot, self.width), table.dtype), "hot rows (start)")
+        table[owners.hot] = got
 
     # ------------------------------------------------------------ whole arrays (checkpoints, model files)
     def own(self, flat, per_row):
         """This rank's rows of a per-row array (flat, per_row elements per row): a contiguous view."""
         return flat[self.lo * per_row:self.hi * per_row]
 
-    def gather(self, flat, per_row, out=None, root=0, what="table rows"):
+    def gather(self, flat, per_row, out=None, root=0, what="table rows", hot=False):
         """Every rank's own rows of a per-row array (flat: n_rows * per_row elements or more, of which
         each rank's own rows are right) to root, into the first n_rows * per_row elements of `out`
-        (root only; a new array if None), which it returns; None elsewhere."""
+        (root only; a new array if None), which it returns; None elsewhere. hot: the hot rows come
+        from their owners (optimizer state, which only they keep); else from the contiguous range
+        (the parameters, whose replica every rank keeps)."""
         whole = None
         if self.comm.rank == root:
             whole = (np.empty(self.n_rows * per_row, flat.dtype) if out is None else out)[:self.n_rows * per_row]
         self.comm.Gatherv_(self.own(flat, per_row), self.counts * per_row, whole, root, what)
+        if hot and self.owners.n_hot:
+            owners, view = self.owners, flat[:self.n_rows * per_row].reshape(self.n_rows, per_row)
+            mine = np.ascontiguousarray(view[owners.hot_of(self.comm.rank)])
+            got = np.empty((owners.n_hot, per_row), flat.dtype) if whole is not None else None
+            self.comm.Gatherv_(mine, owners.hot_counts * per_row, got, root, what + " (hot rows)")
+            if whole is not None:
+                whole.reshape(self.n_rows, per_row)[owners.hot_by_owner] = got
         return out if out is not None else whole
 
-    def scatter_(self, whole, flat, per_row, root=0, what="table rows"):
-        """Root's whole per-row array (n_rows * per_row elements) into every rank's own rows of flat."""
+    def scatter_(self, whole, flat, per_row, root=0, what="table rows", hot=False):
+        """Root's whole per-row array (n_rows * per_row elements) into every rank's own rows of flat
+        (hot: and into the hot rows' owners' rows, see gather)."""
         send = np.ascontiguousarray(whole).reshape(-1)[:self.n_rows * per_row] if self.comm.rank == root else None
-        return self.comm.Scatterv_(send, self.counts * per_row, self.own(flat, per_row), root, what)
+        self.comm.Scatterv_(send, self.counts * per_row, self.own(flat, per_row), root, what)
+        if hot and self.owners.n_hot:
+            owners, view = self.owners, flat[:self.n_rows * per_row].reshape(self.n_rows, per_row)
+            mine = owners.hot_of(self.comm.rank)
+            part = (np.ascontiguousarray(send.reshape(self.n_rows, per_row)[owners.hot_by_owner])
+                    if send is not None else None)
+            got = np.empty((mine.shape[0], per_row), flat.dtype)
+            self.comm.Scatterv_(part, owners.hot_counts * per_row, got, root, what + " (hot rows)")
+            view[mine] = got
+        return flat
+
+
+def check_owned(owners, wanted, rank):
+    if wanted.size and not (owners.of(wanted) == rank).all():
+        bad = wanted[owners.of(wanted) != rank]
+        raise ValueError("row ids %d..%d asked of rank %d, which does not own them" % (bad.min(), bad.max(), rank))
+
+
+def segment_sums(mask, counts):
+    """How many True entries of mask fall in each of the runs of counts laid end to end."""
+    ends = np.cumsum(counts)
+    c = np.r_[0, np.cumsum(mask, dtype=np.int64)]
+    return (c[ends] - c[ends - counts]).astype(np.int64)

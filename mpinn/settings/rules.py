@@ -100,6 +100,14 @@ RULES = tuple([
          "--average-every or --compress", "--overlap --grad-accum 2"),
     Rule("grad-accum-cpu", ("grad_accum", "device"), lambda c: c.grad_accum > 1 and c.device == "gpu",
          "--grad-accum runs on --device cpu only (for now)", "--grad-accum 2 --device gpu"),
+    Rule("sharded-exchange", ("table", "shard_exchange", "hot_rows"),
+         lambda c: c.table == "replicated" and (c.shard_exchange == "node" or c.hot_rows not in ("auto", "off")),
+         "--shard-exchange node and --hot-rows K are for a sharded table: give --table sharded (or auto)",
+         "--table replicated --hot-rows 100"),
+    Rule("hot-rows-lazy", ("hot_rows", "hashed_update"),
+         lambda c: c.hot_rows not in ("auto", "off") and c.hashed_update == "dense",
+         "--hot-rows needs the lazy update of the hashed table: leave out --hashed-update dense",
+         "--table sharded --hot-rows 100 --hashed-update dense"),
     Rule("sharded-table", ("table", "parallel", "reduce", "compress", "overlap", "average_every", "comm", "device"),
          lambda c: c.table == "sharded" and (c.parallel == "tower" or c.reduce != "allreduce" or bool(c.compress)
                                              or c.overlap or bool(c.average_every) or c.comm == "shm"

@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
-from mpinn.options import (hidden_sizes, holdout_by, nonneg_float, nonneg_int, positive_float, positive_int)
+from mpinn.options import (hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int, positive_float,
+                           positive_int)
 
 # where a value came from
 GIVEN, DEFAULT, DATA = "given", "default", "data"
@@ -163,6 +164,16 @@ class RunConfig:
                         "gradient rows sent back, with Alltoallv); auto: sharded when the job spans several nodes "
                         "or the node's replicas would not fit in half its memory", resume=True,
                         choices=("auto", "replicated", "sharded"))
+    shard_exchange: str = option("auto", "distribution", "how a sharded table's rows travel: flat (every rank "
+                                 "to every owner), node (the ranks of a node combine their requests and one rank "
+                                 "per node pair and local index carries them between nodes; the same results, bit "
+                                 "for bit); auto: node when the job spans several nodes with more than one rank "
+                                 "on each, the same number on each", resume=True, choices=("auto", "flat", "node"))
+    hot_rows: str = option("auto", "distribution", "a sharded table's most frequent rows held by every rank (no fetch; "
+                           "their owners dealt round robin, the values refreshed after each step): a number of "
+                           "rows, off, or auto: the rows expected at least once in a rank's share of a batch "
+                           "(counted over the training rows), at most 8 MiB of them", resume=True,
+                           type=hot_rows_spec, metavar="auto|off|K")
     input: str = option("scatter", "distribution", "scatter: rank 0 reads (and hashes) the rows and scatters each "
                         "batch; local: every rank reads its own rows of a packed file (python -m mpinn.prepare)",
                         resume=True, choices=("scatter", "local"))

@@ -5,7 +5,7 @@ import time
 import numpy as np
 
 from mpinn.batch import Batch
-from mpinn.comm.shard import TableShards
+from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.config import MpinnError
 from mpinn.model import compact_csr
 from mpinn.process import small_pages_at
@@ -36,14 +36,52 @@ class ShardedStep(Step):
     (the rank's own batch's rows, and about as many as its owner part receives; the replicated
     exchange gathers every rank's rows on every rank)."""
 
-    def __init__(self, model, optimizer, comm, **kw):
+    def __init__(self, model, optimizer, comm, exchange="flat", **kw):
         super().__init__(model, optimizer, comm, **kw)
         self.n_rows, self.width = model.table
-        self.shards = TableShards(comm, self.n_rows, self.width)
+        self.exchange, self.exchange_why, self.layout = choose_exchange(exchange, comm)
+        self.shards = self.make_shards(RowOwners(self.n_rows, comm.size))
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
         for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
             if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends
                 small_pages_at(a, self.own)
+
+    def make_shards(self, owners):
+        if self.exchange == "node":
+            from mpinn.comm.shard_node import NodeShards
+            return NodeShards(self.comm, self.n_rows, self.width, owners, layout=self.layout)
+        node_of = self.layout["node_of"] if self.layout else None
+        return TableShards(self.comm, self.n_rows, self.width, owners, node_of=node_of)
+
+    def release_(self):
+        """Collective: the node exchange's communicators are freed; evaluation after this fetches through
+        the flat exchange (the same rows)."""
+        if self.layout:
+            without_comms(self.layout)
+        if self.exchange == "node":
+            self.exchange = "flat"
+            self.shards = self.make_shards(self.shards.owners)
+
+    def use_exchange_(self, kind, node=None):
+        """The flat or the node-aware exchange (node: an mpi4py communicator to take as this rank's node,
+        for tests; MPI's shared-memory split otherwise). Collective; before start."""
+        from mpinn.comm.shard_node import node_layout
+        self.release_()
+        self.exchange, self.exchange_why = kind, "asked for"
+        self.layout = node_layout(self.comm, node) if self.comm.size > 1 else None
+        self.shards = self.make_shards(self.shards.owners)
+
+    def use_hot_rows_(self, hot):
+        """Replicate the rows `hot` (row ids, most frequent first; the same on every rank) on every rank,
+        their owners dealt round robin (RowOwners). Collective; before restore_ and start."""
+        if len(hot) and not self.optimizer.sparse_ok:
+            raise MpinnError("hot rows need the lazy update of the hashed table: leave out --hashed-update dense "
+                             "or give --hot-rows off", collective=True)
+        self.shards = self.make_shards(RowOwners(self.n_rows, self.comm.size, hot))
+
+    @property
+    def hot_rows(self):
+        return self.shards.owners.n_hot
 
     @property
     def table(self):
@@ -78,12 +116,17 @@ class ShardedStep(Step):
         if ok:
             self.update_(mine, lr)
         t6 = time.perf_counter()
+        if ok:
+            self.shards.refresh_hot_(self.table)
+        t7 = time.perf_counter()
         rec("compute", t0, t1, step)
         rec("comm", t1, t2, step, "fetch rows (Alltoallv)")
         rec("compute", t2, t3, step)
         rec("comm", t3, t4, step, "gradient rows to owners (Alltoallv)")
         rec("comm", t4, t5, step, "dense Allreduce")
         rec("update", t5, t6, step)
+        if self.hot_rows:
+            rec("comm", t6, t7, step, "hot rows to every rank (Allgatherv)")
         return float(dense[-1]) / (n_global or 1), ok
 
     def gradient_rows(self, batch, scale, rows):
@@ -125,6 +168,7 @@ class ShardedStep(Step):
         every rank from the same seed) or was sent them (load_params_)."""
         dense = self.model.params[self.model.dense_start:]
         self.comm.Bcast_(dense, 0, "initial parameters (dense layers)")
+        self.shards.replicate_hot_(self.table)
 
     def load_params_(self, params, where="parameters"):
         """Rank 0's whole flat parameters: each rank receives its rows (Scatterv), the dense part
@@ -158,13 +202,13 @@ class ShardedStep(Step):
                                  % (k, tuple(shapes[k][0]), want), collective=True)
             saved = arrays["opt_" + k] if rank0 else None
             if k in opt.element_state:
-                self.shards.scatter_(saved, opt.arrays[k], self.width, what="optimizer state %s" % k)
+                self.shards.scatter_(saved, opt.arrays[k], self.width, what="optimizer state %s" % k, hot=True)
                 tail = opt.arrays[k][start:]
                 if rank0:
                     tail[...] = saved[start:]
                 self.comm.Bcast_(tail, 0, "optimizer state %s (dense layers)" % k)
             else:
-                self.shards.scatter_(saved, opt.arrays[k], 1, what="optimizer state %s" % k)
+                self.shards.scatter_(saved, opt.arrays[k], 1, what="optimizer state %s" % k, hot=True)
 
     def saved_arrays(self):
         """The checkpoint's arrays on rank 0, each whole (gathered from the ranks' rows: rank 0 holds
@@ -174,16 +218,17 @@ class ShardedStep(Step):
         state = opt.state()
         for k, v in state.items():
             if k in opt.element_state:
-                state[k] = self.gather_flat(v)
+                state[k] = self.gather_flat(v, hot=True)
             elif k in opt.row_state:
-                state[k] = self.shards.gather(v, 1, what="optimizer state %s" % k)
+                state[k] = self.shards.gather(v, 1, what="optimizer state %s" % k, hot=True)
         out.update({"opt_" + k: v for k, v in state.items()})
         return out if self.comm.rank == 0 else None
 
-    def gather_flat(self, flat):
-        """A flat buffer whole on rank 0: its table rows from their owners, the rest from rank 0."""
+    def gather_flat(self, flat, hot=False):
+        """A flat buffer whole on rank 0: its table rows from their owners (hot: the hot rows from
+        theirs), the rest from rank 0."""
         whole = np.empty(flat.shape, flat.dtype) if self.comm.rank == 0 else None
-        self.shards.gather(flat, self.width, out=whole, what="table rows")
+        self.shards.gather(flat, self.width, out=whole, what="table rows", hot=hot)
         if whole is not None:
             whole[self.model.dense_start:] = flat[self.model.dense_start:]
         return whole
@@ -208,3 +253,34 @@ class ShardedStep(Step):
             self.model.use_param_buffer(whole)
         return whole
 
+
+
+def choose_exchange(kind, comm):
+    """(the exchange, why, the node layout or None) for --shard-exchange (collective). auto: node-aware
+    when the job spans several nodes with more than one rank on each, the same number on each."""
+    from mpinn.comm.shard_node import node_layout
+    if comm.size == 1:
+        return "flat", "one rank", None
+    layout = node_layout(comm)
+    if kind == "flat":
+        return "flat", "asked for", without_comms(layout)
+    if layout["uneven"]:
+        if kind == "node":
+            raise MpinnError("--shard-exchange node: %s; give --shard-exchange flat" % layout["uneven"],
+                             collective=True)
+        return "flat", "auto: %s" % layout["uneven"], without_comms(layout)
+    N, R = layout["world_at"].shape
+    if kind == "node":
+        return "node", "asked for", layout
+    if N > 1 and R > 1:
+        return "node", "auto: %d nodes of %d ranks" % (N, R), layout
+    return "flat", "auto: %s" % ("one node" if N == 1 else "one rank per node"), without_comms(layout)
+
+
+def without_comms(layout):
+    """The layout with its node and peer communicators freed (the flat exchange needs node_of only)."""
+    for k in ("node", "peers"):
+        if layout.get(k) is not None:
+            layout[k].comm.Free()
+            layout[k] = None
+    return layout

@@ -38,6 +38,9 @@ class Step:
         if not self.towers:         # towers start different on purpose (a seed per rank)
             self.comm.Bcast_(self.model.params, root=0, what="initial parameters")
 
+    def release_(self):
+        """Collective, after training: free what the strategy made for its exchanges."""
+
     def settle_(self, step):
         """Before an evaluation or a checkpoint: make the parameters the ones to evaluate and save."""
 

@@ -24,7 +24,7 @@ def choose_step(cfg, model, optimizer, comm, faults, timeline):
     kw = dict(faults=faults, timeline=timeline, grad_accum=cfg.grad_accum, towers=cfg.towers)
     if cfg.table == "sharded":
         from mpinn.training.sharded import ShardedStep
-        return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
+        return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, exchange=cfg.shard_exchange, **kw)
     if optimizer.needs_touched_rows:
         # the lazy update must know which rows the step touched: the hashed block's gradient always
         # travels as rows, never densified by the density rule (--sparse-threshold)

@@ -301,6 +301,31 @@ class Trainer(Checkpoints):
     def task(self):
         return task_of(self.model.spec)
 
+    def use_hot_rows_(self, train=None, counts=None):
+        """Before restore and start(), collective: a sharded table's hot rows (--hot-rows), counted by
+        rank 0 over the first training rows of `train` (or from `counts`: (per-id counts, rows counted)).
+        Returns a line saying what was chosen, or None when the table is not sharded."""
+        if self.table != "sharded":
+            return None
+        from mpinn.training.hot import count_ids, pick_hot
+        n_rows, width = self.model.table
+        spec = self.cfg.hot_rows
+        layout = getattr(self.stepper, "layout", None)
+        nodes = layout["nodes"] if layout else 1
+
+        def pick():
+            if spec == "off" or (spec == "auto" and nodes == 1):       # nothing to count
+                return np.empty(0, np.int64), 0
+            got, n = counts if counts is not None else count_ids(train, n_rows)
+            return pick_hot(spec, got, n, self.batch_size / self.comm.size, width, self.model.params.itemsize,
+                            nodes), n
+        hot, n = self.comm.bcast_obj(self.comm.root_call(pick))
+        self.stepper.use_hot_rows_(hot)
+        ex = self.stepper
+        how = ("counted over %d rows" % n if n else "auto: one node" if spec == "auto" else "off")
+        return "sharded table: %s exchange (%s); %d hot rows on every rank (--hot-rows %s: %s)" % (
+            ex.exchange, ex.exchange_why, len(hot), spec, how)
+
     def load_params_(self, params):
         """Before start(): rank 0's whole flat parameters (None elsewhere) become the model's on every
         rank (with a sharded table, each rank keeps its own rows of them)."""
@@ -322,6 +347,7 @@ class Trainer(Checkpoints):
         if self.stepper.shares_params and self.optimizer.arrays:
             self.optimizer.arrays = {k: np.array(v) for k, v in self.optimizer.arrays.items()}
         self.comm.release_(self.model)
+        self.stepper.release_()
 
     # ---------------------------------------------------------------- reporting
     def write_timeline(self, path):
