@@ -1,0 +1,73 @@
+"""The sharded table's exchanges across real "hosts" (network namespaces, MPICH over TCP): the node-aware
+exchange and the hot rows give the flat exchange's model bit for bit, chosen by auto where the job spans
+2 hosts of 2 ranks, and a checkpoint written with one resumes with the other (same ranks: bitwise; on 2
+hosts of 1 rank: re-sharded, within the order of the sums)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, mpiexec_path
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import netns_lab  # noqa: E402
+
+# 2^12 hashed columns, 5400 training rows, global batch 256: 22 steps per epoch
+BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
+        "--dtype", "float64", "--no-progress", "--optimizer", "adam", "--epochs", "1", "--table", "sharded"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    reason = netns_lab.skip_reason(mpiexec_path())
+    if reason:
+        pytest.skip(reason)
+    netns_lab.remove_stale()
+    c = netns_lab.Cluster(2, str(tmp_path_factory.mktemp("shards")), mpiexec_path())
+    try:
+        c.up()
+        yield c
+    finally:
+        c.down()
+
+
+def train(lab, name, per_host, args):
+    out = os.path.join(lab.out_dir, name + ".npz")
+    before = lab.counters()
+    job = lab.mpich(2 * per_host, BASE + args + ["--model-out", out], lab.hostfile("two-nodes.mpich", per_host),
+                    limit_s=120, name=name)
+    rc = job.wait(120)
+    assert rc == 0, job.stdout + job.stderr
+    after = lab.counters()
+    crossed = sum(after[h][1] - before[h][1] for h in lab.hosts)
+    with np.load(out) as z:
+        return z["params"], job.stdout, crossed
+
+
+@pytest.mark.mpi
+def test_node_exchange_and_hot_rows_across_hosts_give_the_flat_model(lab):
+    ck = os.path.join(lab.out_dir, "ck")
+    flat, out, _ = train(lab, "flat", 2, ["--shard-exchange", "flat", "--hot-rows", "off",
+                                          "--checkpoint-dir", ck, "--checkpoint-every", "9"])
+    assert "flat exchange (asked for); 0 hot rows" in out, out
+    auto, out, crossed = train(lab, "auto", 2, [])
+    # auto on 2 hosts of 2 ranks: the node exchange and the rows expected in every rank's share
+    assert "node exchange (auto: 2 nodes of 2 ranks)" in out and "hot rows on every rank (--hot-rows auto: counted" in out, out
+    assert " 0 hot rows" not in out, out
+    assert np.array_equal(auto, flat), np.abs(auto - flat).max()
+    assert crossed > 1 << 16, crossed           # rows and gradient rows went over eth0
+    flat_hot, out, _ = train(lab, "flat-hot", 2, ["--shard-exchange", "flat", "--hot-rows", "40"])
+    assert "40 hot rows" in out, out
+    assert np.array_equal(flat_hot, flat), np.abs(flat_hot - flat).max()
+
+    # the checkpoint at step 18 of the flat run (written without hot rows), resumed with both
+    at22 = [f for f in os.listdir(ck) if f.endswith("-000000022.npz")]
+    os.remove(os.path.join(ck, at22[0]))
+    same, out, _ = train(lab, "resume-node", 2, ["--resume", ck, "--checkpoint-dir", os.path.join(lab.out_dir, "b")])
+    assert "epoch 1, step 18" in out and "node exchange" in out, out
+    assert np.array_equal(same, flat), np.abs(same - flat).max()
+    fewer, out, _ = train(lab, "resume-2", 1, ["--resume", ck, "--shard-exchange", "node", "--hot-rows", "25",
+                                               "--checkpoint-dir", os.path.join(lab.out_dir, "c")])
+    assert "epoch 1, step 18" in out and "node exchange (asked for); 25 hot rows" in out, out
+    assert np.max(np.abs(fewer - flat)) < 1e-10, np.max(np.abs(fewer - flat))
