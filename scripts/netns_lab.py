@@ -228,7 +228,7 @@ class Cluster:
         """(tc's namespace option, device) of both directions of every host's link."""
         return [([], veth) for veth in self.veths] + [(["-n", ns], "eth0") for ns in self.hosts]
 
-    def shape(self, rate="10gbit", burst="1mb", latency="5ms"):
+    def shape(self, rate="10gbit", burst="256kb", latency="5ms"):
         """A tbf of `rate` at the root of both ends of every host's link: the root-side veth's egress
         (into the host) and eth0's egress inside the namespace (out of the host). `latency` is tbf's
         queueing bound (how long a packet may wait for tokens), not an added delay."""
