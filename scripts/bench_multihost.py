@@ -1,8 +1,9 @@
 """mpinn across "hosts" that are network namespaces on this machine (scripts/netns_lab.py), links shaped to 10 GbE.
 
-    python scripts/bench_multihost.py --probe                  # alpha and B of MPI collectives across 2 hosts; ~1 min
+    python scripts/bench_multihost.py --probe                  # alpha and B of MPI collectives across 2 hosts; ~10 s
     python scripts/bench_multihost.py                          # 4 default configs at 2x2 and 4x1, 3 repeats; ~5 min
     python scripts/bench_multihost.py --layouts 2x2 --config node="--workload w2 --hashed-table sharded --shard-exchange node"
+        (each --config replaces the defaults; scripts/results/multihost-DATE.jsonl is appended to, --out names another)
     python scripts/bench_multihost.py --summarize scripts/results/multihost-DATE.jsonl
 
 The lab: one namespace per host, a veth into a shared bridge; MPICH (the wheel's mpiexec) starts the ranks
@@ -34,7 +35,8 @@ bench writes one, is copied into the line. Lines go to scripts/results/multihost
 then a Markdown table of medians per (layout, config) is printed; --summarize FILE prints it again.
 On a shared 2-core machine other processes distort the timings: before each run the script waits (up to
 --quiet-wait s) for the machine to be idle, and a run during which others took over --max-foreign cores
-is kept as role "noisy" (out of the table) and run again, up to --retries times.
+is kept as role "noisy" (out of the table) and run again, up to --retries times. Measured on the idle
+2-core VM: a W1/W2 run at the bench's default steps takes 5-10 s (setup ~3 s), 32 runs ~4-5 min.
 """
 import argparse
 import json
@@ -53,7 +55,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 LATENCY = "not shaped: netem unavailable in this kernel; alpha is the measured TCP-over-veth latency"
-DEFAULT_CONFIGS = [("w2-sharded", "--workload w2 --hashed-table sharded"),
+DEFAULT_CONFIGS = [("w2-flat", "--workload w2 --hashed-table sharded --shard-exchange flat --hot-rows off"),
                    ("w2-replicated", "--workload w2 --hashed-table replicated"),
                    ("w1-mpi", "--workload w1 --comm mpi"),
                    ("w1-shm", "--workload w1 --comm shm")]
