@@ -379,8 +379,8 @@ def main():
         return 2
     remove_stale()
     os.makedirs(RESULTS, exist_ok=True)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGHUP, _on_term)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):    # SIGINT too: a background job starts with it ignored
+        signal.signal(sig, _on_term)
     try:
         run_probe(args) if args.probe else run_bench(args)
     except (KeyboardInterrupt, Interrupted) as e:
