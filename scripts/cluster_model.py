@@ -19,7 +19,7 @@ Inputs (no number is taken from a table; the one assumed network is labelled "as
     collective (the model's earlier scenario, kept for before/after comparisons);
   * W2's own data (the peers' generator, hashed; scripts/w2_loads.py): P slices of 512 rows, nodes of
     R consecutive ranks: each rank's unique ids, each node's deduplicated union, the hot set of
-    --hot-rows auto (ids whose count / rows counted x 512 >= 1, at most 32768, counted over all
+    --hot-rows auto (ids whose count / rows counted x 512 >= 4, at most 32768, counted over all
     1024 x 512 rows), the rows the busiest owner gathers and the gradient rows it receives, and the
     bytes each node's link carries per step for each scheme (its busier direction);
   * compute time per sample: W1 and W2 at np = 1 in the bench-scaling JSON (the bench's compute_ms,
@@ -187,8 +187,8 @@ def w2_cluster_terms(c, scheme, shm, net, t):
     counts_b = sum(pb.get(n, 0.0) for n in COUNT_PHASES)
     data_b = sum(v for n, v in pb.items() if n not in COUNT_PHASES + ("hot Allgatherv", "dense tail Allreduce"))
     if s["node_aware"]:
-        counts = log2(R) * shm["a2a"] + log2(N) * net["a2a"] + messages(N - 1, net)
-        msgs = 3 * messages(R - 1, shm) + 4 * messages(N - 1, net)
+        counts = log2(R) * shm["a2a"] + log2(N) * net["a2a"]       # the counts: per asking rank, N x R
+        msgs = 3 * messages(R - 1, shm) + 3 * messages(N - 1, net)
     else:
         counts = log2(R) * shm["a2a"] + (log2(P) - log2(R)) * net["a2a"]
         msgs = 3 * (messages(R - 1, shm) + messages(P - R, net))

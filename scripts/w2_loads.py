@@ -29,11 +29,14 @@ def w2_index(n):
     return w2_hashed_indices(make_w2_codes(n)[0])
 
 
-def auto_hot(idx, per_rank, cap=HOT_CAP):
-    """--hot-rows auto: the ids whose count / rows counted x per_rank >= 1 (seen at least once in a
-    rank's slice per step, expected), most frequent first (ties: smaller id first), at most cap."""
+HOT_EXPECT = 4                   # auto's threshold (mpinn/training/hot.py)
+
+
+def auto_hot(idx, per_rank, cap=HOT_CAP, expect=HOT_EXPECT):
+    """--hot-rows auto: the ids whose count / rows counted x per_rank >= expect (expected that often in
+    a rank's slice per step), most frequent first (ties: smaller id first), at most cap."""
     ids, c = np.unique(np.asarray(idx).ravel(), return_counts=True)
-    keep = c * per_rank >= np.asarray(idx).shape[0]          # integers: no rounding at the boundary
+    keep = c * per_rank >= expect * np.asarray(idx).shape[0]          # integers: no rounding at the boundary
     ids, c = ids[keep], c[keep]
     return ids[np.lexsort((ids, -c))][:cap]
 
@@ -114,13 +117,14 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS):
             intra["gradient rows"] = _flow(rank, relay, P, ROW, near)
             fo, fs, fcold = o[first], node_s[first], cold[first]
             foff = fs != fo // R
-            inter["fetch counts"] = (per_node * R * (N - 1) * COUNT,) * 2
-            inter["fetch ids"] = _flow(fs, fo // R, N, ID, foff)
-            inter["fetch rows"] = _flow(fo // R, fs, N, ROW, foff & fcold)
-            inter["gradient counts"] = (per_node * R * R * (N - 1) * COUNT,) * 2
-            inter["gradient ids"] = _flow(node_s, o // R, N, ID, off)
+            # between nodes, 4 exchanges as the flat one's, each with N - 1 peers: counts per asking rank
+            # (R x R per node pair), the ids once per asking rank, the rows once per node, the gradient
+            # rows once per asking rank (unsummed: the owner sums them in rank order)
+            inter["counts"] = (per_node * R * R * (N - 1) * COUNT,) * 2
+            inter["ids"] = _flow(node_s, o // R, N, ID, off)
+            inter["rows"] = _flow(fo // R, fs, N, ROW, foff & fcold)
             inter["gradient rows"] = _flow(node_s, o // R, N, ROW, off)
-            messages = 6 * (N - 1)
+            messages = 4 * (N - 1)
             take = np.bincount(fo[fcold], minlength=P)
             relay_max = int(np.bincount(relay, minlength=P).max())
         if with_hot and N > 1:

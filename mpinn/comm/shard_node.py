@@ -9,9 +9,11 @@ l (on any node) are handled, on every node, by its local rank l, the "relay":
              the node's ranks need is asked for, and sent, once) and exchanges them with the relays of
              the same local index on the other nodes, which own them: N - 1 messages, not N x R
           3. inside the node: the relay hands each rank its rows
-  return  the gradient rows go the same way, each rank's rows kept apart (unsummed, with their ids and a
-          count per asking rank), so that each owner sums every rank's rows in world-rank order: the same
-          arithmetic as the flat exchange and the replicated table, bit for bit.
+          (the ids between nodes go once per asking rank, with a count per asking rank: they are 1/33 of a
+          row's bytes at width 64, and they route the gradient rows back)
+  return  the gradient rows go the same way, each rank's rows kept apart (unsummed), so that each owner
+          sums every rank's rows in world-rank order: the same arithmetic as the flat exchange and the
+          replicated table, bit for bit. Between nodes: 4 exchanges a step, as the flat exchange.
 Hot rows (RowOwners.hot) travel as in the flat exchange: their ids route gradient rows, their values
 are never fetched.
 
@@ -26,9 +28,10 @@ from mpinn.comm.shard import ID, TableShards, check_owned, segment_sums
 
 
 class NodePlan:
-    def __init__(self, order, sent, got_counts, ids_in, dest):
-        self.order, self.sent, self.got_counts = order, sent, got_counts
-        self.ids_in, self.dest = ids_in, dest
+    def __init__(self, order, sent, got_counts, fwd, per, per_in, n_in, wanted):
+        self.order, self.sent, self.got_counts = order, sent, got_counts     # inside the node
+        self.fwd, self.per, self.per_in, self.n_in = fwd, per, per_in, n_in  # between nodes
+        self.wanted = wanted        # the ids this rank owns that it was asked for, as they arrived
 
 
 class NodeShards(TableShards):
@@ -50,73 +53,80 @@ class NodeShards(TableShards):
         self.world_order = np.argsort(self.world_at.reshape(-1), kind="stable")
 
     def fetch(self, table, ids):
-        owners, w, node, peers = self.owners, self.width, self.node, self.peers
+        """Four exchanges between nodes, as the flat exchange makes (counts, ids, rows, and send_back's
+        gradient rows), each with N - 1 peers: the counts are per asking rank (N x R integers), the ids
+        go once per asking rank (they route the gradient rows back, and are 1/33 of a row's bytes at
+        width 64), the rows once per node."""
+        owners, w, node, peers, N, R = self.owners, self.width, self.node, self.peers, self.N, self.R
         owner = owners.of(ids)
         relay = self.local_of[owner]
         order = np.argsort(relay, kind="stable")               # by relay, each group sorted
-        sent = np.bincount(relay, minlength=self.R).astype(np.int64)
+        sent = np.bincount(relay, minlength=R).astype(np.int64)
         # 1. ids to the relays, inside the node
-        got_counts = node.Alltoall_(sent, np.empty(self.R, np.int64), "row id counts (node)")
+        got_counts = node.Alltoall_(sent, np.empty(R, np.int64), "row id counts (node)")
         ids_in = node.Alltoallv_(np.ascontiguousarray(ids[order], ID), sent, np.empty(int(got_counts.sum()), ID),
                                  got_counts, "row ids (node)")
-        self._count_node(np.ones(self.R, np.int64), 8)
+        self._count_node(np.ones(R, np.int64), 8)
         self._count_node(sent, 8)
-        # 2. the node's distinct rows, from the owners on every node
+        # 2. to the owners' nodes, grouped by (node, asking rank), each group sorted
         dest = self.node_of[owners.of(ids_in)]
-        cold = ~owners.hot_mask(ids_in)
-        uniq, inv = np.unique(ids_in[cold], return_inverse=True)
-        udest = self.node_of[owners.of(uniq)]
-        uorder = np.argsort(udest, kind="stable")
-        ask = np.bincount(udest, minlength=self.N).astype(np.int64)
-        give = peers.Alltoall_(ask, np.empty(self.N, np.int64), "row id counts (between nodes)")
-        self._count_peers(np.ones(self.N, np.int64), 8)
-        wanted = peers.Alltoallv_(np.ascontiguousarray(uniq[uorder]), ask, np.empty(int(give.sum()), ID), give,
-                                  "row ids (between nodes)")
-        self._count_peers(ask, 8)
+        source = np.repeat(np.arange(R), got_counts)
+        fwd = np.argsort(dest, kind="stable")
+        per = np.bincount(dest * R + source, minlength=N * R).astype(np.int64)
+        per_in = peers.Alltoall_(per, np.empty(N * R, np.int64), "row id counts (between nodes)")
+        self._count_peers(np.full(N, R, np.int64), 8)
+        send_n, recv_n = per.reshape(N, R).sum(1), per_in.reshape(N, R).sum(1)
+        wanted = peers.Alltoallv_(np.ascontiguousarray(ids_in[fwd]), send_n, np.empty(int(recv_n.sum()), ID),
+                                  recv_n, "row ids (between nodes)")
+        self._count_peers(send_n, 8)
         check_owned(owners, wanted, self.comm.rank)
-        urows = peers.Alltoallv_(np.take(table, wanted, axis=0), give * w, np.empty((uniq.shape[0], w), table.dtype),
-                                 ask * w, "table rows (between nodes)")
+        # 3. the owners answer each node once per row: the node's distinct cold ids, in (node, id) order;
+        # the relay knows the same sets from what it sent
+        asked_by = np.repeat(np.arange(N), recv_n)
+        cold = ~owners.hot_mask(wanted)
+        answer = np.unique(asked_by[cold] * self.n_rows + wanted[cold])
+        give = np.bincount(answer // self.n_rows, minlength=N).astype(np.int64)
+        mine = ~owners.hot_mask(ids_in[fwd])
+        keys, where = np.unique(dest[fwd][mine] * self.n_rows + ids_in[fwd][mine], return_inverse=True)
+        ask = np.bincount(keys // self.n_rows, minlength=N).astype(np.int64)
+        urows = peers.Alltoallv_(np.take(table, answer % self.n_rows, axis=0), give * w,
+                                 np.empty((keys.shape[0], w), table.dtype), ask * w, "table rows (between nodes)")
         self._count_peers(give, w * table.itemsize)
-        rows_u = np.empty_like(urows)
-        rows_u[uorder] = urows
-        # 3. each rank its rows, inside the node
-        reply = segment_sums(cold, got_counts)
+        # 4. each rank its rows, inside the node
+        rows_in = np.empty((ids_in.shape[0], w), table.dtype)
+        pos = fwd[mine]                                     # the cold entries of ids_in, in forwarding order
+        rows_in[pos] = urows[where]
+        cold_in = np.zeros(ids_in.shape[0], bool)
+        cold_in[pos] = True
+        reply = segment_sums(cold_in, got_counts)
         need = ~owners.hot_mask(ids)
-        back = np.bincount(relay[need], minlength=self.R).astype(np.int64)
-        got = node.Alltoallv_(rows_u[inv], reply * w, np.empty((int(back.sum()), w), table.dtype), back * w,
+        back = np.bincount(relay[need], minlength=R).astype(np.int64)
+        got = node.Alltoallv_(rows_in[cold_in], reply * w, np.empty((int(back.sum()), w), table.dtype), back * w,
                               "table rows (node)")
         self._count_node(reply, w * table.itemsize)
         rows = np.empty((ids.shape[0], w), table.dtype)
         rows[order[need[order]]] = got
         rows[~need] = table[ids[~need]]
-        return rows, NodePlan(order, sent, got_counts, ids_in, dest)
+        return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted)
 
     def send_back(self, plan, grad_rows):
         w, node, peers, N, R = self.width, self.node, self.peers, self.N, self.R
         # 1. every rank's gradient rows to the relays, inside the node (the fetch's counts)
         rows_in = node.Alltoallv_(np.ascontiguousarray(grad_rows[plan.order]), plan.sent * w,
-                                  np.empty((plan.ids_in.shape[0], w), grad_rows.dtype), plan.got_counts * w,
+                                  np.empty((plan.n_in, w), grad_rows.dtype), plan.got_counts * w,
                                   "gradient rows (node)")
         self._count_node(plan.sent, w * grad_rows.itemsize)
-        # 2. to the owners' nodes, each asking rank's rows apart: (destination node, asking local rank)
-        source = np.repeat(np.arange(R), plan.got_counts)
-        fwd = np.argsort(plan.dest, kind="stable")              # by node; within, by asking rank, then id
-        per = np.bincount(plan.dest * R + source, minlength=N * R).astype(np.int64)
-        per_in = peers.Alltoall_(per, np.empty(N * R, np.int64), "gradient row counts (between nodes)")
-        self._count_peers(np.full(N, R, np.int64), 8)
-        send_n, recv_n = per.reshape(N, R).sum(1), per_in.reshape(N, R).sum(1)
-        ids = peers.Alltoallv_(np.ascontiguousarray(plan.ids_in[fwd]), send_n, np.empty(int(recv_n.sum()), ID),
-                               recv_n, "gradient row ids (between nodes)")
-        self._count_peers(send_n, 8)
-        got = peers.Alltoallv_(np.ascontiguousarray(rows_in[fwd]), send_n * w,
-                               np.empty((ids.shape[0], w), grad_rows.dtype), recv_n * w,
+        # 2. to the owners, as the ids went (each asking rank's rows apart)
+        send_n, recv_n = plan.per.reshape(N, R).sum(1), plan.per_in.reshape(N, R).sum(1)
+        got = peers.Alltoallv_(np.ascontiguousarray(rows_in[plan.fwd]), send_n * w,
+                               np.empty((int(recv_n.sum()), w), grad_rows.dtype), recv_n * w,
                                "gradient rows (between nodes)")
         self._count_peers(send_n, w * grad_rows.itemsize)
         # the asking ranks' segments in world-rank order, as the flat exchange delivers them
-        starts = displs(per_in)
+        starts = displs(plan.per_in)
         seg = self.world_order
-        take = np.concatenate([np.arange(starts[j], starts[j] + per_in[j]) for j in seg] + [np.empty(0, np.int64)])
-        return SparseRows(ids[take], got[take], self.n_rows, displs(np.r_[per_in[seg], 0]))
+        take = np.concatenate([np.arange(starts[j], starts[j] + plan.per_in[j]) for j in seg] + [np.empty(0, np.int64)])
+        return SparseRows(plan.wanted[take], got[take], self.n_rows, displs(np.r_[plan.per_in[seg], 0]))
 
     def _count_node(self, counts, itemsize):
         """An exchange inside the node: nothing crosses the network."""

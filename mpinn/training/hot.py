@@ -7,6 +7,7 @@ from mpinn.config import MpinnError
 COUNT_ROWS = 1 << 20        # the training rows counted (the first ones): enough to rank a Zipf head
 HOT_BYTES = 8 << 20         # auto's budget for the replica (parameters; the state stays with the owners)
 HOT_MAX = 32768
+HOT_EXPECT = 4              # auto: rows expected this often in a rank's share of a batch (see pick_hot)
 
 
 def count_ids(data, n_rows, limit=COUNT_ROWS, chunk=65536):
@@ -21,17 +22,20 @@ def count_ids(data, n_rows, limit=COUNT_ROWS, chunk=65536):
 
 def pick_hot(spec, counts, n_counted, per_rank_batch, width, itemsize, nodes):
     """The hot rows for --hot-rows spec (auto, off, or a number), most frequent first (ties: lower id
-    first). auto: off on one node (its ranks share memory: the busiest owner's load is what the replica
-    cures, and it grows with the nodes; measured at np 2 on one node, the replica's refresh cost more
-    than the fetches it saved); on several, every row expected at least once in a rank's share of a
-    batch (count / rows counted x per-rank batch >= 1), at most HOT_BYTES of values and HOT_MAX rows."""
+    first). auto: off on one node (its ranks share memory and the busiest owner's load, which the
+    replica spreads, grows with the nodes); on several, the rows expected at least HOT_EXPECT times in
+    a rank's share of a batch (count / rows counted x per-rank batch >= 4), at most HOT_BYTES of values
+    and HOT_MAX rows. Why 4: a replicated row costs every rank its refresh each step (one row received),
+    a fetched one costs the ranks that touch it the row and its id; a rank touches a row expected 4
+    times with probability 1 - e^-4 = 0.98, so from there on the replica moves no more bytes than the
+    fetches it replaces, and it spreads the row's gradients over the owners."""
     if spec == "off" or not n_counted:
         return np.empty(0, np.int64)
     order = np.lexsort((np.arange(counts.size), -counts))
     if spec == "auto":
         if nodes == 1:
             return np.empty(0, np.int64)
-        k = int((counts * float(per_rank_batch) >= n_counted).sum())
+        k = int((counts * float(per_rank_batch) >= HOT_EXPECT * n_counted).sum())
         k = min(k, HOT_MAX, HOT_BYTES // max(width * itemsize, 1))
     else:
         k = int(spec)

@@ -270,6 +270,8 @@ def choose_exchange(kind, comm):
                              collective=True)
         return "flat", "auto: %s" % layout["uneven"], without_comms(layout)
     N, R = layout["world_at"].shape
+    if kind == "node" and R == 1:      # no node to combine in: the node exchange would be the flat one, slower
+        return "flat", "--shard-exchange node with one rank per node is the flat exchange", without_comms(layout)
     if kind == "node":
         return "node", "asked for", layout
     if N > 1 and R > 1:

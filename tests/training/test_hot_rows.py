@@ -8,14 +8,14 @@ from mpinn.config import MpinnError
 from mpinn.training.hot import pick_hot
 
 
-def test_auto_takes_the_rows_expected_once_in_a_ranks_share():
+def test_auto_takes_the_rows_expected_four_times_in_a_ranks_share():
     counts = np.array([5, 0, 3, 3, 1, 2])
-    # 10 rows counted, 4 rows per rank: expected count * 4 / 10 >= 1 <=> count >= 2.5: ids 0, 2, 3 (tie: lower id)
-    assert pick_hot("auto", counts, 10, 4, 8, 4, nodes=2).tolist() == [0, 2, 3]
-    assert pick_hot("auto", counts, 10, 5, 8, 4, nodes=2).tolist() == [0, 2, 3, 5]      # count >= 2
-    assert pick_hot("auto", counts, 10, 4, 8, 4, nodes=1).tolist() == []               # one node: off
-    assert pick_hot("auto", counts, 10, 100, 1 << 20, 4, nodes=2).tolist() == [0, 2]    # 8 MiB: 2 rows of 4 MiB
-    assert pick_hot("off", counts, 10, 4, 8, 4, nodes=2).tolist() == []
+    # 10 rows counted, 16 rows per rank: expected count * 16 / 10 >= 4 <=> count >= 2.5: ids 0, 2, 3 (tie: lower id)
+    assert pick_hot("auto", counts, 10, 16, 8, 4, nodes=2).tolist() == [0, 2, 3]
+    assert pick_hot("auto", counts, 10, 20, 8, 4, nodes=2).tolist() == [0, 2, 3, 5]     # count >= 2
+    assert pick_hot("auto", counts, 10, 16, 8, 4, nodes=1).tolist() == []               # one node: off
+    assert pick_hot("auto", counts, 10, 400, 1 << 20, 4, nodes=2).tolist() == [0, 2]    # 8 MiB: 2 rows of 4 MiB
+    assert pick_hot("off", counts, 10, 16, 8, 4, nodes=2).tolist() == []
 
 
 def test_a_number_takes_the_most_frequent_rows_that_occur():
