@@ -4,7 +4,8 @@ For a change that must not change behaviour (a restructuring, a clean-up): each 
 workload (W1 W2 W3), rank count and input mode once at REV_A and once at REV_B, alternating, so load
 on the machine falls on both alike. Prints a table of median samples/s, the ratio B/A, and whether
 every run's loss_final is bitwise equal between the two; writes every record as JSON lines.
-    REPS=3 NPS="1 2" INPUTS="scatter local" WORKLOADS="w1 w2 w3" OUT=scripts/results/revs-DATE.jsonl"""
+    REPS=3 NPS="1 2" INPUTS="scatter local" WORKLOADS="w1 w2 w3" OUT=scripts/results/revs-DATE.jsonl
+ARGS: more `python -m mpinn.bench` arguments for every run (e.g. ARGS="--hashed-table sharded")."""
 import json
 import os
 import statistics
@@ -27,7 +28,7 @@ def bench(tree, wl, np_, inp, out):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     cmd = [mpiexec, "-n", str(np_), sys.executable, "-m", "mpinn.bench", "--workload", wl, "--input", inp,
-           "--out", out]
+           "--out", out] + os.environ.get("ARGS", "").split()
     r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=600)
     if r.returncode:
         sys.exit("failed (%s): %s\n%s" % (tree, " ".join(cmd), r.stderr[-2000:]))

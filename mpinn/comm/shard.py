@@ -24,7 +24,7 @@ class RowOwners:
     def __init__(self, n_rows, size, hot=()):
         self.n_rows, self.size = int(n_rows), int(size)
         self.counts = split_counts(self.n_rows, self.size)          # rows per rank (contiguous)
-        self.bounds = np.r_[0, np.cumsum(self.counts)].astype(np.int64)
+        self.bounds = np.r_[0, np.cumsum(self.counts)].astype(np.int64, copy=False)
         hot = np.asarray(hot, dtype=np.int64)
         if hot.size and (hot.min() < 0 or hot.max() >= self.n_rows or np.unique(hot).size != hot.size):
             raise ValueError("hot rows must be distinct row ids of the table")
@@ -34,15 +34,21 @@ class RowOwners:
         # the hot rows grouped by owner, each group sorted: the order of the replica's refresh
         by_owner = np.argsort(self.hot_owner, kind="stable")
         self.hot_by_owner = self.hot[by_owner]
-        self.hot_counts = np.bincount(self.hot_owner, minlength=self.size).astype(np.int64)
+        self.hot_counts = np.bincount(self.hot_owner, minlength=self.size).astype(np.int64, copy=False)
 
     @property
     def n_hot(self):
         return int(self.hot.size)
 
     def contiguous(self, ids):
-        """The contiguous-range owner of each id."""
-        return np.searchsorted(self.bounds, ids, side="right").astype(np.int64) - 1
+        """The contiguous-range owner of each id: split_counts' ranges in closed form (the first n % P
+        ranks own base + 1 rows, the others base)."""
+        base, extra = divmod(self.n_rows, self.size)
+        edge = extra * (base + 1)
+        ids = np.asarray(ids, dtype=np.int64)
+        if base == 0:
+            return ids.copy()
+        return np.where(ids < edge, ids // (base + 1), extra + (ids - edge) // base)
 
     def hot_mask(self, ids):
         """Which of ids are hot rows."""
@@ -118,7 +124,7 @@ class TableShards:
 
     def owners_of(self, ids):
         """Ids per owner for sorted ids: (P,) counts (contiguous ranges, no hot rows)."""
-        return np.diff(np.searchsorted(ids, self.bounds)).astype(np.int64)
+        return np.diff(np.searchsorted(ids, self.bounds)).astype(np.int64, copy=False)
 
     def _count(self, counts, itemsize):
         self.traffic.add(counts, itemsize, self.off_node, self.comm.rank)
@@ -135,7 +141,7 @@ class TableShards:
         if hot:
             owner = owners.of(ids)
             order = np.argsort(owner, kind="stable")            # grouped by owner, each group sorted
-            asked = np.bincount(owner, minlength=comm.size).astype(np.int64)
+            asked = np.bincount(owner, minlength=comm.size).astype(np.int64, copy=False)
             send = ids[order]
         else:
             order, asked, send = None, self.owners_of(ids), ids
@@ -154,7 +160,7 @@ class TableShards:
         cold = ~owners.hot_mask(wanted)                          # the rows to answer with
         reply = segment_sums(cold, given)
         need = ~owners.hot_mask(ids)                             # in ids' order
-        back = np.bincount(owner[need], minlength=comm.size).astype(np.int64)
+        back = np.bincount(owner[need], minlength=comm.size).astype(np.int64, copy=False)
         got = comm.Alltoallv_(np.take(table, wanted[cold], axis=0), reply * w,
                               np.empty((int(back.sum()), w), table.dtype), back * w, "table rows")
         self._count(reply, w * table.itemsize)
@@ -194,7 +200,7 @@ class TableShards:
         owners = self.owners
         if not owners.n_hot or self.comm.size == 1:
             return
-        counts = np.diff(np.searchsorted(owners.hot, self.bounds)).astype(np.int64)
+        counts = np.diff(np.searchsorted(owners.hot, self.bounds)).astype(np.int64, copy=False)
         mine = owners.hot[(owners.hot >= self.lo) & (owners.hot < self.hi)]
         got = self.comm.Allgatherv_(np.ascontiguousarray(table[mine]), counts * self.width,
                                     np.empty((owners.n_hot, self.width), table.dtype), "hot rows (start)")
@@ -241,13 +247,29 @@ class TableShards:
 
 
 def check_owned(owners, wanted, rank):
-    if wanted.size and not (owners.of(wanted) == rank).all():
+    """Every id asked of this rank is one it owns (a range check where there are no hot rows)."""
+    if not wanted.size:
+        return
+    if owners.n_hot:
         bad = wanted[owners.of(wanted) != rank]
+    else:
+        lo, hi = owners.bounds[rank], owners.bounds[rank + 1]
+        bad = wanted if wanted.min() < lo or wanted.max() >= hi else wanted[:0]
+    if bad.size:
         raise ValueError("row ids %d..%d asked of rank %d, which does not own them" % (bad.min(), bad.max(), rank))
+
+
+def sorted_unique(keys):
+    """np.unique(keys) by a sort (numpy's hash-based unique was the slower one here, at thousands of ids)."""
+    k = np.sort(keys)
+    keep = np.empty(k.shape[0], bool)
+    keep[:1] = True
+    np.not_equal(k[1:], k[:-1], out=keep[1:])
+    return k[keep]
 
 
 def segment_sums(mask, counts):
     """How many True entries of mask fall in each of the runs of counts laid end to end."""
     ends = np.cumsum(counts)
     c = np.r_[0, np.cumsum(mask, dtype=np.int64)]
-    return (c[ends] - c[ends - counts]).astype(np.int64)
+    return (c[ends] - c[ends - counts]).astype(np.int64, copy=False)

@@ -24,7 +24,7 @@ import numpy as np
 from mpinn.batch import SparseRows
 from mpinn.comm.base import Communicator
 from mpinn.comm.buffers import displs
-from mpinn.comm.shard import ID, TableShards, check_owned, segment_sums
+from mpinn.comm.shard import ID, TableShards, check_owned, segment_sums, sorted_unique
 
 
 class NodePlan:
@@ -61,7 +61,7 @@ class NodeShards(TableShards):
         owner = owners.of(ids)
         relay = self.local_of[owner]
         order = np.argsort(relay, kind="stable")               # by relay, each group sorted
-        sent = np.bincount(relay, minlength=R).astype(np.int64)
+        sent = np.bincount(relay, minlength=R).astype(np.int64, copy=False)
         # 1. ids to the relays, inside the node
         got_counts = node.Alltoall_(sent, np.empty(R, np.int64), "row id counts (node)")
         ids_in = node.Alltoallv_(np.ascontiguousarray(ids[order], ID), sent, np.empty(int(got_counts.sum()), ID),
@@ -72,7 +72,7 @@ class NodeShards(TableShards):
         dest = self.node_of[owners.of(ids_in)]
         source = np.repeat(np.arange(R), got_counts)
         fwd = np.argsort(dest, kind="stable")
-        per = np.bincount(dest * R + source, minlength=N * R).astype(np.int64)
+        per = np.bincount(dest * R + source, minlength=N * R).astype(np.int64, copy=False)
         per_in = peers.Alltoall_(per, np.empty(N * R, np.int64), "row id counts (between nodes)")
         self._count_peers(np.full(N, R, np.int64), 8)
         send_n, recv_n = per.reshape(N, R).sum(1), per_in.reshape(N, R).sum(1)
@@ -84,11 +84,13 @@ class NodeShards(TableShards):
         # the relay knows the same sets from what it sent
         asked_by = np.repeat(np.arange(N), recv_n)
         cold = ~owners.hot_mask(wanted)
-        answer = np.unique(asked_by[cold] * self.n_rows + wanted[cold])
-        give = np.bincount(answer // self.n_rows, minlength=N).astype(np.int64)
+        answer = sorted_unique(asked_by[cold] * self.n_rows + wanted[cold])
+        give = np.bincount(answer // self.n_rows, minlength=N).astype(np.int64, copy=False)
         mine = ~owners.hot_mask(ids_in[fwd])
-        keys, where = np.unique(dest[fwd][mine] * self.n_rows + ids_in[fwd][mine], return_inverse=True)
-        ask = np.bincount(keys // self.n_rows, minlength=N).astype(np.int64)
+        key = dest[fwd][mine] * self.n_rows + ids_in[fwd][mine]
+        keys = sorted_unique(key)
+        where = np.searchsorted(keys, key)
+        ask = np.bincount(keys // self.n_rows, minlength=N).astype(np.int64, copy=False)
         urows = peers.Alltoallv_(np.take(table, answer % self.n_rows, axis=0), give * w,
                                  np.empty((keys.shape[0], w), table.dtype), ask * w, "table rows (between nodes)")
         self._count_peers(give, w * table.itemsize)
@@ -100,7 +102,7 @@ class NodeShards(TableShards):
         cold_in[pos] = True
         reply = segment_sums(cold_in, got_counts)
         need = ~owners.hot_mask(ids)
-        back = np.bincount(relay[need], minlength=R).astype(np.int64)
+        back = np.bincount(relay[need], minlength=R).astype(np.int64, copy=False)
         got = node.Alltoallv_(rows_in[cold_in], reply * w, np.empty((int(back.sum()), w), table.dtype), back * w,
                               "table rows (node)")
         self._count_node(reply, w * table.itemsize)
@@ -150,7 +152,7 @@ def node_layout(comm, node=None):
     first = mine.allreduce(comm.rank, op=MPI.MIN)
     where = np.array(comm.allgather_obj((first, local, size)), dtype=np.int64)
     firsts = np.unique(where[:, 0])
-    node_of = np.searchsorted(firsts, where[:, 0]).astype(np.int64)
+    node_of = np.searchsorted(firsts, where[:, 0]).astype(np.int64, copy=False)
     out = {"node_of": node_of, "nodes": int(firsts.size), "uneven": None, "node": None, "peers": None}
     if (where[:, 2] != where[0, 2]).any():
         out["uneven"] = "the nodes hold different numbers of ranks (%s)" % ", ".join(
