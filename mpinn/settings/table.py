@@ -165,15 +165,15 @@ class RunConfig:
                         "or the node's replicas would not fit in half its memory", resume=True,
                         choices=("auto", "replicated", "sharded"))
     shard_exchange: str = option("auto", "distribution", "how a sharded table's rows travel: flat (every rank "
-                                 "to every owner), node (the ranks of a node combine their requests and one rank "
-                                 "per node pair and local index carries them between nodes; the same results, bit "
-                                 "for bit); auto: node when the job spans several nodes with more than one rank "
-                                 "on each, the same number on each", resume=True, choices=("auto", "flat", "node"))
-    hot_rows: str = option("auto", "distribution", "a sharded table's most frequent rows held by every rank (no fetch; "
+                                 "to every owner), node (the ranks of a node combine their requests; between "
+                                 "nodes one message per pair of ranks of the same local index; the same results, "
+                                 "bit for bit); auto: node from 4 nodes of more than one rank on (the same number "
+                                 "on each), flat below", resume=True, choices=("auto", "flat", "node"))
+    hot_rows: str = option("off", "distribution", "a sharded table's most frequent rows held by every rank (no fetch; "
                            "their owners dealt round robin, the values refreshed after each step): a number of "
-                           "rows, off, or auto: the rows expected at least once in a rank's share of a batch "
-                           "(counted over the training rows), at most 8 MiB of them", resume=True,
-                           type=hot_rows_spec, metavar="auto|off|K")
+                           "rows, off, or auto: on several nodes, the rows expected at least 4 times in a rank's "
+                           "share of a batch (counted over the first training rows), at most 8 MiB of them",
+                           resume=True, type=hot_rows_spec, metavar="auto|off|K")
     input: str = option("scatter", "distribution", "scatter: rank 0 reads (and hashes) the rows and scatters each "
                         "batch; local: every rank reads its own rows of a packed file (python -m mpinn.prepare)",
                         resume=True, choices=("scatter", "local"))

@@ -255,9 +255,16 @@ class ShardedStep(Step):
 
 
 
+# auto's node exchange from this many nodes on: its relays cost 1.1-1.4 ms a step more than the flat
+# exchange on W2 at np 2 here (both ranks one "node", every collective of the path run), and the
+# cluster model (scripts/cluster_model.py, lab-measured network, 8 ranks a node) predicts it saves
+# 0.7 ms a step at 2 nodes, 2.1 ms at 4 and 3.2 ms at 8
+NODE_FROM = 4
+
+
 def choose_exchange(kind, comm):
     """(the exchange, why, the node layout or None) for --shard-exchange (collective). auto: node-aware
-    when the job spans several nodes with more than one rank on each, the same number on each."""
+    from NODE_FROM nodes with more than one rank on each, the same number on each; flat below."""
     from mpinn.comm.shard_node import node_layout
     if comm.size == 1:
         return "flat", "one rank", None
@@ -274,9 +281,10 @@ def choose_exchange(kind, comm):
         return "flat", "--shard-exchange node with one rank per node is the flat exchange", without_comms(layout)
     if kind == "node":
         return "node", "asked for", layout
-    if N > 1 and R > 1:
+    if N >= NODE_FROM and R > 1:
         return "node", "auto: %d nodes of %d ranks" % (N, R), layout
-    return "flat", "auto: %s" % ("one node" if N == 1 else "one rank per node"), without_comms(layout)
+    return "flat", "auto: %s" % ("one node" if N == 1 else "one rank per node" if R == 1 else
+                                 "%d nodes, under %d" % (N, NODE_FROM)), without_comms(layout)
 
 
 def without_comms(layout):

@@ -322,9 +322,12 @@ class Trainer(Checkpoints):
         hot, n = self.comm.bcast_obj(self.comm.root_call(pick))
         self.stepper.use_hot_rows_(hot)
         ex = self.stepper
-        how = ("counted over %d rows" % n if n else "auto: one node" if spec == "auto" else "off")
-        return "sharded table: %s exchange (%s); %d hot rows on every rank (--hot-rows %s: %s)" % (
-            ex.exchange, ex.exchange_why, len(hot), spec, how)
+        if len(hot):
+            hot_note = "%d hot rows on every rank (--hot-rows %s: counted over %d rows)" % (len(hot), spec, n)
+        else:
+            hot_note = "no hot rows (--hot-rows %s%s)" % (spec, "" if spec == "off" else ": one node" if not n else
+                                                          ": none expected 4 times in a rank's share")
+        return "sharded table: %s exchange (%s); %s" % (ex.exchange, ex.exchange_why, hot_note)
 
     def load_params_(self, params):
         """Before start(): rank 0's whole flat parameters (None elsewhere) become the model's on every

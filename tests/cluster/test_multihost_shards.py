@@ -1,7 +1,7 @@
 """The sharded table's exchanges across real "hosts" (network namespaces, MPICH over TCP): the node-aware
-exchange and the hot rows give the flat exchange's model bit for bit, chosen by auto where the job spans
-2 hosts of 2 ranks, and a checkpoint written with one resumes with the other (same ranks: bitwise; on 2
-hosts of 1 rank: re-sharded, within the order of the sums)."""
+exchange and the hot rows (auto's rule, and a number) give the flat exchange's model bit for bit, auto
+keeps the flat exchange on 2 hosts, and a checkpoint written with one resumes with the other (same ranks:
+bitwise; on 2 hosts of 1 rank: re-sharded, within the order of the sums)."""
 import os
 import sys
 
@@ -50,22 +50,24 @@ def test_node_exchange_and_hot_rows_across_hosts_give_the_flat_model(lab):
     ck = os.path.join(lab.out_dir, "ck")
     flat, out, _ = train(lab, "flat", 2, ["--shard-exchange", "flat", "--hot-rows", "off",
                                           "--checkpoint-dir", ck, "--checkpoint-every", "9"])
-    assert "flat exchange (asked for); 0 hot rows" in out, out
-    auto, out, crossed = train(lab, "auto", 2, [])
-    # auto on 2 hosts of 2 ranks: the node exchange and the rows expected in every rank's share
-    assert "node exchange (auto: 2 nodes of 2 ranks)" in out and "hot rows on every rank (--hot-rows auto: counted" in out, out
-    assert " 0 hot rows" not in out, out
-    assert np.array_equal(auto, flat), np.abs(auto - flat).max()
+    assert "flat exchange (asked for); no hot rows (--hot-rows off)" in out, out
+    node, out, crossed = train(lab, "node", 2, ["--shard-exchange", "node", "--hot-rows", "auto"])
+    # on 2 hosts of 2 ranks: the node exchange, and auto's hot rows (expected 4 times in every rank's share)
+    assert "node exchange (asked for)" in out and "hot rows on every rank (--hot-rows auto: counted" in out, out
+    assert "no hot rows" not in out, out
+    assert np.array_equal(node, flat), np.abs(node - flat).max()
     assert crossed > 1 << 16, crossed           # rows and gradient rows went over eth0
-    flat_hot, out, _ = train(lab, "flat-hot", 2, ["--shard-exchange", "flat", "--hot-rows", "40"])
-    assert "40 hot rows" in out, out
+    flat_hot, out, _ = train(lab, "auto-40", 2, ["--hot-rows", "40"])
+    # auto below 4 nodes: the flat exchange
+    assert "flat exchange (auto: 2 nodes, under 4); 40 hot rows" in out, out
     assert np.array_equal(flat_hot, flat), np.abs(flat_hot - flat).max()
 
     # the checkpoint at step 18 of the flat run (written without hot rows), resumed with both
     at22 = [f for f in os.listdir(ck) if f.endswith("-000000022.npz")]
     os.remove(os.path.join(ck, at22[0]))
-    same, out, _ = train(lab, "resume-node", 2, ["--resume", ck, "--checkpoint-dir", os.path.join(lab.out_dir, "b")])
-    assert "epoch 1, step 18" in out and "node exchange" in out, out
+    same, out, _ = train(lab, "resume-node", 2, ["--resume", ck, "--shard-exchange", "node", "--hot-rows", "30",
+                                                 "--checkpoint-dir", os.path.join(lab.out_dir, "b")])
+    assert "epoch 1, step 18" in out and "node exchange (asked for); 30 hot rows" in out, out
     assert np.array_equal(same, flat), np.abs(same - flat).max()
     fewer, out, _ = train(lab, "resume-2", 1, ["--resume", ck, "--shard-exchange", "node", "--hot-rows", "25",
                                                "--checkpoint-dir", os.path.join(lab.out_dir, "c")])
