@@ -5,6 +5,7 @@
     steps      one strategy object per way of taking a step (reduce, overlap, shared, local SGD)
     step_base  what the strategies share (Step): gradient (micro-batches), verdict, the parameters' way in and out
     sharded    --table sharded: the hashed table split by rows over the ranks (ShardedStep)
+    hot        --hot-rows: the rows every rank of a sharded table holds
     feed       the epoch's row order and the feed that reads, scatters and prefetches batches
     staging    the feed's stand-in on a GPU (pinned buffers, a copy stream)
     evaluate   held-out metrics, data parallel or towers
