@@ -1,7 +1,7 @@
 """The sharded table's exchanges across real "hosts" (network namespaces, MPICH over TCP): the node-aware
 exchange and the hot rows (auto's rule, and a number) give the flat exchange's model bit for bit, auto
 keeps the flat exchange on 2 hosts, and a checkpoint written with one resumes with the other (same ranks:
-bitwise; on 2 hosts of 1 rank: re-sharded, within the order of the sums)."""
+bitwise; on 2 hosts of 1 rank: re-sharded, within the order of the sums; replicated: within 1e-12)."""
 import os
 import sys
 
@@ -51,7 +51,9 @@ def test_node_exchange_and_hot_rows_across_hosts_give_the_flat_model(lab):
     flat, out, _ = train(lab, "flat", 2, ["--shard-exchange", "flat", "--hot-rows", "off",
                                           "--checkpoint-dir", ck, "--checkpoint-every", "9"])
     assert "flat exchange (asked for); no hot rows (--hot-rows off)" in out, out
-    node, out, crossed = train(lab, "node", 2, ["--shard-exchange", "node", "--hot-rows", "auto"])
+    ck2 = os.path.join(lab.out_dir, "ck2")
+    node, out, crossed = train(lab, "node", 2, ["--shard-exchange", "node", "--hot-rows", "auto",
+                                                "--checkpoint-dir", ck2, "--checkpoint-every", "9"])
     # on 2 hosts of 2 ranks: the node exchange, and auto's hot rows (expected 4 times in every rank's share)
     assert "node exchange (asked for)" in out and "hot rows on every rank (--hot-rows auto: counted" in out, out
     assert "no hot rows" not in out, out
@@ -73,3 +75,11 @@ def test_node_exchange_and_hot_rows_across_hosts_give_the_flat_model(lab):
                                                "--checkpoint-dir", os.path.join(lab.out_dir, "c")])
     assert "epoch 1, step 18" in out and "flat exchange (--shard-exchange node with one rank per node is the flat exchange); 25 hot rows" in out, out
     assert np.max(np.abs(fewer - flat)) < 1e-10, np.max(np.abs(fewer - flat))
+
+    # the node + hot rows run's checkpoint at step 18 (the hot rows' state gathered from their owners),
+    # resumed with the table replicated: the same model (the replicated exchange sums in rank order too)
+    os.remove(os.path.join(ck2, [f for f in os.listdir(ck2) if f.endswith("-000000022.npz")][0]))
+    rep, out, _ = train(lab, "resume-replicated", 2, ["--resume", ck2, "--table", "replicated",
+                                                      "--checkpoint-dir", os.path.join(lab.out_dir, "d")])
+    assert "epoch 1, step 18" in out and "table replicated" in out, out
+    assert np.max(np.abs(rep - flat)) < 1e-12, np.max(np.abs(rep - flat))
