@@ -59,6 +59,9 @@ def test_node_exchange_and_hot_rows_across_hosts_give_the_flat_model(lab):
     assert "no hot rows" not in out, out
     assert np.array_equal(node, flat), np.abs(node - flat).max()
     assert crossed > 1 << 16, crossed           # rows and gradient rows went over eth0
+    node_only, out, _ = train(lab, "node-only", 2, ["--shard-exchange", "node"])
+    assert "node exchange (asked for); no hot rows (--hot-rows off)" in out, out
+    assert np.array_equal(node_only, flat), np.abs(node_only - flat).max()
     flat_hot, out, _ = train(lab, "auto-40", 2, ["--hot-rows", "40"])
     # auto below 4 nodes: the flat exchange
     assert "flat exchange (auto: 2 nodes, under 4); 40 hot rows" in out, out
