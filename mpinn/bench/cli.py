@@ -37,9 +37,9 @@ def build_parser():
     p.add_argument("--shard-exchange", default="auto", choices=["auto", "flat", "node"],
                    help="a sharded table's exchange, as training's --shard-exchange (auto: node-aware on several "
                         "nodes of more than one rank)")
-    p.add_argument("--hot-rows", default="auto", type=hot_rows_spec, metavar="auto|off|K",
-                   help="a sharded table's rows held by every rank, as training's --hot-rows (counted over the "
-                        "workload's rows)")
+    p.add_argument("--hot-rows", default="off", type=hot_rows_spec, metavar="auto|off|K",
+                   help="a sharded table's rows held by every rank, as training's --hot-rows (default off; "
+                        "counted over the workload's rows)")
     p.add_argument("--input", default="scatter", choices=["scatter", "local"],
                    help="scatter (default): rank 0 holds the data and scatters each batch (Iscatterv, "
                         "posted a step ahead); local: every rank holds the data and takes its own slice "

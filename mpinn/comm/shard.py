@@ -191,7 +191,8 @@ class TableShards:
         mine = owners.hot_of(self.comm.rank)
         got = self.comm.Allgatherv_(np.ascontiguousarray(table[mine]), owners.hot_counts * self.width,
                                     np.empty((owners.n_hot, self.width), table.dtype), "hot rows")
-        self._count(np.where(np.arange(self.comm.size) == self.comm.rank, 0, mine.shape[0]), self.width * table.itemsize)
+        to_each = np.where(np.arange(self.comm.size) == self.comm.rank, 0, mine.shape[0])
+        self._count(to_each, self.width * table.itemsize)
         table[owners.hot_by_owner] = got
 
     def replicate_hot_(self, table):

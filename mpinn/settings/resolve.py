@@ -84,6 +84,7 @@ def resolve(cfg, info, comm):
         if table != out.table:
             d("table", table)
         out = d.config(table_why=why)
+        check(out)          # the rules on the table chosen (a sharded table's options on a replicated one)
     return out
 
 

@@ -102,7 +102,8 @@ RULES = tuple([
          "--grad-accum runs on --device cpu only (for now)", "--grad-accum 2 --device gpu"),
     Rule("sharded-exchange", ("table", "shard_exchange", "hot_rows"),
          lambda c: c.table == "replicated" and (c.shard_exchange == "node" or c.hot_rows not in ("auto", "off")),
-         "--shard-exchange node and --hot-rows K are for a sharded table: give --table sharded (or auto)",
+         "--shard-exchange node and --hot-rows K are for a sharded table, and this run's table is replicated "
+         "(--table auto keeps it replicated on one node): give --table sharded",
          "--table replicated --hot-rows 100"),
     Rule("hot-rows-lazy", ("hot_rows", "hashed_update"),
          lambda c: c.hot_rows not in ("auto", "off") and c.hashed_update == "dense",
