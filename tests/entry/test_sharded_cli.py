@@ -64,3 +64,17 @@ def test_a_sharded_table_kept_at_an_earlier_best_epoch_is_the_replicated_ones(tm
         lines[table] = [x for x in r.stdout.splitlines() if x.startswith("model written")][0]
     assert "the parameters of epoch 1 " in lines["sharded"]          # an earlier epoch than the last (6)
     assert np.array_equal(params(tmp_path / "sharded.npz"), params(tmp_path / "replicated.npz"))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("option", [["--shard-exchange", "node"], ["--hot-rows", "100"]])
+def test_a_sharded_tables_options_on_a_table_auto_kept_replicated_are_refused(tmp_path, launcher, option):
+    """On one node --table auto keeps the table replicated: an explicit --shard-exchange node or --hot-rows K
+    would do nothing, so it is one line and exit 2 (auto's own --hot-rows auto is no error)."""
+    out = tmp_path / "never.npz"
+    r = mpirun(2, ["-m", "mpinn.train", "--default-rows", "2000", "--epochs", "1", "--model-out", str(out)] + option,
+               timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if "error" in x]
+    assert lines and "this run's table is replicated" in lines[0] and "give --table sharded" in lines[0], lines
+    assert not out.exists()
