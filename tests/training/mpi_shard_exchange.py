@@ -140,7 +140,8 @@ def test_uneven_nodes_are_refused_with_a_reason():
 def test_checkpoint_with_hot_rows_resumes_with_another_exchange(optimizer):
     """3 steps with the node exchange and 10 hot rows, a checkpoint (the hot rows' state gathered from
     their owners), then resumed: on the same ranks with the flat exchange and another hot set, the rest
-    of the run equals the uninterrupted flat run bit for bit; on one rank fewer (re-sharded, hot rows
+    of the run equals the uninterrupted flat run bit for bit, and so does a replicated table resumed from
+    it; on one rank fewer (re-sharded, hot rows
     dealt to other owners) it equals the uninterrupted run on that many (1e-10: the first steps were
     summed over more ranks). restore_then_start checks that the state read is the state written."""
     R = node_sizes()[1] if len(node_sizes()) > 1 else 1
@@ -164,6 +165,16 @@ def test_checkpoint_with_hot_rows_resumes_with_another_exchange(optimizer):
     steps(t, data, 12, 3, 6)
     got = COMM.bcast(t.final_params())
     agree(np.array_equal(got, ref), "same ranks: max diff %g" % np.max(np.abs(got - ref)))
+    if COMM.rank == 0:
+        shutil.rmtree(os.path.join(d, "b"))
+    COMM.Barrier()
+    # the same checkpoint into a replicated table: the replicated exchange sums in rank order too
+    t = make_trainer("replicated", optimizer, 12)
+    MADE.append(t)
+    restore_then_start(t, d, optimizer)
+    steps(t, data, 12, 3, 6)
+    got = COMM.bcast(t.final_params())
+    agree(np.array_equal(got, ref), "replicated: max diff %g" % np.max(np.abs(got - ref)))
     if COMM.rank == 0:
         shutil.rmtree(os.path.join(d, "b"))
     COMM.Barrier()
