@@ -255,8 +255,8 @@ class ShardedStep(Step):
 
 
 
-# auto's node exchange from this many nodes on: its relays cost 1.1-1.4 ms a step more than the flat
-# exchange on W2 at np 2 here (both ranks one "node", every collective of the path run), and the
+# auto's node exchange from this many nodes on: its relays cost 1.2 ms a step more than the flat
+# exchange on W2 at np 2 here (one node of 2 ranks, every collective of the path run; medians of 5), and the
 # cluster model (scripts/cluster_model.py, lab-measured network, 8 ranks a node) predicts it saves
 # 0.7 ms a step at 2 nodes, 2.1 ms at 4 and 3.2 ms at 8
 NODE_FROM = 4
