@@ -11,6 +11,7 @@ from mpinn.model import compact_csr
 from mpinn.process import small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
 
+
 def own_rows(comm, n_rows):
     """(lo, hi): the table rows this rank owns when the table is sharded (see TableShards)."""
     shards = TableShards(comm, n_rows, 1)
@@ -34,7 +35,13 @@ class ShardedStep(Step):
 
     Per rank and step, the bytes moved and the rows updated stay about constant as the ranks grow
     (the rank's own batch's rows, and about as many as its owner part receives; the replicated
-    exchange gathers every rank's rows on every rank)."""
+    exchange gathers every rank's rows on every rank).
+
+    The exchange is flat (TableShards) or node-aware (NodeShards, --shard-exchange: the node's ranks
+    combine their requests), with the same arithmetic. With hot rows (use_hot_rows_), every rank holds
+    the most frequent rows, their owners dealt round robin (RowOwners): they are not fetched, their
+    owners step them from every rank's gradient rows, and one Allgatherv after the step refreshes every
+    rank's copy (refresh_hot_); checkpoints gather their state from those owners."""
 
     def __init__(self, model, optimizer, comm, exchange="flat", **kw):
         super().__init__(model, optimizer, comm, **kw)
