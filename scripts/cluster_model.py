@@ -58,12 +58,12 @@ Assumptions (the model is only as good as these):
                  ceil(log2 R) inside the node), Alltoallv of ids (8 B), rows back (256 B), gradient
                  rows (256 B): each rank has R - 1 peers on its node and P - R off it per Alltoallv;
        node      --shard-exchange node: ids to the node's relay (the rank with the owner's local
-                 index; Alltoall of R counts + Alltoallv in the node), the relay deduplicates its node's
-                 ids and exchanges them with the N - 1 other relays of its local index (Alltoall of N
-                 counts, ids, rows: only the node's unique ids cross), rows back in the node; gradient
-                 rows to the relay, then across UNSUMMED with their ids and per-source counts (N - 1
-                 messages each: counts, ids, rows). Inter-node messages per rank 6 (N - 1) against
-                 flat's 4 (P - R); at R = 1 it is the flat exchange;
+                 index; Alltoall of R counts + Alltoallv in the node); the relay sends them, per
+                 asking rank, to the N - 1 other relays of its local index (Alltoall of N x R counts,
+                 Alltoallv of ids), which answer each node once per distinct row (only the node's
+                 unique rows cross); rows back in the node; gradient rows to the relay, then across
+                 UNSUMMED along the same counts (one Alltoallv). Inter-node messages per rank 4 (N - 1)
+                 against flat's 4 (P - R); at R = 1 it is the flat exchange (mpinn uses flat there);
        hot       --hot-rows auto: ids still all sent (to route gradient rows), rows back only for the
                  tail ids, hot gradient rows to their round-robin owners, then one Allgatherv of the
                  hot block (K x 256 B) by MPICH's choice: recursive doubling below 512 KiB (log2 P
@@ -173,7 +173,7 @@ def messages(n, net):
     return n * net["a_v"] if net["per_message"] is None else net["a_v"] + (n - 1) * net["per_message"]
 
 
-COUNT_PHASES = ("counts", "fetch counts", "gradient counts")
+COUNT_PHASES = ("counts",)
 
 
 def w2_cluster_terms(c, scheme, shm, net, t):
