@@ -50,21 +50,23 @@ class RowOwners:
             return ids.copy()
         return np.where(ids < edge, ids // (base + 1), extra + (ids - edge) // base)
 
+    def locate(self, ids):
+        """(the owner of each id: the rank that steps it, which of ids are hot rows): one search."""
+        owner = self.contiguous(ids)
+        if not self.hot.size:
+            return owner, np.zeros(owner.shape[0], dtype=bool)
+        pos = np.minimum(np.searchsorted(self.hot, ids), self.hot.size - 1)
+        hot = self.hot[pos] == ids
+        owner[hot] = self.hot_owner[pos[hot]]
+        return owner, hot
+
     def hot_mask(self, ids):
         """Which of ids are hot rows."""
-        if not self.hot.size:
-            return np.zeros(ids.shape[0], dtype=bool)
-        pos = np.minimum(np.searchsorted(self.hot, ids), self.hot.size - 1)
-        return self.hot[pos] == ids
+        return self.locate(ids)[1]
 
     def of(self, ids):
         """The owner (the rank that steps it) of each id."""
-        owner = self.contiguous(ids)
-        if self.hot.size:
-            pos = np.minimum(np.searchsorted(self.hot, ids), self.hot.size - 1)
-            hot = self.hot[pos] == ids
-            owner[hot] = self.hot_owner[pos[hot]]
-        return owner
+        return self.locate(ids)[0]
 
     def hot_of(self, rank):
         """The hot rows `rank` owns, sorted."""
@@ -139,7 +141,7 @@ class TableShards:
         comm, w, owners = self.comm, self.width, self.owners
         hot = owners.n_hot > 0
         if hot:
-            owner = owners.of(ids)
+            owner, hot_ids = owners.locate(ids)
             order = np.argsort(owner, kind="stable")            # grouped by owner, each group sorted
             asked = np.bincount(owner, minlength=comm.size).astype(np.int64, copy=False)
             send = ids[order]
@@ -159,7 +161,7 @@ class TableShards:
             return rows, RowPlan(asked, given, wanted)
         cold = ~owners.hot_mask(wanted)                          # the rows to answer with
         reply = segment_sums(cold, given)
-        need = ~owners.hot_mask(ids)                             # in ids' order
+        need = ~hot_ids                                          # in ids' order
         back = np.bincount(owner[need], minlength=comm.size).astype(np.int64, copy=False)
         got = comm.Alltoallv_(np.take(table, wanted[cold], axis=0), reply * w,
                               np.empty((int(back.sum()), w), table.dtype), back * w, "table rows")

@@ -58,7 +58,7 @@ class NodeShards(TableShards):
         go once per asking rank (they route the gradient rows back, and are 1/33 of a row's bytes at
         width 64), the rows once per node."""
         owners, w, node, peers, N, R = self.owners, self.width, self.node, self.peers, self.N, self.R
-        owner = owners.of(ids)
+        owner, hot_ids = owners.locate(ids)
         relay = self.local_of[owner]
         order = np.argsort(relay, kind="stable")               # by relay, each group sorted
         sent = np.bincount(relay, minlength=R).astype(np.int64, copy=False)
@@ -69,7 +69,8 @@ class NodeShards(TableShards):
         self._count_node(np.ones(R, np.int64), 8)
         self._count_node(sent, 8)
         # 2. to the owners' nodes, grouped by (node, asking rank), each group sorted
-        dest = self.node_of[owners.of(ids_in)]
+        owner_in, hot_in = owners.locate(ids_in)
+        dest = self.node_of[owner_in]
         source = np.repeat(np.arange(R), got_counts)
         fwd = np.argsort(dest, kind="stable")
         per = np.bincount(dest * R + source, minlength=N * R).astype(np.int64, copy=False)
@@ -86,7 +87,7 @@ class NodeShards(TableShards):
         cold = ~owners.hot_mask(wanted)
         answer = sorted_unique(asked_by[cold] * self.n_rows + wanted[cold])
         give = np.bincount(answer // self.n_rows, minlength=N).astype(np.int64, copy=False)
-        mine = ~owners.hot_mask(ids_in[fwd])
+        mine = ~hot_in[fwd]
         key = dest[fwd][mine] * self.n_rows + ids_in[fwd][mine]
         keys = sorted_unique(key)
         where = np.searchsorted(keys, key)
@@ -101,7 +102,7 @@ class NodeShards(TableShards):
         cold_in = np.zeros(ids_in.shape[0], bool)
         cold_in[pos] = True
         reply = segment_sums(cold_in, got_counts)
-        need = ~owners.hot_mask(ids)
+        need = ~hot_ids
         back = np.bincount(relay[need], minlength=R).astype(np.int64, copy=False)
         got = node.Alltoallv_(rows_in[cold_in], reply * w, np.empty((int(back.sum()), w), table.dtype), back * w,
                               "table rows (node)")
