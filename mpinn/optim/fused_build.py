@@ -1,4 +1,4 @@
-"""Where the fused kernels' library comes from, safely: the one built at install time (scripts/build_backend.py),
+"""Where the fused kernels' library comes from, safely: the one built at install time (mpinn/optim/build_backend.py),
 else one built at run time into a cache directory that only this user can write.
 
 No code is loaded from a place another user can write. The run-time cache is $MPINN_CACHE_DIR, else
@@ -36,7 +36,7 @@ class Unavailable(Exception):
 
 
 def source_hash(where=HERE):
-    """The SHA-256 of the kernels' sources (scripts/build_backend.py computes the same at install time)."""
+    """The SHA-256 of the kernels' sources (mpinn/optim/build_backend.py computes the same at install time)."""
     h = hashlib.sha256()
     for name in KERNELS:
         with open(os.path.join(where, name), "rb") as f:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, mpirun, run
+from conftest import mpirun, run
 from mpinn.optim import fused_build
 from mpinn.optim.fused_build import Unavailable
 
@@ -169,11 +169,7 @@ def test_two_ranks_starting_at_once_compile_once(tmp_path, launcher):
 
 # ---------------------------------------------------------------- the installed build
 def test_the_install_and_the_loader_hash_the_same_sources():
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        import build_backend
-    finally:
-        sys.path.pop(0)
+    from mpinn.optim import build_backend
     assert build_backend.source_hash() == fused_build.source_hash()
 
 

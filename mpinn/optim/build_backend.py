@@ -1,4 +1,4 @@
-"""mpinn's build backend (pyproject.toml: build-backend = "build_backend", backend-path = ["scripts"]):
+"""mpinn's build backend (pyproject.toml: build-backend = "build_backend", backend-path = ["mpinn/optim"]):
 setuptools' own, with the optimizers' C kernels added as optional extensions, so that `pip install .`
 (and `pip install -e .`) compiles them once, at install time:
 
@@ -10,14 +10,18 @@ setuptools' own, with the optimizers' C kernels added as optional extensions, so
 Both are optional: without a C compiler the install succeeds and the numpy passes run (or mpinn builds the
 kernels at run time into a private cache, mpinn/optim/fused_build.py). Each is built with the SHA-256 of
 its sources, which the loader compares with the installed sources before it loads one. setup.cfg keeps
-the metadata; only the extensions, which setup.cfg cannot declare, are added here."""
+the metadata; only the extensions, which setup.cfg cannot declare, are added here.
+
+It lives beside the kernels it builds. pip's isolated build imports it as the top-level module
+`build_backend` from mpinn/optim/ before mpinn is installed, so it imports nothing from mpinn; the tests
+import it as mpinn.optim.build_backend."""
 import hashlib
 import os
 import platform
 
 from setuptools import build_meta as _setuptools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repository
 KERNELS = ("mpinn/optim/fused.c", "mpinn/optim/fused_kernels.h")   # what the hash covers, in this order
 FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off"]             # no FMA: the numpy passes' bits
 V3 = ["-march=x86-64-v3"]
