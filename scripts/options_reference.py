@@ -1,5 +1,6 @@
 """Write (or check) docs/options.md, the option reference, from the one table the parser is made from
-(mpinn/settings/table.py), the defaults by model shape and the rule table."""
+(mpinn/settings/table.py), the defaults by model shape and the rule table. Run by its path (docs/options.md
+names it so) or as python -m scripts.options_reference; it needs mpinn installed (pip install -e .)."""
 import argparse
 import os
 import sys
@@ -13,7 +14,6 @@ def main(argv=None):
     p.add_argument("--write", action="store_true", help="write docs/options.md (default: print it)")
     p.add_argument("--check", action="store_true", help="exit 1 if docs/options.md is not up to date")
     args = p.parse_args(argv)
-    sys.path.insert(0, ROOT)
     from mpinn.settings.parse import reference_markdown
     text = reference_markdown()
     if args.check:

@@ -1,8 +1,9 @@
 """The README and the user guide cannot drift from the code: every command in an `sh` block runs here (in a
 directory holding the small files the examples name), the Python in the README runs, the API page shows
-scripts/api_example.py as it is, the architecture page names every package, and every script answers
---help. (`text` blocks are output, or commands for a cluster or for minutes-long benchmarks: the cluster
-ones run in tests/cluster/, the benchmarks are scripts.)"""
+scripts/api_example.py as it is, the architecture page names every package, and every script under scripts/
+answers --help (python -m scripts.bench.NAME --help, from the repository root). (`text` blocks are output, or
+commands for a cluster or for minutes-long benchmarks: the cluster ones run in tests/cluster/, the benchmarks
+are scripts.)"""
 import glob
 import os
 import re
@@ -120,11 +121,42 @@ def test_the_architecture_page_names_every_package():
     assert packages and all("`%s`" % p in page for p in packages), [p for p in packages if "`%s`" % p not in page]
 
 
-@pytest.mark.parametrize("script", sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.py"))
-                                          if not p.endswith(("benchlib.py", "build_backend.py"))))
-def test_every_script_answers_help(script):
-    r = run([sys.executable, os.path.join(ROOT, "scripts", script), "--help"], timeout=60)
-    assert r.returncode == 0 and "usage:" in r.stdout, (script, r.stdout[-500:], r.stderr[-1500:])
+# the modules under scripts/ that the scripts import and nobody runs
+SCRIPT_PARTS = {"scripts/bench/common.py"}
+
+
+def script_modules():
+    """Every script under scripts/ as `python -m` names it, run from the repository root: each module but the
+    packages' __init__.py and SCRIPT_PARTS, a package by its __main__.py."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True)):
+        rel = os.path.relpath(path, ROOT)
+        if os.path.basename(rel) != "__init__.py" and rel not in SCRIPT_PARTS:
+            out.append(rel[:-len(".py")].replace(os.sep, ".").replace(".__main__", ""))
+    return out
+
+
+def test_the_script_parts_are_there():
+    assert all(os.path.exists(os.path.join(ROOT, p)) for p in SCRIPT_PARTS)
+    assert len(script_modules()) >= 20 and "scripts.bench.cluster_model" in script_modules()
+
+
+@pytest.mark.parametrize("module", script_modules())
+def test_every_script_answers_help(module):
+    r = run([sys.executable, "-m", module, "--help"], timeout=60)
+    assert r.returncode == 0 and "usage:" in r.stdout, (module, r.stdout[-500:], r.stderr[-1500:])
+
+
+def test_every_path_under_scripts_the_pages_name_is_there():
+    """A moved or removed script or result file cannot stay named in the docs (DATE, NAME and * match any)."""
+    missing = []
+    for page in PAGES:
+        with open(page) as f:
+            for path in re.findall(r"scripts/[\w.*/-]+", f.read()):
+                pattern = re.sub(r"DATE|NAME", "*", path.rstrip(".,"))
+                if not glob.glob(os.path.join(ROOT, pattern)):
+                    missing.append((os.path.relpath(page, ROOT), path))
+    assert missing == []
 
 
 def test_nothing_foreign_is_tracked():

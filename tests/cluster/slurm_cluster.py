@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 
-from test_multihost import Cluster     # the namespace lab with this venv's mpiexec (it puts scripts/ on the path)
-from netns_lab import Job, kill_netns_processes, netns_names, sh  # noqa: E402  (scripts/netns_lab.py)
+from scripts.lab.netns import Job, kill_netns_processes, netns_names, sh
+from test_multihost import Cluster     # the namespace lab with this venv's mpiexec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUBREAPER = os.path.join(HERE, "subreaper.py")

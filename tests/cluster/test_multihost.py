@@ -10,10 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, mpiexec_path
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import netns_lab  # noqa: E402  (scripts/netns_lab.py: the lab, shared with scripts/bench_multihost.py)
-from netns_lab import link_names, netns_names, remove_stale, sh  # noqa: E402
+from scripts.lab import netns     # the lab, shared with scripts/bench/multihost.py
+from scripts.lab.netns import link_names, netns_names, remove_stale, sh
 
 # the global batch named (the default follows the row count) and, for the job that runs until it is
 # killed, no early stop
@@ -24,11 +22,11 @@ LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12"
 
 
 def Cluster(n_hosts, out_dir):
-    return netns_lab.Cluster(n_hosts, out_dir, mpiexec_path())
+    return netns.Cluster(n_hosts, out_dir, mpiexec_path())
 
 
 def _skip_reason():
-    return netns_lab.skip_reason(mpiexec_path())
+    return netns.skip_reason(mpiexec_path())
 
 
 @pytest.fixture(scope="module")

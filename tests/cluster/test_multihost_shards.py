@@ -3,15 +3,12 @@ exchange and the hot rows (auto's rule, and a number) give the flat exchange's m
 keeps the flat exchange on 2 hosts, and a checkpoint written with one resumes with the other (same ranks:
 bitwise; on 2 hosts of 1 rank: re-sharded, within the order of the sums; replicated: within 1e-12)."""
 import os
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, mpiexec_path
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import netns_lab  # noqa: E402
+from conftest import mpiexec_path
+from scripts.lab import netns
 
 # 2^12 hashed columns, 5400 training rows, global batch 256: 22 steps per epoch
 BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
@@ -20,11 +17,11 @@ BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--h
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    reason = netns_lab.skip_reason(mpiexec_path())
+    reason = netns.skip_reason(mpiexec_path())
     if reason:
         pytest.skip(reason)
-    netns_lab.remove_stale()
-    c = netns_lab.Cluster(2, str(tmp_path_factory.mktemp("shards")), mpiexec_path())
+    netns.remove_stale()
+    c = netns.Cluster(2, str(tmp_path_factory.mktemp("shards")), mpiexec_path())
     try:
         c.up()
         yield c

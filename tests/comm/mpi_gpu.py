@@ -1,13 +1,8 @@
 """GPU data parallelism under mpiexec. On any machine: the staged transport and the device feed on a
 fake device (numpy arithmetic, asynchronous copies) follow the CPU run. With cupy and a GPU (marked
 gpu, skipped otherwise): N ranks equal 1, and nccl / CUDA-aware / staged agree with the CPU."""
-import os
-import sys
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # tests/, for fake_device
 
 from ranks import COMM, agree, make_trainer, toy_data
 from fake_device import FakeBackend

@@ -298,7 +298,7 @@ def test_cupy_device_feed_matches_the_host_batches():
 
 @pytest.mark.skipif(GPUS, reason="this machine has a GPU")
 def test_the_gpu_benchmark_says_why_it_cannot_run(tmp_path):
-    r = run([sys.executable, "scripts/bench_gpu.py", "--out", str(tmp_path / "b.json")])
+    r = run([sys.executable, "-m", "scripts.bench.gpu", "--out", str(tmp_path / "b.json")])
     assert r.returncode == 2 and r.stderr.startswith("bench_gpu: needs cupy and a GPU: "), r.stderr
     assert not (tmp_path / "b.json").exists()
 

@@ -3,25 +3,20 @@ ranks) in a memory cgroup of 250 MiB trains on a 787 MB packed W4 file (3.0x the
 page cache first so that the group is charged for every page it reads; the run ends normally, with no OOM
 kill, and its model equals bit for bit that of a run with no limit. Without a limit, a rank's peak resident
 set stays below the limit plus the reader's release window, far below the file: the pages it reads are
-dropped as it goes. The full size is scripts/bench_larger_than_memory.py, whose helpers this test uses."""
-import importlib.util
+dropped as it goes. The full size is python -m scripts.bench.larger_than_memory, whose parts this test uses."""
 import os
 import sys
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import run
 from mpinn.data.packed import RELEASE_BYTES
-
-_spec = importlib.util.spec_from_file_location("bench_larger_than_memory",
-                                               os.path.join(ROOT, "scripts", "bench_larger_than_memory.py"))
-ltm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ltm)
+from scripts.bench.larger_than_memory.__main__ import MIB, MemoryGroup, Unavailable, run_training, same_model
 
 # np 2 under mpiexec needs about 180 MiB of its own here (165 anonymous, 14 shared); the rest of the limit
 # holds the page cache, and the read-ahead (8 MiB a fault on this VM) wants room: with these options on a
 # 607 MB file, 250 MiB took 13 s, 200 MiB 65 s, and 180 MiB was OOM-killed at once.
-LIMIT = 250 * ltm.MIB
+LIMIT = 250 * MIB
 ROWS = 2_400_000        # 328 bytes a row: 787 MB (750.6 MiB), 3.0x the limit; generated in about 30 s
 TRAIN = ["--epochs", "1", "--hidden", "8", "--hash-bits", "12", "--batch-size", "2048", "--shuffle-block", "65536",
          "--holdout-by", "last", "--holdout", "0.01", "--no-progress"]
@@ -30,8 +25,8 @@ TRAIN = ["--epochs", "1", "--hidden", "8", "--hash-bits", "12", "--batch-size", 
 @pytest.fixture
 def limited_group():
     try:
-        group = ltm.MemoryGroup(LIMIT, tag="mpinn-test-ltm")
-    except ltm.Unavailable as e:
+        group = MemoryGroup(LIMIT, tag="mpinn-test-ltm")
+    except Unavailable as e:
         pytest.skip("no memory cgroup to limit the run: %s" % e)
     yield group
     group.close()
@@ -47,19 +42,19 @@ def test_a_file_three_times_the_memory_limit_trains_to_the_same_model(tmp_path, 
                  "--hash-bits", "12", "--quiet"], timeout=240)
         assert r.returncode == 0, r.stderr
         assert os.path.getsize(data) >= 3 * LIMIT
-        free = ltm.run_training(data, str(tmp_path / "free"), TRAIN, 2, timeout=120, say=quiet)
+        free = run_training(data, str(tmp_path / "free"), TRAIN, 2, timeout=120, say=quiet)
         assert free["exit"] == 0, free["log_tail"]
         # VmHWM counts the file's mapped pages: without the reader's release (madvise) rank 0 maps the whole file
-        assert max(free["peak_rss_mib"]) < (LIMIT + RELEASE_BYTES) / ltm.MIB, free["peak_rss_mib"]
-        limited = ltm.run_training(data, str(tmp_path / "limited"), TRAIN, 2, timeout=240, group=limited_group,
+        assert max(free["peak_rss_mib"]) < (LIMIT + RELEASE_BYTES) / MIB, free["peak_rss_mib"]
+        limited = run_training(data, str(tmp_path / "limited"), TRAIN, 2, timeout=240, group=limited_group,
                                    say=quiet)
         stats = limited["group"]
         assert limited["file_cached_before"] < 0.01          # the group pays for every page of the file it reads
         assert not limited["timed_out"] and limited["exit"] == 0 and stats["oom_kills"] == 0, \
             (stats, limited["log_tail"])
-        assert stats["peak_mib"] > 0.9 * LIMIT / ltm.MIB     # the limit was reached: the run read under it
+        assert stats["peak_mib"] > 0.9 * LIMIT / MIB     # the limit was reached: the run read under it
         assert limited["rows"] == free["rows"] == ROWS - ROWS // 100
-        equal, differ, _ = ltm.same_model(free["model"], limited["model"])
+        equal, differ, _ = same_model(free["model"], limited["model"])
         assert equal, "the limited run's model differs in %s" % differ
     finally:
         if os.path.exists(data):        # 787 MB: not left for pytest's kept temporary directories

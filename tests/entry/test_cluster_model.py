@@ -1,16 +1,10 @@
-"""scripts/cluster_model.py and scripts/w2_loads.py: the counts against brute force on small id sets, the
-auto hot rule against a hand count, the schemes' message formulas, and the floor's bounds (no MPI)."""
-import os
-import sys
-
+"""The cluster model (scripts/bench/cluster_model: __main__.py and w2_loads.py): the counts against brute force on
+small id sets, the auto hot rule against a hand count, the schemes' message formulas, and the floor's bounds
+(no MPI)."""
 import numpy as np
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import cluster_model  # noqa: E402
-import w2_loads  # noqa: E402
+from scripts.bench.cluster_model import __main__ as costs, w2_loads
 
 
 def small_idx(rows, cols=3, seed=0, high=1 << 18):
@@ -97,12 +91,12 @@ def test_inter_node_message_counts(P, R):
     assert c["schemes"]["flat"]["inter_messages"] == 4 * (P - R)
     # the cost model sends that many inter-node messages: 3 Alltoallv of N - 1 (plus Bruck's log2 N for
     # the counts) against flat's 3 of P - R (plus its counts' rounds off the node)
-    shm = dict(cluster_model.ASSUMED, a2a=0.0, a_v=0.0, a_ar=0.0, per_message=None, a_ag=0.0, b_ag=1e30,
+    shm = dict(costs.ASSUMED, a2a=0.0, a_v=0.0, a_ar=0.0, per_message=None, a_ag=0.0, b_ag=1e30,
                b_v=1e30, b_ar=1e30)
-    net = dict(cluster_model.ASSUMED, a_v=1.0, a2a=1.0, a_ar=0.0, b_v=1e30, b_ar=1e30)
+    net = dict(costs.ASSUMED, a_v=1.0, a2a=1.0, a_ar=0.0, b_v=1e30, b_ar=1e30)
     t = {"take": 0.0, "row": 0.0, "unique": 0.0}
-    node = cluster_model.w2_cluster_terms(c, "node", shm, net, t)
-    flat = cluster_model.w2_cluster_terms(c, "flat", shm, net, t)
+    node = costs.w2_cluster_terms(c, "node", shm, net, t)
+    flat = costs.w2_cluster_terms(c, "flat", shm, net, t)
     lg = lambda n: int(np.ceil(np.log2(n))) if n > 1 else 0  # noqa: E731
     assert node["counts"] + node["Alltoallv messages"] == pytest.approx(3 * (N - 1) + lg(N))
     assert flat["counts"] + flat["Alltoallv messages"] == pytest.approx(3 * (P - R) + lg(P) - lg(R))
@@ -119,21 +113,21 @@ def test_at_one_rank_per_node_node_aware_adds_nothing():
         assert w2_loads.phase_bytes(x["inter"]) == w2_loads.phase_bytes(y["inter"])
         assert (x["take_max"], x["grad_max"], x["inter_messages"]) == (y["take_max"], y["grad_max"], y["inter_messages"])
         t = {"take": 1e-7, "row": 1e-7, "unique": 1e-7}
-        shm = dict(cluster_model.ASSUMED, a_ag=1e-6, b_ag=1e9)
-        assert (cluster_model.w2_cluster_terms(c, a, shm, cluster_model.ASSUMED, t)
-                == cluster_model.w2_cluster_terms(c, b, shm, cluster_model.ASSUMED, t))
+        shm = dict(costs.ASSUMED, a_ag=1e-6, b_ag=1e9)
+        assert (costs.w2_cluster_terms(c, a, shm, costs.ASSUMED, t)
+                == costs.w2_cluster_terms(c, b, shm, costs.ASSUMED, t))
     assert c["node_union_over_ranks"] == 1.0
 
 
 def test_floor_bounds_every_prediction():
     per = 4
-    idx = small_idx(max(cluster_model.CLUSTER_RANKS) * per, cols=20, seed=7)
-    counts = w2_loads.loads(cluster_model.CLUSTER_RANKS, [1, 8], per, idx)
+    idx = small_idx(max(costs.CLUSTER_RANKS) * per, cols=20, seed=7)
+    counts = w2_loads.loads(costs.CLUSTER_RANKS, [1, 8], per, idx)
     shm = {"label": "shm", "a2a": 4e-6, "a_v": 6e-6, "b_v": 5e9, "a_ar": 4e-6, "b_ar": 4e9, "a_ag": 3e-6,
            "b_ag": 3e9, "per_message": 1e-6}
-    fast = dict(cluster_model.ASSUMED, label="fast", a_v=1e-7, a2a=1e-7, a_ar=1e-7)
-    got = cluster_model.cluster({"W1": 1.5e-3, "W2": 1.4e-3}, shm, [cluster_model.ASSUMED, fast], counts,
-                                {"take": 1e-8, "row": 1e-7, "unique": 1e-7}, [1, 8])
+    fast = dict(costs.ASSUMED, label="fast", a_v=1e-7, a2a=1e-7, a_ar=1e-7)
+    got = costs.cluster({"W1": 1.5e-3, "W2": 1.4e-3}, shm, [costs.ASSUMED, fast], counts,
+                        {"take": 1e-8, "row": 1e-7, "unique": 1e-7}, [1, 8])
     assert len(got) == 2 * 2 * 6
     seen_below = False
     for key, v in got.items():

@@ -1,15 +1,13 @@
-"""scripts/time_to_auc.py: its reading of the curves and its table's two goals, against points written by
+"""scripts/bench/time_to_auc.py: its reading of the curves and its table's two goals, against points written by
 hand; and one real mpinn run whose points come from the curve's clock (peers need their own venv: not here)."""
-import importlib.util
 import json
 import os
 import sys
 
-from conftest import ROOT, run
+from conftest import run
+from scripts.bench import time_to_auc as tta
 
-spec = importlib.util.spec_from_file_location("time_to_auc", os.path.join(ROOT, "scripts", "time_to_auc.py"))
-tta = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tta)
+TIME_TO_AUC = [sys.executable, "-m", "scripts.bench.time_to_auc"]
 
 
 def pt(system, seconds, auc, np_=1):
@@ -53,7 +51,7 @@ def test_a_run_of_several_epochs_ends_on_the_model_it_wrote(tmp_path):
 
 def test_mpinn_points_come_from_the_curves_clock(tmp_path):
     out, png = str(tmp_path / "p.json"), str(tmp_path / "p.png")
-    r = run([sys.executable, os.path.join(ROOT, "scripts", "time_to_auc.py"), "--rows", "3000", "--test-rows", "600",
+    r = run(TIME_TO_AUC + ["--rows", "3000", "--test-rows", "600",
              "--systems", "mpinn", "--np", "1,2", "--points", "3", "--mpinn-best", "--epochs 1 --hidden 8",
              "--workdir", str(tmp_path / "w"), "--out", out, "--plot", png], timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -78,11 +76,11 @@ def test_mpinn_points_come_from_the_curves_clock(tmp_path):
         assert b["elapsed"] - a["elapsed"] >= b["eval_seconds"] - a["eval_seconds"]
     assert os.path.getsize(png) > 10000
     assert "mpinn's seconds to reach" in r.stdout and "hidden model AUC" in r.stdout
-    again = run([sys.executable, os.path.join(ROOT, "scripts", "time_to_auc.py"), "--summarize", out], timeout=60)
+    again = run(TIME_TO_AUC + ["--summarize", out], timeout=60)
     assert again.returncode == 0 and again.stdout.split("\n")[:12] == r.stdout.split("points written")[1].split("\n")[1:13]
 
 
 def test_a_bad_option_is_one_line_and_exit_2(tmp_path):
-    r = run([sys.executable, os.path.join(ROOT, "scripts", "time_to_auc.py"), "--rows", "3000", "--test-rows", "600",
+    r = run(TIME_TO_AUC + ["--rows", "3000", "--test-rows", "600",
              "--systems", "mpinn,xgboost", "--out", str(tmp_path / "o")], timeout=60)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--systems" in r.stderr

@@ -1,22 +1,22 @@
-"""mpinn across "hosts" that are network namespaces on this machine (scripts/netns_lab.py), links shaped to 10 GbE.
+"""mpinn across "hosts" that are network namespaces on this machine (scripts/lab/netns.py), links shaped to 10 GbE.
 
-    python scripts/bench_multihost.py --probe                  # alpha and B of MPI collectives across 2 hosts; ~10 s
-    python scripts/bench_multihost.py                          # 4 default configs at 2x2 and 4x1, 3 repeats; ~5 min
-    python scripts/bench_multihost.py --layouts 2x2 --config node="--workload w2 --hashed-table sharded --shard-exchange node"
+    python -m scripts.bench.multihost --probe                  # alpha and B of MPI collectives across 2 hosts; ~10 s
+    python -m scripts.bench.multihost                          # 4 default configs at 2x2 and 4x1, 3 repeats; ~5 min
+    python -m scripts.bench.multihost --layouts 2x2 --config node="--workload w2 --hashed-table sharded --shard-exchange node"
         (each --config replaces the defaults; scripts/results/multihost-DATE.jsonl is appended to, --out names another)
-    python scripts/bench_multihost.py --summarize scripts/results/multihost-DATE.jsonl
+    python -m scripts.bench.multihost --summarize scripts/results/multihost-DATE.jsonl
 
 The lab: one namespace per host, a veth into a shared bridge; MPICH (the wheel's mpiexec) starts the ranks
-through scripts/netns_ssh and they talk over ofi/tcp on each host's eth0 (ranks on one host use shared
+through scripts/lab/netns_ssh and they talk over ofi/tcp on each host's eth0 (ranks on one host use shared
 memory). --shaped (default): a tbf of --rate (10gbit) on both directions of every host's link. Latency is
 not shaped: netem is not in this kernel, so alpha is what TCP over a veth costs here (tens of us), well
 below a real 10 GbE switch hop's. Every layout runs 4 ranks or fewer on this machine's cores: 2x2 and 4x1
 are both 4 ranks on 2 cores (oversubscribed): compare configurations with each other, not with a cluster.
 
 --probe: under 2 hosts x 1 rank, the median (of several calls, slowest rank) of MPI_Alltoallv (n bytes per
-rank in total, split evenly over the P ranks, itself included: as scripts/bench_alltoallv.py), of
+rank in total, split evenly over the P ranks, itself included: as scripts/bench/alltoallv.py), of
 MPI_Allreduce (n bytes of float32) for n = 256 B .. 16 MiB, and of an MPI_Alltoall of P int64 counts; the
-fit t = alpha + n / B of scripts/bench_scaling.fit_alpha_beta (alpha: the smallest size's time; B: the
+fit t = alpha + n / B of scripts/bench/scaling.py's fit_alpha_beta (alpha: the smallest size's time; B: the
 least-squares slope); the same at 2 hosts x 2 ranks. Writes scripts/results/multihost-probe-DATE.json
 ("fits" at 2x1; "fits"."2x2" at 2x2).
 
@@ -48,9 +48,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from scripts import RESULTS, ROOT
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
@@ -67,7 +65,7 @@ SIZES = [1 << k for k in range(8, 25)]          # 256 B .. 16 MiB
 def probe_worker(out_path):
     import numpy as np
     from mpi4py import MPI
-    from benchlib import timed_on_all_ranks
+    from scripts.bench.common import timed_on_all_ranks
     comm = MPI.COMM_WORLD
     P = comm.size
 
@@ -99,7 +97,7 @@ def _on_term(signum, frame):
 
 
 def open_lab(n_hosts, tmp, args):
-    from netns_lab import Cluster
+    from scripts.lab.netns import Cluster
     c = Cluster(n_hosts, tmp, args.mpiexec)
     c.up()
     try:
@@ -128,7 +126,7 @@ def hostfile(c, ranks_per_host):
 
 
 def run_probe(args):
-    from bench_scaling import fit_alpha_beta
+    from scripts.bench.scaling import fit_alpha_beta
     points, fits, link = {}, {}, None
     with tempfile.TemporaryDirectory() as tmp:
         c = open_lab(2, tmp, args)
@@ -137,7 +135,7 @@ def run_probe(args):
             points["tcp_stream_Bps"] = c.tcp_rate()
             for per in (1, 2):
                 out = os.path.join(tmp, "probe-%d.json" % per)
-                job = c.mpich(2 * per, [os.path.abspath(__file__), "--probe-worker", out], hostfile(c, per),
+                job = c.mpich(2 * per, ["-m", "scripts.bench.multihost", "--probe-worker", out], hostfile(c, per),
                               limit_s=args.run_timeout, name="probe-%d" % per)
                 rc = job.wait(args.run_timeout + 15)
                 if rc != 0 or not os.path.exists(out):
@@ -198,7 +196,7 @@ def wait_quiet(limit_s, threshold=0.3):
 
 
 def command():
-    return "python scripts/bench_multihost.py " + shlex.join(sys.argv[1:])
+    return "python -m scripts.bench.multihost " + shlex.join(sys.argv[1:])
 
 
 def source():
@@ -371,7 +369,7 @@ def main():
         with open(args.summarize) as f:
             print(table([json.loads(l) for l in f if l.strip()]))
         return 0
-    from netns_lab import default_mpiexec, remove_stale, skip_reason
+    from scripts.lab.netns import default_mpiexec, remove_stale, skip_reason
     args.mpiexec = default_mpiexec()
     reason = skip_reason(args.mpiexec)
     if reason:

@@ -1,4 +1,4 @@
-"""mpinn's benchmark at two git revisions, side by side: python scripts/bench_revs.py REV_A REV_B
+"""mpinn's benchmark at two git revisions, side by side: python -m scripts.bench.revs REV_A REV_B
 
 For a change that must not change behaviour (a restructuring, a clean-up): each round runs every
 workload (W1 W2 W3), rank count and input mode once at REV_A and once at REV_B, alternating, so load
@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from scripts import RESULTS, ROOT
 
 
 def checkout(rev, where):
@@ -41,8 +41,7 @@ def main(rev_a, rev_b):
     nps = [int(x) for x in os.environ.get("NPS", "1 2").split()]
     inputs = os.environ.get("INPUTS", "scatter local").split()
     wls = os.environ.get("WORKLOADS", "w1 w2 w3").split()
-    out = os.environ.get("OUT") or os.path.join(ROOT, "scripts", "results",
-                                                "revs-%s.jsonl" % time.strftime("%Y-%m-%d"))
+    out = os.environ.get("OUT") or os.path.join(RESULTS, "revs-%s.jsonl" % time.strftime("%Y-%m-%d"))
     tmp = tempfile.mkdtemp(prefix="mpinn-revs-")
     trees = {"A": checkout(rev_a, os.path.join(tmp, "a")), "B": checkout(rev_b, os.path.join(tmp, "b"))}
     recs = {}

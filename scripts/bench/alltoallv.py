@@ -1,7 +1,7 @@
-"""Alltoall(v) latency and bandwidth as the sharded table uses them, for scripts/cluster_model.py.
+"""Alltoall(v) latency and bandwidth as the sharded table uses them, for scripts/bench/cluster_model.
 
-    python scripts/bench_alltoallv.py                 # np 2 (and 3, oversubscribed on 2 cores); ~1 min
-    python scripts/bench_alltoallv.py --nps 2 --reps 50
+    python -m scripts.bench.alltoallv                 # np 2 (and 3, oversubscribed on 2 cores); ~1 min
+    python -m scripts.bench.alltoallv --nps 2 --reps 50
 
 Under `mpiexec -n P`, each timed call is the median of --reps calls (max over ranks), after a Barrier:
   alltoall    P int64 counts per rank (the id counts of every step)
@@ -14,7 +14,7 @@ Under `mpiexec -n P`, each timed call is the median of --reps calls (max over ra
               each further message costs when they are posted together,
               as MPICH's Alltoallv posts its messages to the P - 1 peers (in blocks of 32); np 2 only
 The fit t = alpha + n / B over the alltoallv sweep gives the per-call latency alpha and bandwidth B
-(scripts/bench_scaling.fit_alpha_beta), the least-squares slope of in_flight over m the cost per
+(scripts/bench/scaling.py: fit_alpha_beta), the least-squares slope of in_flight over m the cost per
 further message; results in scripts/results/bench-alltoallv-DATE.json.
 """
 import argparse
@@ -24,11 +24,9 @@ import subprocess
 import sys
 import time
 
-from benchlib import timed_on_all_ranks
+from scripts import RESULTS, ROOT
+from scripts.bench.common import timed_on_all_ranks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
@@ -107,7 +105,7 @@ def main():
     args = ap.parse_args()
     if args.probe:
         return probe(args.probe, args.reps)
-    from bench_scaling import fit_alpha_beta, wait_quiet
+    from scripts.bench.scaling import fit_alpha_beta, wait_quiet
     cores = os.cpu_count() or 1
     probes, lines = {}, ["| np | Alltoallv latency us | bandwidth GB/s | Alltoall of P counts us | W2 ids us | "
                          "W2 rows us | W2 dense Allreduce us | foreign cores |", "|---|---|---|---|---|---|---|---|"]
@@ -115,7 +113,7 @@ def main():
         path = "/tmp/bench-alltoallv-%d-%d.json" % (os.getpid(), P)
         for _ in range(args.attempts):
             wait_quiet(60)
-            subprocess.run([mpiexec(), "-n", str(P), sys.executable, os.path.abspath(__file__), "--probe", path,
+            subprocess.run([mpiexec(), "-n", str(P), sys.executable, "-m", "scripts.bench.alltoallv", "--probe", path,
                             "--reps", str(args.reps)], check=True, timeout=600, cwd=ROOT)
             with open(path) as f:
                 got = json.load(f)
@@ -141,7 +139,7 @@ def main():
     path = os.path.join(RESULTS, "bench-alltoallv-%s.json" % time.strftime("%Y-%m-%d"))
     with open(path, "w") as f:
         json.dump({"probes": probes, "cores": cores, "table": table, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                   "command": "python scripts/bench_alltoallv.py " + " ".join(sys.argv[1:])}, f, indent=1)
+                   "command": "python -m scripts.bench.alltoallv " + " ".join(sys.argv[1:])}, f, indent=1)
     print("\nwrote %s" % os.path.relpath(path, ROOT))
 
 

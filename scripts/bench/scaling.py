@@ -1,7 +1,7 @@
 """Scaling of W1/W2/W3 over 1..4 ranks (samples/s, efficiency, communication share) with a roofline.
 
-    python scripts/bench_scaling.py                 # ~6 min on 2 cores; table + JSON + PNG in scripts/results/
-    python scripts/bench_scaling.py --reps 5 --nps 1 2 3 4 --workloads w1 w2 --extra=--overlap
+    python -m scripts.bench.scaling                 # ~6 min on 2 cores; table + JSON + PNG in scripts/results/
+    python -m scripts.bench.scaling --reps 5 --nps 1 2 3 4 --workloads w1 w2 --extra=--overlap
 
 Every configuration is `mpiexec -n P python -m mpinn.bench --workload W` (the peers' exact workloads,
 timed window after the warm-up); the repetitions go round-robin over the configurations so that a
@@ -26,10 +26,9 @@ import subprocess
 import sys
 import time
 
-from benchlib import timed_on_all_ranks
+from scripts import RESULTS, ROOT
+from scripts.bench.common import timed_on_all_ranks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
 CORES = os.cpu_count() or 1
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -256,8 +255,8 @@ def main():
     for P in args.nps:
         if P > 1:
             path = "/tmp/%s-probe-%d.json" % (name, P)
-            subprocess.run([mpiexec(), "-n", str(P), sys.executable, os.path.abspath(__file__), "--probe", path],
-                           check=True, timeout=300)
+            subprocess.run([mpiexec(), "-n", str(P), sys.executable, "-m", "scripts.bench.scaling", "--probe", path],
+                           check=True, timeout=300, cwd=ROOT)
             with open(path) as f:
                 probes[P] = json.load(f)
 
@@ -311,7 +310,7 @@ def main():
     print(table)
     doc = {"rows": rows, "kernels": kernels, "probes": probes, "reps": args.reps, "extra": extra,
            "cores": CORES, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-           "command": "python scripts/bench_scaling.py " + " ".join(sys.argv[1:]), "table": table}
+           "command": "python -m scripts.bench.scaling " + " ".join(sys.argv[1:]), "table": table}
     with open(os.path.join(RESULTS, name + ".json"), "w") as f:
         json.dump(doc, f, indent=1)
     plot(rows, os.path.join(RESULTS, name + ".png"))

@@ -1,4 +1,4 @@
-"""Medians of repeated peer-format records: python scripts/bench_median_table.py FILE.jsonl [...]
+"""Medians of repeated peer-format records: python -m scripts.bench.median_table FILE.jsonl [...]
 
 Groups the training records (mpinn and its peers) by peer, workload, np and mpinn's input mode, and
 prints a Markdown table of median samples/s (with the runs' range and their worst foreign load), the

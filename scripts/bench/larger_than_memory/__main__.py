@@ -1,7 +1,7 @@
 """Training from a packed W4 file larger than the memory its processes may use (issue 27, item 3).
 
-    python scripts/bench_larger_than_memory.py                  # 3M rows (a 984 MB file), a 300 MiB limit, np 2
-    python scripts/bench_larger_than_memory.py --rows 2400000 --limit 250 --keep --workdir /tmp/ltm
+    python -m scripts.bench.larger_than_memory          # 3M rows (a 984 MB file), a 300 MiB limit, np 2
+    python -m scripts.bench.larger_than_memory --rows 2400000 --limit 250 --keep --workdir /tmp/ltm
 
 Writes a packed W4 file (python -m mpinn.bench.w4) or takes --data, then trains on it twice with the same
 options, each time after dropping the file from the page cache (fsync, POSIX_FADV_DONTNEED): with no limit,
@@ -34,8 +34,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
+from scripts import RESULTS, ROOT
+
 MIB = 1 << 20
 
 # Each rank runs mpinn.train in this wrapper, in the same process: at exit it writes its peak resident set
@@ -314,7 +314,8 @@ def table(file_mib, rows, args, mechanism, runs, models):
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench.larger_than_memory",
+                                 description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=3_000_000,
                     help="W4 rows to generate (default 3000000: a 984 MB file, 3.1x the default limit)")
@@ -407,8 +408,8 @@ def main(argv=None):
                           "memory_total_mib": os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / MIB,
                           "load_average_at_start": load, "read_ahead_kb": _read_ahead_kb(data)},
               "table": text, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "command": " ".join(["python scripts/bench_larger_than_memory.py"] + list(sys.argv[1:] if argv is None
-                                                                                         else argv))}
+              "command": " ".join(["python -m scripts.bench.larger_than_memory"]
+                                  + list(sys.argv[1:] if argv is None else argv))}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(record, f, indent=1)

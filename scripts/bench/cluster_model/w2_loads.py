@@ -1,6 +1,6 @@
-"""W2's sharded-table exchange counted from W2's own data, for scripts/cluster_model.py.
+"""W2's sharded-table exchange counted from W2's own data, for the cluster model (scripts/bench/cluster_model).
 
-    python scripts/w2_loads.py [--ranks 64,1024] [--ranks-per-node 1,8] [--per-rank 512]
+    python -m scripts.bench.cluster_model.w2_loads [--ranks 64,1024] [--ranks-per-node 1,8] [--per-rank 512]
 
 P slices of per_rank rows (rank r: rows r*per_rank ..), contiguous nodes of R ranks (rank r on node
 r // R, local index r % R), owners by contiguous id ranges (mpinn.comm.shard.TableShards) except the
@@ -10,12 +10,8 @@ each scheme (flat, node, hot, node+hot) the bytes each node sends and receives o
 (out, in per node) and each rank's shared-memory bytes inside its node. Ids are int64 (8 B), rows
 64 float32 (256 B), counts int64 (8 B).
 """
-import os
-import sys
-
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE_ROWS, ID, ROW, COUNT = 1 << 18, 8, 64 * 4, 8
 HOT_CAP = 32768                  # auto's ceiling: 8 MiB of float32 rows at width 64
 TAIL = 64 + 64 + 1               # W2's dense parameters (Allreduce'd as today)
@@ -24,7 +20,6 @@ SCHEMES = ("flat", "node", "hot", "node+hot")
 
 def w2_index(n):
     """W2's hashed ids, (n, 20) int64, from the peers' generator."""
-    sys.path.insert(0, ROOT)
     from mpinn.bench.workloads import make_w2_codes, w2_hashed_indices
     return w2_hashed_indices(make_w2_codes(n)[0])
 
@@ -43,7 +38,6 @@ def auto_hot(idx, per_rank, cap=HOT_CAP, expect=HOT_EXPECT):
 
 def owner_table(P, hot=(), n_rows=TABLE_ROWS):
     """The owner rank of every row id: contiguous ranges (split_counts), hot row i -> rank i % P."""
-    sys.path.insert(0, ROOT)
     from mpinn.comm.buffers import split_counts
     own = np.repeat(np.arange(P, dtype=np.int64), split_counts(n_rows, P))
     hot = np.asarray(hot, np.int64)

@@ -8,13 +8,14 @@ CSV reader gives and the arrow arrays the Parquet reader gives. Every method end
 mpinn's trick mode (no feature prefix: the tokens already carry it) is checked equal to the peers'
 reference columns (common.w2_hashed_indices). Each timed run is repeated; the table gives medians.
 
-    python scripts/bench_hashing.py                          # ~3 min; table + JSON
-    python scripts/bench_hashing.py --prepare-rows 1000000,10000000   # + peak RSS of mpinn.prepare
+    python -m scripts.bench.hashing                          # ~3 min; table + JSON
+    python -m scripts.bench.hashing --prepare-rows 1000000,10000000   # + peak RSS of mpinn.prepare
 
 Run it with a Python that has scikit-learn and pyarrow (pandas for the peers' factorize method):
-the peers' venv does, with mpinn found from this checkout.
+the peers' venv does, with mpinn found from this checkout (run from the repository root).
 """
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -24,8 +25,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from scripts import ROOT
 
 
 def quiet_wait(C, limit_s, max_foreign=0.3):
@@ -52,10 +52,20 @@ def timed(C, fn, data, repeats):
     return X, times, load
 
 
+def peer_modules(folder):
+    """The peers' common.py and hash_bench.py, loaded from their checkout (hash_bench imports common by name:
+    it is registered under that name first)."""
+    out = []
+    for name in ("common", "hash_bench"):
+        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, name + ".py"))
+        out.append(importlib.util.module_from_spec(spec))
+        sys.modules[name] = out[-1]
+        spec.loader.exec_module(out[-1])
+    return out
+
+
 def hashing_bench(args):
-    sys.path.insert(0, args.peers)
-    import common as C
-    import hash_bench as HB
+    C, HB = peer_modules(args.peers)
     import pyarrow as pa
     from mpinn.hashing import encode, fit_contract, make_contract
 

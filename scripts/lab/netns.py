@@ -1,16 +1,16 @@
 """A multi-host lab on one Linux machine: every "host" a network namespace, joined by a bridge.
 
-    python scripts/netns_lab.py --check          # can this machine build the lab? (root, ip, namespaces, mpiexec)
-    python scripts/netns_lab.py --clean          # remove namespaces and links of earlier runs whose process is gone
-    python scripts/netns_lab.py --demo 2 --rate 10gbit    # build 2 hosts, shape, measure TCP between them, tear down
+    python -m scripts.lab.netns --check          # can this machine build the lab? (root, ip, namespaces, mpiexec)
+    python -m scripts.lab.netns --clean          # remove namespaces and links of earlier runs whose process is gone
+    python -m scripts.lab.netns --demo 2 --rate 10gbit    # build 2 hosts, shape, measure TCP between them, tear down
 
-Used by tests/cluster/test_multihost.py and scripts/bench_multihost.py (one copy of the machinery):
+Used by tests/cluster/ and scripts/bench/multihost.py, sharded.py (one copy of the machinery):
   Cluster(n, out_dir, mpiexec)  namespaces mn<pid><letter>h1.., eth0 = 10.213.S.(10+i)/24 in each, a veth
                                 pair per host into bridge mn<pid><letter>b = 10.213.S.1; no default route,
                                 so nothing leaves the machine. up()/down() or `with`; down() kills every
                                 process in a namespace before deleting it.
   Cluster.mpich / .openmpi      a launcher (under `timeout -k 5`) that reaches the hosts through
-                                scripts/netns_ssh, with the settings that make MPI use eth0: MPICH over
+                                scripts/lab/netns_ssh, with the settings that make MPI use eth0: MPICH over
                                 ofi/tcp on eth0 (the wheel's default UCX would use shared memory and no
                                 byte would cross eth0), Open MPI's btl tcp on eth0
   Cluster.shape / .unshape      a token-bucket (tbf) rate limit on both directions of every host's link:
@@ -29,8 +29,9 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STANDIN = os.path.join(ROOT, "scripts", "netns_ssh")
+from scripts import ROOT
+
+STANDIN = os.path.join(ROOT, "scripts", "lab", "netns_ssh")
 # every name this module creates: mn<pid of the creating process><letter> + h1 | b | v1 ...; a leftover of a
 # run whose process is gone is removed at the next start
 NAME_RE = re.compile(r"^mn(\d+)([a-z])(?:h\d+|b|v\d+)$")

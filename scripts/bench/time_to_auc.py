@@ -1,14 +1,14 @@
 """Time to AUC on W4: mpinn (np 1 and 2, its defaults and a tuned setting) beside LightGBM, Vowpal Wabbit and a
 scikit-learn logistic regression, each system's test AUC measured at several points of its training.
 
-    python scripts/time_to_auc.py --rows 1000000 --test-rows 100000 --out auc.json --plot auc.png
+    python -m scripts.bench.time_to_auc --rows 1000000 --test-rows 100000 --out auc.json --plot auc.png
 
 The data: W4 (python -m mpinn.bench.w4), the first --rows rows of the log to train, the next --test-rows to
 test, as click logs are evaluated; written once as tab-separated text into --workdir and reused. Every
 system reads that text file itself, so reading and parsing it are part of everyone's time.
 
 The clocks. A peer's clock starts when its process starts and stops while it scores the test rows
-(scripts/auc_peers.py). mpinn's point is the record its --curve writes at each --eval-every point and epoch
+(scripts/bench/auc_peers.py). mpinn's point is the record its --curve writes at each --eval-every point and epoch
 end: its Unix time less the moment this script launched mpirun, less the seconds its earlier held-out
 evaluations took. mpinn reads the test rows at its start (inside its time), the peers outside theirs.
 
@@ -32,8 +32,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PEERS = os.path.join(HERE, "auc_peers.py")
+PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "auc_peers.py")   # run by path in the peers' venv
 PEER_PACKAGES = ["lightgbm==4.7.0", "vowpalwabbit==9.11.9", "scikit-learn==1.9.1", "pandas==3.1.1",
                  "numpy", "scipy", "matplotlib"]
 PEER_IMPORTS = "import lightgbm, vowpalwabbit.pyvw, sklearn, pandas, numpy, scipy"

@@ -2,7 +2,7 @@
 GPU starts to win once the copies are paid (the DT42 seed measured the GPU slower below about
 120x30 . 30x20). Needs cupy and a GPU; without them it says so and exits 2.
 
-    python scripts/bench_gpu.py [--steps 30] [--out scripts/results/bench-gpu.json] [--plot bench-gpu.png]
+    python -m scripts.bench.gpu [--steps 30] [--out scripts/results/bench-gpu.json] [--plot bench-gpu.png]
 
 The CPU runs with one BLAS thread (mpinn.bench pins it: one rank per core, as the peers run). Each
 GPU time includes the host-to-device copy of the batch and, for the crossover, the copy back."""
@@ -15,12 +15,10 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from mpinn.backend import get_backend, gpu_probe, to_host  # noqa: E402
-from mpinn.bench import WORKLOADS  # noqa: E402  (pins BLAS to one thread before numpy's BLAS starts)
-from mpinn.model import MLP  # noqa: E402
-from mpinn.optim import create_optimizer  # noqa: E402
+from mpinn.backend import get_backend, gpu_probe, to_host
+from mpinn.bench import WORKLOADS  # (pins BLAS to one thread before numpy's BLAS starts)
+from mpinn.model import MLP
+from mpinn.optim import create_optimizer
 
 
 def timed(fn, backend, repeat, warmup=3):

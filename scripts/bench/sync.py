@@ -1,6 +1,6 @@
 """Gradient synchronisation against a raw MPI Allreduce of the same bytes, side by side in one run.
 
-    mpirun -np 2 python scripts/bench_sync.py [--mib 64] [--reps 15] [--out FILE.json]
+    mpirun -np 2 python -m scripts.bench.sync [--mib 64] [--reps 15] [--out FILE.json]
 
 'raw' is mpi4py's Allreduce(IN_PLACE) on a float32 buffer; 'mpinn' is the allreduce strategy's
 reduce_gradients_ on a gradient buffer of the same size with --comm mpi (boundary check included);

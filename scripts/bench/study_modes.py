@@ -1,7 +1,7 @@
 """Measure how accuracy and time move with the global batch (with and without linear LR scaling),
 and tower mode against data parallelism, on the embedded click log and on digits (Ng's network).
 
-    python scripts/study_modes.py --np 2 --out study.json       # prints Markdown tables
+    python -m scripts.bench.study_modes --np 2 --out study.json       # prints Markdown tables
 
 Every number is one run of python -m mpinn.train under mpiexec on this machine (no repeats: the
 accuracy differences are the point, the times are indicative)."""

@@ -1,7 +1,8 @@
 """One peer system (LightGBM, Vowpal Wabbit or a logistic regression) on a Criteo-format click log, its test
-AUC recorded at several points of its training; run by scripts/time_to_auc.py inside the peers' own venv.
+AUC recorded at several points of its training; run by scripts/bench/time_to_auc.py inside the peers' own venv,
+by its path (it imports nothing from this repository, which that venv does not hold):
 
-    python scripts/auc_peers.py --system lightgbm --train train.tsv --test test.tsv --out points.jsonl
+    python scripts/bench/auc_peers.py --system lightgbm --train train.tsv --test test.tsv --out points.jsonl
 
 TRAIN and TEST: label, I1..I13 (integers, empty = missing), C1..C26 (8-hex-digit strings, empty = missing),
 tab-separated, no header; gzip when the name ends in .gz. The clock starts with the process and counts

@@ -5,7 +5,7 @@ passes, and optionally another revision's tree (its own kernels, as it builds th
 build once per optimizer, the builds' order rotated from round to round; prints the median samples/s and
 the update's share of the step per build and optimizer, and the ratio to the first build; writes JSON.
 
-    python scripts/bench_kernels.py --reps 5 [--np 1] [--rev 6e46f8c]"""
+    python -m scripts.bench.kernels --reps 5 [--np 1] [--rev 6e46f8c]"""
 import argparse
 import json
 import os
@@ -14,10 +14,8 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-from benchlib import print_and_save  # noqa: E402
+from scripts import ROOT
+from scripts.bench.common import print_and_save
 
 BUILDS = {"installed native": {"MPINN_FUSED": "native"}, "installed v3": {"MPINN_FUSED": "v3"},
           "installed base": {"MPINN_FUSED": "base"},

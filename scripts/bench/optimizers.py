@@ -1,4 +1,4 @@
-"""The optimizers side by side: python scripts/bench_optimizers.py [--reps 3] [--out FILE.json]
+"""The optimizers side by side: python -m scripts.bench.optimizers [--reps 3] [--out FILE.json]
 
 1. W2 (the peers' wide hashed workload, python -m mpinn.bench) at np 1 and 2 with sgd, adam (lazy),
    adagrad and ftrl: median samples/s over --reps runs, interleaved (each round runs every
@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from scripts import RESULTS, ROOT
+
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 OPTIMIZERS = ("sgd", "adam", "adagrad", "ftrl")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -104,8 +105,7 @@ def clicklog(tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--out", default=os.path.join(ROOT, "scripts", "results",
-                                                  "bench-optimizers-%s.json" % time.strftime("%Y-%m-%d")))
+    ap.add_argument("--out", default=os.path.join(RESULTS, "bench-optimizers-%s.json" % time.strftime("%Y-%m-%d")))
     ap.add_argument("--only", choices=["w2", "dense", "clicklog"], help="run one part")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="mpinn-bench-opt-")

@@ -1,14 +1,14 @@
 """Predicted data-parallel efficiency of W1 and W2 at 8..1024 ranks, from speeds measured here.
 
-    python scripts/cluster_model.py [--network scripts/results/multihost-probe-DATE.json] [--ranks-per-node 1,8]
-                                    [scripts/results/bench-scaling-DATE.json [scripts/results/bench-alltoallv-DATE.json]]
+    python -m scripts.bench.cluster_model [--network scripts/results/multihost-probe-DATE.json]
+        [--ranks-per-node 1,8] [scripts/results/bench-scaling-DATE.json [scripts/results/bench-alltoallv-DATE.json]]
 
 Inputs (no number is taken from a table; the one assumed network is labelled "assumed"):
   * Allreduce and Allgatherv latency alpha and bandwidth B: the fit t = alpha + n / B over the
-    256 B .. 16 MiB sweep that scripts/bench_scaling.py runs at np = 2 (in its JSON);
+    256 B .. 16 MiB sweep that scripts/bench/scaling.py runs at np = 2 (in its JSON);
   * Alltoallv latency and bandwidth (the same fit), the latency of an Alltoall of P counts, and the
     cost of each further message in flight (persistent sends posted together), from
-    scripts/bench_alltoallv.py at np = 2 (its JSON), for the sharded table;
+    scripts/bench/alltoallv.py at np = 2 (its JSON), for the sharded table;
     these two files are this machine's shared memory: the cost of a collective INSIDE a node;
   * the network between nodes: the lab's two-host probe, scripts/results/multihost-probe-*.json (the
     newest, or --network FILE): Alltoallv and Allreduce alpha/B fits and the latency of an Alltoall of
@@ -17,7 +17,7 @@ Inputs (no number is taken from a table; the one assumed network is labelled "as
     kernel), so alpha is a veth's + TCP's, not a switch's or a cable's. Without that file only the
     assumed network is modelled. The assumed one: 10 GbE, alpha = 30 us, B = 1.1 GB/s for every
     collective (the model's earlier scenario, kept for before/after comparisons);
-  * W2's own data (the peers' generator, hashed; scripts/w2_loads.py): P slices of 512 rows, nodes of
+  * W2's own data (the peers' generator, hashed; w2_loads.py): P slices of 512 rows, nodes of
     R consecutive ranks: each rank's unique ids, each node's deduplicated union, the hot set of
     --hot-rows auto (ids whose count / rows counted x 512 >= 4, at most 32768, counted over all
     1024 x 512 rows), the rows the busiest owner gathers and the gradient rows it receives, and the
@@ -88,16 +88,13 @@ far larger compute-to-communication ratio than W1/W2's milliseconds.
 import glob
 import json
 import os
-import sys
 import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from bench_scaling import fit_alpha_beta  # noqa: E402
-import w2_loads  # noqa: E402
+from scripts import RESULTS, ROOT
+from scripts.bench.cluster_model import w2_loads
+from scripts.bench.scaling import fit_alpha_beta
 
 W1_PARAMS = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
 W2_TABLE, W2_H = (1 << 18) * 64, 64
@@ -412,9 +409,9 @@ def print_cluster(clusters, inputs, nets, rpns):
 
 def main(argv=None):
     import argparse
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("scaling", nargs="?", help="bench_scaling.py's JSON (default: the newest in scripts/results)")
-    p.add_argument("alltoallv", nargs="?", help="bench_alltoallv.py's JSON (default: the newest)")
+    p = argparse.ArgumentParser(prog="python -m scripts.bench.cluster_model", description=__doc__.split("\n")[0])
+    p.add_argument("scaling", nargs="?", help="scripts.bench.scaling's JSON (default: the newest in scripts/results)")
+    p.add_argument("alltoallv", nargs="?", help="scripts.bench.alltoallv's JSON (default: the newest)")
     p.add_argument("--network", help="the lab's multihost probe JSON (default: the newest "
                    "scripts/results/multihost-probe-*.json; without one, only the assumed 10 GbE)")
     p.add_argument("--ranks-per-node", default="1,8", help="R values, comma-separated (default 1,8)")
@@ -427,7 +424,7 @@ def main(argv=None):
         p.error("--ranks-per-node: each R must divide 1024")
     for path in (scaling, a2a_path) + ((net_path,) if net_path else ()):
         if not os.path.exists(path):
-            p.error("no such measurement file: %s (run scripts/bench_scaling.py and bench_alltoallv.py)" % path)
+            p.error("no such measurement file: %s (run scripts.bench.scaling and scripts.bench.alltoallv)" % path)
     with open(scaling) as f:
         doc = json.load(f)
     with open(a2a_path) as f:

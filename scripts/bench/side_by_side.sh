@@ -7,7 +7,7 @@
 #   MPINN_PYTHON=/path/to/python  (default: python3 on PATH; mpiexec from its bin/)
 #   OUT=scripts/results/side-by-side-DATE.jsonl  REPS=3  NPS="1 2"  MPINN_EXTRA="" (e.g. --overlap)
 set -uo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PEERS_DIR="${PEERS_DIR:?set PEERS_DIR to a checkout of the peers benchmark (bash setup.sh there first)}"
 PY="${MPINN_PYTHON:-$(command -v python3)}"
 MPIEXEC="$(dirname "$PY")/mpiexec"; [ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec)"
@@ -40,4 +40,4 @@ for rep in $(seq "${REPS:-3}"); do
   done
 done
 echo
-"$PY" "$ROOT/scripts/bench_median_table.py" "$OUT"
+"$PY" "$ROOT/scripts/bench/median_table.py" "$OUT"

@@ -1,9 +1,9 @@
 """Resident memory of the hashed table per rank: --table sharded against replicated, measured from /proc.
 
-    python scripts/bench_shard_memory.py                     # W2 (2^18 x 64) and 2^22 x 64, np 2 and 3; ~2 min
-    python scripts/bench_shard_memory.py --bits 18 --nps 2 --steps 50
+    python -m scripts.bench.shard_memory                     # W2 (2^18 x 64) and 2^22 x 64, np 2 and 3; ~2 min
+    python -m scripts.bench.shard_memory --bits 18 --nps 2 --steps 50
 
-Each configuration is `mpiexec -n P python scripts/bench_shard_memory.py --probe ...`: every rank builds
+Each configuration is `mpiexec -n P python -m scripts.bench.shard_memory --probe ...`: every rank builds
 the model as training does (mpinn.api.build's path: MLP.init_ with the rank's own rows when sharded),
 trains `--steps` SGD steps of W2's data (the peers' click-log generator, its 20 columns hashed to
 2^bits rows; global batch 1024; rank 0 scatters) through the Trainer, then reads, per rank:
@@ -21,10 +21,9 @@ import subprocess
 import sys
 import time
 
-from benchlib import print_and_save
+from scripts import ROOT
+from scripts.bench.common import print_and_save
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
@@ -114,7 +113,7 @@ def main():
             # replicated with --comm mpi: a table per rank; with the default (shm) on one node, one per node
             for table, comm in [(t, c) for t in args.tables for c in (["mpi"] if t == "sharded" else ["mpi", "auto"])]:
                 out = "/tmp/shard-memory-%d.json" % os.getpid()
-                cmd = [mpiexec(), "-n", str(P), sys.executable, os.path.abspath(__file__), "--probe", out,
+                cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "scripts.bench.shard_memory", "--probe", out,
                        "--table", table, "--comm", comm, "--bits", str(bits), "--steps", str(args.steps),
                        "--optimizer", args.optimizer]
                 subprocess.run(cmd, check=True, timeout=900, cwd=ROOT)

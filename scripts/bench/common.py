@@ -6,8 +6,7 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "scripts", "results")
+from scripts import RESULTS
 
 
 def timed_on_all_ranks(comm, fn, reps):
@@ -22,6 +21,12 @@ def timed_on_all_ranks(comm, fn, reps):
     return max(comm.allgather(statistics.median(ts)))
 
 
+def command_module():
+    """The running script as python -m names it (scripts.bench.NAME), for the records' "command"."""
+    main = sys.modules["__main__"]
+    return main.__spec__.name.replace(".__main__", "") if main.__spec__ else os.path.basename(sys.argv[0])
+
+
 def print_and_save(name, table, record):
     """Print the table, then write record (with the table, the command and the time) as JSON."""
     print()
@@ -29,7 +34,7 @@ def print_and_save(name, table, record):
     os.makedirs(RESULTS, exist_ok=True)
     path = os.path.join(RESULTS, "%s-%s.json" % (name, time.strftime("%Y-%m-%d")))
     record = dict(record, table=table, time=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  command="python scripts/%s " % os.path.basename(sys.argv[0]) + " ".join(sys.argv[1:]))
+                  command=" ".join(["python", "-m", command_module()] + sys.argv[1:]))
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
     return path
