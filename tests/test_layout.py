@@ -1,5 +1,6 @@
 """The package's shape holds: the layers of docs/style.md (import-linter's contracts in setup.cfg), no
-import circles, no module past the size where it wants splitting."""
+import circles (in mpinn, and among the scripts), no module past the size where it wants splitting (mpinn/,
+scripts/, tests/)."""
 import os
 import shutil
 import subprocess
@@ -18,14 +19,14 @@ def test_import_contracts_hold():
     assert "0 broken" in r.stdout
 
 
-def import_circles():
-    """Pairs (a, b) of mpinn modules where a imports b and b reaches a again (any import, lazy ones too)."""
+def import_circles(package="mpinn"):
+    """Pairs (a, b) of the package's modules where a imports b and b reaches a again (any import, lazy ones too)."""
     import grimp
-    graph = grimp.build_graph("mpinn")
+    graph = grimp.build_graph(package)
     circles = []
     for m in sorted(graph.modules):
         for dep in sorted(graph.find_modules_directly_imported_by(m)):
-            if dep.startswith("mpinn") and dep != m and graph.find_shortest_chain(importer=dep, imported=m):
+            if dep.startswith(package) and dep != m and graph.find_shortest_chain(importer=dep, imported=m):
                 circles.append((m, dep))
     return circles
 
@@ -34,16 +35,21 @@ def test_no_import_circles():
     assert import_circles() == []
 
 
+def test_no_import_circles_among_the_scripts():
+    assert import_circles("scripts") == []
+
+
 def test_modules_stay_small():
     long = {}
-    for folder, _, files in os.walk(os.path.join(ROOT, "mpinn")):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.relpath(os.path.join(folder, name), ROOT)
-                with open(os.path.join(ROOT, path)) as f:
-                    n = sum(1 for _ in f)
-                if n > MAX_LINES and path not in LONGER:
-                    long[path] = n
+    for top in ("mpinn", "scripts", "tests"):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.relpath(os.path.join(folder, name), ROOT)
+                    with open(os.path.join(ROOT, path)) as f:
+                        n = sum(1 for _ in f)
+                    if n > MAX_LINES and path not in LONGER:
+                        long[path] = n
     assert not long, "split these along their seams (or say why in LONGER): %s" % long
 
 

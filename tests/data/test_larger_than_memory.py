@@ -11,7 +11,8 @@ import pytest
 
 from conftest import run
 from mpinn.data.packed import RELEASE_BYTES
-from scripts.bench.larger_than_memory.__main__ import MIB, MemoryGroup, Unavailable, run_training, same_model
+from scripts.bench.larger_than_memory.cgroup import MIB, MemoryGroup, Unavailable
+from scripts.bench.larger_than_memory.runs import run_training, same_model
 
 # np 2 under mpiexec needs about 180 MiB of its own here (165 anonymous, 14 shared); the rest of the limit
 # holds the page cache, and the read-ahead (8 MiB a fault on this VM) wants room: with these options on a

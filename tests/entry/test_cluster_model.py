@@ -1,10 +1,10 @@
-"""The cluster model (scripts/bench/cluster_model: __main__.py and w2_loads.py): the counts against brute force on
+"""The cluster model (scripts/bench/cluster_model: costs.py and w2_loads.py): the counts against brute force on
 small id sets, the auto hot rule against a hand count, the schemes' message formulas, and the floor's bounds
 (no MPI)."""
 import numpy as np
 import pytest
 
-from scripts.bench.cluster_model import __main__ as costs, w2_loads
+from scripts.bench.cluster_model import costs, w2_loads
 
 
 def small_idx(rows, cols=3, seed=0, high=1 << 18):

@@ -1,0 +1,154 @@
+"""The cluster model's formulas: what each exchange costs at P ranks, R per node, on a network (the package
+docstring's assumptions), and the efficiency they predict."""
+import numpy as np
+
+from scripts.bench.cluster_model import w2_loads
+
+W1_PARAMS = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+W2_TABLE, W2_H = (1 << 18) * 64, 64
+W2_DENSE_TAIL = 64 + 64 + 1
+W2_ROWS_PER_RANK = 3120         # unique gradient rows of a 512-row W2 slice (measured, bench data)
+ROW_BYTES = W2_H * 4 + 8
+PER_RANK = {"W1": 128, "W2": 512}
+RANKS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+CLUSTER_RANKS = [8, 16, 32, 64, 128, 256, 512, 1024]
+NET_10GBE = (30e-6, 1.1e9)
+ASSUMED = {"label": "10GbE (assumed)", "a2a": 30e-6, "a_v": 30e-6, "b_v": 1.1e9, "a_ar": 30e-6, "b_ar": 1.1e9,
+           "per_message": None}
+
+
+def ring_allreduce(nbytes, P, alpha, B):
+    return 0.0 if P == 1 else 2 * (P - 1) / P * nbytes / B + 2 * (P - 1) * alpha
+
+
+def ring_allgather(total_bytes, P, alpha, B):
+    return 0.0 if P == 1 else (P - 1) / P * total_bytes / B + (P - 1) * alpha
+
+
+def w2_sharded_terms(P, net, loads, t_take, t_row):
+    """The legacy sharded step's exchange terms at P ranks, one per node (seconds), see assumption 8;
+    net's per_message None: no overlap between an Alltoallv's messages."""
+    if P == 1:
+        return {}
+    a_a2a, a_v, b_v, a_ar, b_ar, per_message = net
+    k, r_max = loads[P]
+    busiest = max(k, r_max)
+    rounds = int(np.ceil(np.log2(P)))
+    peers = (P - 1) * a_v if per_message is None else a_v + (P - 2) * per_message
+    return {"counts (Alltoall)": rounds * a_a2a,
+            "Alltoallv messages (3 calls x P-1 peers)": 3 * peers,
+            "Alltoallv bytes (ids, rows, gradient rows)": busiest * (8 + 2 * W2_H * 4) / b_v,
+            "dense Allreduce": rounds * (a_ar + W2_DENSE_TAIL * 4 / b_ar),
+            "busiest owner's rows (gather, update beyond a slice's)": r_max * t_take + max(r_max - k, 0) * t_row}
+
+
+def log2(n):
+    return int(np.ceil(np.log2(n))) if n > 1 else 0
+
+
+def messages(n, net):
+    """n messages of one Alltoallv, one after another (or overlapped at net's per_message cost)."""
+    if n <= 0:
+        return 0.0
+    return n * net["a_v"] if net["per_message"] is None else net["a_v"] + (n - 1) * net["per_message"]
+
+
+COUNT_PHASES = ("counts",)
+
+
+def w2_cluster_terms(c, scheme, shm, net, t):
+    """The W2 sharded step's exchange at P ranks, R per node, one scheme (assumption 7): {term: seconds}.
+    c: w2_loads.step_counts; t: the measured per-row costs (take, row, unique)."""
+    P, R, N = c["P"], c["R"], c["N"]
+    s = c["schemes"][scheme]
+    if P == 1:
+        return {}
+    pb = w2_loads.phase_bytes(s["inter"])
+    counts_b = sum(pb.get(n, 0.0) for n in COUNT_PHASES)
+    data_b = sum(v for n, v in pb.items() if n not in COUNT_PHASES + ("hot Allgatherv", "dense tail Allreduce"))
+    if s["node_aware"]:
+        counts = log2(R) * shm["a2a"] + log2(N) * net["a2a"]       # the counts: per asking rank, N x R
+        msgs = 3 * messages(R - 1, shm) + 3 * messages(N - 1, net)
+    else:
+        counts = log2(R) * shm["a2a"] + (log2(P) - log2(R)) * net["a2a"]
+        msgs = 3 * (messages(R - 1, shm) + messages(P - R, net))
+    out = {"counts": counts + counts_b / net["b_v"], "Alltoallv messages": msgs,
+           "Alltoallv bytes, inter-node": data_b / net["b_v"],
+           "Alltoallv bytes, intra-node": sum(s["intra"].values()) / shm["b_v"]}
+    if s["hot"]:
+        m = c["hot_rows"] * w2_loads.ROW
+        out["hot Allgatherv"] = hot_allgatherv(m, P, R, shm, net, pb.get("hot Allgatherv", 0.0))
+    out["dense tail Allreduce"] = (log2(R) * (shm["a_ar"] + W2_DENSE_TAIL * 4 / shm["b_ar"])
+                                   + log2(N) * net["a_ar"] + pb["dense tail Allreduce"] / net["b_v"])
+    k = c["unique_ids_per_rank"]
+    out["busiest owner's rows"] = (s["take_max"] * t["take"] + max(s["grad_max"] - k, 0) * t["row"]
+                                   + s["relay_max"] * t["unique"])
+    return out
+
+
+def hot_allgatherv(m, P, R, shm, net, ring_bytes):
+    """The hot block's refresh, an Allgatherv of m bytes in all, as MPICH picks its algorithm: recursive
+    doubling (Bruck below 80 KiB if P is no power of two) for m < 512 KiB, ring above. With R ranks per
+    node, a ring's P - 1 steps each wait for an inter-node hop (its link carries ring_bytes, from
+    w2_loads); recursive doubling's first log2 R rounds stay in the node, and in each of the other
+    log2 N rounds all R ranks of a node send their d blocks over its link (R (P - R) / P x m in all)."""
+    N = P // R
+    if N == 1:
+        return ring_allgather(m, P, shm["a_ag"], shm["b_ag"])
+    pow2 = P & (P - 1) == 0
+    if m >= 512 * 1024 or (not pow2 and m >= 80 * 1024):
+        return (P - 1) * net["a_v"] + ring_bytes / net["b_v"]
+    intra = log2(R) * shm["a_ag"] + (R - 1) / P * m / shm["b_ag"]
+    return intra + log2(N) * net["a_v"] + max(R * (P - R) / P * m, ring_bytes) / net["b_v"]
+
+
+def w2_floor_bytes(c, scheme):
+    return w2_loads.node_bytes(c["schemes"][scheme]["inter"])
+
+
+def w1_cluster_terms(P, R, shm, net, scheme):
+    """W1's dense float32 Allreduce at P ranks, R per node: flat = one ring over all P ranks (each of its
+    2 (P-1) steps waits for its inter-node hop); hierarchical = ring reduce in the node, ring Allreduce
+    among the N node leaders, broadcast in the node (each intra part costed as a ring Allreduce).
+    Returns ({term: seconds}, the busiest node's inter-node bytes per step)."""
+    n, N = W1_PARAMS * 4, P // R
+    if N == 1:
+        return {"intra-node Allreduce": ring_allreduce(n, P, shm["a_ar"], shm["b_ar"])}, 0.0
+    if scheme == "flat":
+        return ({"Allreduce messages": 2 * (P - 1) * net["a_ar"],
+                 "Allreduce bytes, inter-node": 2 * (P - 1) / P * n / net["b_ar"]}, 2 * (P - 1) / P * n)
+    return ({"intra-node reduce + broadcast": 2 * ring_allreduce(n, R, shm["a_ar"], shm["b_ar"]),
+             "Allreduce messages": 2 * (N - 1) * net["a_ar"],
+             "Allreduce bytes, inter-node": 2 * (N - 1) / N * n / net["b_ar"]}, 2 * (N - 1) / N * n)
+
+
+def cluster(comp, shm, nets, counts, t, rpns):
+    """{(workload, scheme, network label, R): {"eff": [..], "floor": [..], "terms": {P: {..}}}} at CLUSTER_RANKS."""
+    out = {}
+    for net in nets:
+        for R in rpns:
+            ps = [P for P in CLUSTER_RANKS if P % R == 0]
+            for wl, schemes in (("W2", w2_loads.SCHEMES), ("W1", ("flat", "hierarchical"))):
+                for scheme in schemes:
+                    cur = out[(wl, scheme, net["label"], R)] = {"ranks": ps, "eff": [], "floor": [], "terms": {}}
+                    for P in ps:
+                        if wl == "W2":
+                            terms = w2_cluster_terms(counts[(P, R)], scheme, shm, net, t)
+                            link = w2_floor_bytes(counts[(P, R)], scheme) / net["b_v"]
+                        else:
+                            terms, nbytes = w1_cluster_terms(P, R, shm, net, scheme)
+                            link = nbytes / net["b_ar"]
+                        cur["eff"].append(comp[wl] / (comp[wl] + sum(terms.values())))
+                        cur["floor"].append(comp[wl] / max(comp[wl], link))
+                        cur["terms"][P] = terms
+    return out
+
+
+def dominant(terms):
+    return max(terms, key=terms.get) if terms else "-"
+
+
+def predict(compute_s, exchange_s):
+    """Efficiency at each P: per-rank compute fixed, exchange_s(P) added."""
+    return [compute_s / (compute_s + exchange_s(P)) for P in RANKS]
+

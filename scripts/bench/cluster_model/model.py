@@ -1,0 +1,126 @@
+"""What the cluster model reads (the benchmarks' JSON, the lab's probe, per-row costs timed now) and the curves
+it draws from them."""
+import glob
+import json
+import os
+import time
+
+import numpy as np
+
+from scripts import RESULTS
+from scripts.bench.cluster_model import w2_loads
+from scripts.bench.cluster_model.costs import (ASSUMED, NET_10GBE, PER_RANK, RANKS, ROW_BYTES, W1_PARAMS,
+                                               W2_DENSE_TAIL, W2_H, W2_ROWS_PER_RANK, W2_TABLE, cluster, predict,
+                                               ring_allgather, ring_allreduce, w2_sharded_terms)
+from scripts.bench.scaling import fit_alpha_beta
+
+
+def update_times():
+    """(seconds per gradient row of the sparse SGD update (fancy-indexed, random rows), seconds of
+    one dense SGD update of the whole 2^18 x 64 table, seconds per row of gathering random rows
+    (np.take: what an owner does to answer a fetch), seconds per id of np.unique (a relay's dedup))."""
+    rng = np.random.default_rng(0)
+    table = np.zeros((1 << 18, W2_H), np.float32)
+    ids = np.unique(rng.integers(0, 1 << 18, 4000))[:W2_ROWS_PER_RANK]
+    rows = rng.standard_normal((ids.size, W2_H)).astype(np.float32)
+
+    def median(f, n=30):
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+        return float(np.median(ts))
+    t_row = median(lambda: table.__setitem__(ids, table[ids] - np.float32(0.1) * rows)) / ids.size
+    t_take = median(lambda: np.take(table, ids, axis=0)) / ids.size
+    mixed = rng.integers(0, 1 << 18, W2_ROWS_PER_RANK)       # a relay gets ~one slice's ids from its node
+    t_unique = median(lambda: np.unique(mixed)) / mixed.size
+    grad = np.ones_like(table)
+    dense = median(lambda: table.__isub__(np.float32(0.1) * grad), 5)
+    return t_row, dense, t_take, t_unique
+
+
+def read_network(path):
+    with open(path) as f:
+        doc = json.load(f)
+    fits, link = doc["fits"], doc.get("link", {})
+    return {"label": "lab %s (%s)" % (link.get("rate", "?"), os.path.basename(path)),
+            "a2a": fits["alltoall_counts_s"], "a_v": fits["alltoallv"]["alpha_s"],
+            "b_v": fits["alltoallv"]["bandwidth_Bps"], "a_ar": fits["allreduce"]["alpha_s"],
+            "b_ar": fits["allreduce"]["bandwidth_Bps"], "per_message": fits["alltoallv"].get("per_message_s"),
+            "link": link}
+
+
+def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
+    rows = {(r["workload"], r["np"]): r for r in doc["rows"]}
+    probe = doc["probes"].get("2") or doc["probes"].get(2)
+    a_ar, b_ar = fit_alpha_beta(probe["allreduce"])
+    a_ag, b_ag = fit_alpha_beta(probe["allgatherv"])
+    p2 = a2a["probes"]["2"]
+    a_v, b_v = fit_alpha_beta(p2["alltoallv"])
+    t_row, dense_update, t_take, t_unique = update_times()
+    counts = w2_loads.loads(RANKS, sorted(set(rpns) | {1}))
+    loads = {P: (c["unique_ids_per_rank"], c["schemes"]["flat"]["grad_max"]) for (P, R), c in counts.items() if R == 1}
+    # compute per rank per step at the fixed per-rank batch, from np = 1 (compute_ms covers the global batch)
+    comp = {wl: rows[(wl, 1)]["compute_ms_median"] / 1e3 * PER_RANK[wl] / {"W1": 256, "W2": 1024}[wl]
+            for wl in ("W1", "W2")}
+    # W2 at np = 1 updates ~one slice's worth of rows inside compute_ms; the model adds the rest per P
+    legacy = {"measured": (a_ar, b_ar, a_ag, b_ag), "10GbE (assumed)": NET_10GBE * 2}
+    measured = (p2["alltoall"], a_v, b_v, a_ar, b_ar)
+    sharded_nets = {("sharded", "measured"): measured + (p2["fit"]["per_message_s"],),
+                    ("sharded, no overlap", "measured"): measured + (None,)}
+    curves, terms = {}, {}
+    for net, (aa, ba, ag, bg) in legacy.items():
+        w1 = W1_PARAMS * 4
+        curves[("W1", "dense", net)] = predict(comp["W1"], lambda P: ring_allreduce(w1, P, aa, ba))
+        curves[("W1", "fp16", net)] = predict(comp["W1"], lambda P: ring_allreduce(w1 / 2, P, aa, ba))
+        curves[("W1", "fp16-allgather", net)] = predict(
+            comp["W1"], lambda P: ring_allgather(P * w1 / 2, P, ag, bg))
+        dense2 = (W2_TABLE + W2_DENSE_TAIL) * 4
+
+        def w2_sparse(P):
+            gathered = P * W2_ROWS_PER_RANK
+            if gathered > 0.25 * (1 << 18):               # mpinn's density rule: dense instead
+                return ring_allreduce(dense2, P, aa, ba) + dense_update
+            return (ring_allgather(gathered * ROW_BYTES, P, ag, bg) + ring_allreduce(W2_DENSE_TAIL * 4, P, aa, ba)
+                    + (gathered - W2_ROWS_PER_RANK) * t_row)
+        curves[("W2", "dense", net)] = predict(comp["W2"], lambda P: ring_allreduce(dense2, P, aa, ba) + dense_update)
+        curves[("W2", "fp16", net)] = predict(comp["W2"], lambda P: ring_allreduce(dense2 / 2, P, aa, ba) + dense_update)
+        curves[("W2", "sparse", net)] = predict(comp["W2"], w2_sparse)
+        for (how, n), sn in sharded_nets.items():
+            if n == net:
+                curves[("W2", how, net)] = predict(
+                    comp["W2"], lambda P: sum(w2_sharded_terms(P, sn, loads, t_take, t_row).values()))
+                terms["%s, %s" % (how, net)] = {P: w2_sharded_terms(P, sn, loads, t_take, t_row) for P in (64, 1024)}
+    shm = {"label": "shared memory (here)", "a2a": p2["alltoall"], "a_v": a_v, "b_v": b_v, "a_ar": a_ar, "b_ar": b_ar,
+           "a_ag": a_ag, "b_ag": b_ag, "per_message": p2["fit"]["per_message_s"]}
+    clusters = cluster(comp, shm, nets, counts, {"take": t_take, "row": t_row, "unique": t_unique}, rpns)
+    inputs = {"allreduce_alpha_us": a_ar * 1e6, "allreduce_GBps": b_ar / 1e9, "allgatherv_alpha_us": a_ag * 1e6,
+              "allgatherv_GBps": b_ag / 1e9, "w1_compute_ms_per_rank_step": comp["W1"] * 1e3,
+              "w2_compute_ms_per_rank_step": comp["W2"] * 1e3, "w2_row_update_us": t_row * 1e6,
+              "w2_dense_update_ms": dense_update * 1e3, "w2_id_unique_us": t_unique * 1e6,
+              "networks": {n["label"]: {k: v for k, v in n.items() if k != "label"} for n in nets},
+              "alltoallv_alpha_us": a_v * 1e6, "alltoallv_GBps": b_v / 1e9, "alltoall_counts_us": p2["alltoall"] * 1e6,
+              "message_in_flight_us": p2["fit"]["per_message_s"] * 1e6, "w2_row_take_us": t_take * 1e6,
+              "w2_counts": {"%d/%d" % k: count_summary(c) for k, c in counts.items()}}
+    return curves, inputs, terms, clusters
+
+
+def count_summary(c):
+    """The JSON-able part of w2_loads.step_counts."""
+    out = {k: v for k, v in c.items() if k != "schemes"}
+    for s, v in c["schemes"].items():
+        out[s] = {"inter_node_bytes_per_node": w2_loads.node_bytes(v["inter"]),
+                  "inter_node_phase_bytes": w2_loads.phase_bytes(v["inter"]),
+                  "intra_node_bytes_busiest_rank": v["intra"], "inter_node_messages_per_rank": v["inter_messages"],
+                  "busiest_owner_takes": v["take_max"], "busiest_owner_gradient_rows": v["grad_max"],
+                  "busiest_relay_ids": v["relay_max"]}
+    return out
+
+
+def latest(pattern, required=True):
+    found = sorted(glob.glob(os.path.join(RESULTS, pattern)))
+    if not found and required:
+        raise SystemExit("no scripts/results/%s: run the script that writes it first (see the docstring)" % pattern)
+    return found[-1] if found else None
+
