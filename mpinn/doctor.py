@@ -161,7 +161,7 @@ def time_step(comm, args, spec, repeats):
     trainer.start()
     batch = None
     if comm.rank == 0:
-        batch = load_default(args.batch_size, 0, args.hash_bits).take(np.arange(args.batch_size), args.dtype)
+        batch = load_default(args.batch_size, 0, cfg.hashing).take(np.arange(args.batch_size), args.dtype)
     sharded = cfg.table == "sharded"
     keys = ["scatter", "compute"] + ([k for k, _ in SHARDED_PARTS] if sharded else ["exchange"]) + ["update"]
     mine = []

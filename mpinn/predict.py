@@ -2,6 +2,7 @@
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -41,34 +42,33 @@ def use_transform(data, meta, where):
 
 
 def _read_for_model(meta, path):
-    from mpinn.data import load_data
+    from mpinn.data import DataSpec, HashSpec, load_data
     from mpinn.hashing import check_contract
+    # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
+    hashing = HashSpec().using(meta.get("hashing"))
     if path is None:
         if meta.get("source") != "default":
             raise MpinnError("--data is required (the model was not trained on the embedded data)")
         from mpinn.data import load_default
-        data = load_default(meta["default_rows"], meta["default_seed"], contract=meta["hashing"])
+        data = load_default(meta["default_rows"], meta["default_seed"], hashing)
         _, valid = data.split(meta["holdout"], meta["default_seed"])
         if valid is None:
             raise MpinnError("the model was trained without held-out rows; give --data")
         return valid
-    kw = dict(task=meta["task"], classes=meta.get("classes"), require_label=False)
-    contract = meta.get("hashing")
+    labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False)
+    columns = replace(labels, categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or ())
     if path.lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
-        data = load_data(path, task=meta["task"], classes=meta.get("classes"), contract=contract)
+        data = load_data(path, labels, hashing)
     elif meta.get("source") == "criteo":       # click-log text, with or without the label field
-        data = load_data(path, categorical=",".join(meta.get("categorical") or []),
-                         numeric=",".join(meta.get("numeric") or []), contract=contract, fmt="criteo", **kw)
+        data = load_data(path, replace(columns, format="criteo"), hashing)
     elif meta.get("source") in ("csv", "default", "parquet"):
         if not path.lower().endswith((".csv", ".txt", ".parquet", ".pq")):
             raise MpinnError("the model was trained on tabular data; give a .csv, .parquet or .mpinn file")
-        # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
-        data = load_data(path, label=meta.get("label"), categorical=",".join(meta.get("categorical") or []),
-                         numeric=",".join(meta.get("numeric") or []), contract=contract, **kw)
-        if contract:
-            check_contract(contract, data.meta["hashing"])
+        data = load_data(path, replace(columns, label=meta.get("label")), hashing)
+        if meta.get("hashing"):
+            check_contract(meta["hashing"], data.meta["hashing"])
     else:
-        data = load_data(path, **kw)
+        data = load_data(path, labels)
         if data.Xd.shape[1] != meta.get("n_features"):
             raise MpinnError("%s has %d features, the model expects %d"
                              % (path, data.Xd.shape[1], meta.get("n_features")))

@@ -1,10 +1,11 @@
 """Entry point: python -m mpinn.prepare [--data FILE] --out DATA.mpinn: hash a table once into a packed file."""
+import argparse
 import os
 import sys
 
 from mpinn.config import MpinnError
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
-from mpinn.options import Parser, add_data_argument
+from mpinn.options import Parser, add_data_argument, positive_int
 from mpinn.settings.parse import add_options
 
 
@@ -21,7 +22,7 @@ def build_parser():
                "--like clicks.mpinn --out clicks-valid.mpinn for rows hashed with the same contract.")
     add_data_argument(p, ".csv, .parquet or click-log text (the Criteo logs' format, maybe .gz); omitted: the "
                          "embedded click log")
-    p.add_argument("--out", required=True, help="packed file to write (.mpinn)")
+    p.add_argument("--out", required=True, type=packed_name, help="packed file to write (.mpinn)")
     d = p.add_argument_group("columns")
     add_options(d, names=("format",))     # as in train
     d.add_argument("--label", help="label column")
@@ -32,7 +33,7 @@ def build_parser():
     d.add_argument("--numeric-transform", default="auto", choices=["auto", "standard", "none"],
                    help="the transform fitted to this file's numeric columns and stored in it (as in train; "
                         "--like: the like file's); values are stored as they are")
-    d.add_argument("--default-rows", type=int, default=200_000, help="rows of the embedded click log")
+    d.add_argument("--default-rows", type=positive_int, default=200_000, help="rows of the embedded click log")
     d.add_argument("--default-seed", type=int, default=0, help="seed of the embedded click log")
     h = p.add_argument_group("hashing")
     add_options(h, names=("hash_mode", "hash_k", "hash_bits", "hash_seed", "buckets"))     # as in train
@@ -40,13 +41,21 @@ def build_parser():
                                   "classes (for validation and test files)")
     r = p.add_argument_group("run")
     # 64k rows: peak memory ~120 MB (trick) / ~160 MB (split k=4, 20 features), no slower than bigger chunks
-    r.add_argument("--chunk-rows", type=int, default=65_536, help="rows per chunk (bounds memory; default 65536)")
-    r.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1),
+    r.add_argument("--chunk-rows", type=positive_int, default=65_536,
+                   help="rows per chunk (bounds memory; default 65536)")
+    r.add_argument("--threads", type=positive_int, default=min(4, os.cpu_count() or 1),
                    help="columns hashed in parallel (default min(4, cores))")
     r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums")
     r.add_argument("--report", action="store_true", help="print the collision report of every feature")
     r.add_argument("--quiet", action="store_true", help="only errors")
     return p
+
+
+def packed_name(s):
+    """--out: a packed file's name ends in .mpinn."""
+    if not s.endswith(".mpinn"):
+        raise argparse.ArgumentTypeError("%s: a packed file's name ends in .mpinn" % s)
+    return s
 
 
 def _like(path):
@@ -62,9 +71,14 @@ def run(args):
     from mpinn.process import steady_heap
     from mpinn.data.tables import TableSource
     steady_heap()       # memory flat in the number of rows, whatever the input's size
-    from mpinn.hashing import describe, format_report, parse_buckets
+    from mpinn.data import DataSpec, split_names
+    from mpinn.hashing import describe, format_report
+    from mpinn.settings.hashing import hash_spec
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
+    hashing = None if args.like else hash_spec(args)       # the options' rules, before any file is opened
     like = _like(args.like) if args.like else None
+    if like is not None:
+        hashing = hash_spec(args, like.get("hashing"))     # its contract, used as it is (or the options')
     label, categorical, numeric = args.label, args.categorical, args.numeric
     if like is not None and args.data:
         label = label or like.get("label")
@@ -80,22 +94,19 @@ def run(args):
             raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (args.data, fmt))
         if not label and fmt != "criteo":
             raise MpinnError("--label COLUMN is required")
-    if args.chunk_rows <= 0 or args.threads <= 0 or args.default_rows <= 0:
-        raise MpinnError("--chunk-rows, --threads and --default-rows must be positive")
-    if not args.out.endswith(".mpinn"):
-        raise MpinnError("--out %s: a packed file's name ends in .mpinn" % args.out)
+    # a --like file's task, classes and transform are used as they are, as its contract is
+    spec = DataSpec(task=like["task"] if like else args.task, classes=like.get("classes") if like else None,
+                    positive=args.positive_class)
     if fmt == "criteo":
         from mpinn.data.clicktext import ClickTextSource
-        from mpinn.data.tables import _split_names
-        source = ClickTextSource(args.data, label, _split_names(categorical), _split_names(numeric),
+        source = ClickTextSource(args.data, label, split_names(categorical), split_names(numeric),
                                  chunk_rows=args.chunk_rows)
     else:
         source = TableSource(args.data, label, categorical, numeric, require_label=True,
                              default_rows=args.default_rows, default_seed=args.default_seed,
                              chunk_rows=args.chunk_rows)
-    s = prepare(source, args.out, args.task, args.hash_mode, args.hash_bits, args.hash_seed, args.hash_k,
-                parse_buckets(args.buckets), like, args.threads, Progress(not args.quiet), args.report,
-                args.numeric_transform, args.positive_class)
+    s = prepare(source, args.out, spec, hashing, like.get("transform") if like else None, args.numeric_transform,
+                args.threads, Progress(not args.quiet), args.report)
     if args.verify:
         from mpinn.data.packed import PackedDataset
         PackedDataset(args.out, verify=True)

@@ -250,7 +250,8 @@ def build_parser():
     p.add_argument("--zipf", type=float, default=1.1, help="the values' Zipf exponent (default 1.1)")
     p.add_argument("--positive-rate", type=float, default=0.25, help="the share of clicks (default 0.25)")
     p.add_argument("--truth", help="also write the hidden model's click probability of each row (.npy, float32)")
-    p.add_argument("--hash-bits", type=int, default=None, help="packed output: hash bits (default: auto)")
+    from mpinn.settings.table import trick_bits     # the option's own type, as training's
+    p.add_argument("--hash-bits", type=trick_bits, default=None, help="packed output: hash bits, 1..30 (default: auto)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -282,9 +283,10 @@ def main(argv=None):
             last[0] = now
             say("  %d of %d rows (%.0f rows/s)" % (done, args.rows, done / max(now - t0, 1e-9)))
     if packed:
+        from mpinn.data import DataSpec, HashSpec
         from mpinn.data.packer import Progress, prepare
-        summary = prepare(W4Source(gen, args.start, args.rows), args.out, task="binary",
-                          hash_bits=args.hash_bits, progress=Progress(not args.quiet))
+        summary = prepare(W4Source(gen, args.start, args.rows), args.out, DataSpec(task="binary"),
+                          HashSpec(bits=args.hash_bits), progress=Progress(not args.quiet))
         n = summary["rows"]
         if args.truth:
             np.save(args.truth, np.concatenate([p.astype(np.float32) for *_, p in gen.rows(args.start, args.rows)]))

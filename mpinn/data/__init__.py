@@ -9,6 +9,9 @@
     packed     packed files (python -m mpinn.prepare), read by row through a memory map; packing writes them
     stats      per-column statistics of numeric inputs in one streaming pass (the same bits however chunked)
     transform  the numeric transform fitted from them (log1p, standardise, impute and flag), in the model file
+    spec       DataSpec: which columns are what and what the label means (the readers take it, and a HashSpec)
+    chunks     TablePass: a table hashed chunk by chunk (the contract, the task and classes, the statistics),
+               what load_table and prepare share
     inputs     what training reads: labels checked, the transform fitted and set, the shapes every rank needs
 """
 import os
@@ -18,7 +21,9 @@ from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
 from mpinn.data.clicktext import SNIFF_EXTS, is_click_text, load_click_text
 from mpinn.data.dense import load_mat, load_npz
 from mpinn.data.packed import load_packed
-from mpinn.data.tables import _split_names, load_csv, load_default, load_parquet  # noqa: F401
+from mpinn.data.spec import DataSpec, split_names  # noqa: F401
+from mpinn.data.tables import load_csv, load_default, load_parquet  # noqa: F401
+from mpinn.hashing import HashSpec  # noqa: F401
 
 TABLE_EXTS = (".csv", ".txt", ".parquet", ".pq")
 
@@ -35,35 +40,27 @@ def data_format(path, fmt="auto"):
             ".mpinn": "mpinn"}.get(ext, ext)
 
 
-def load_data(path=None, label=None, categorical="", numeric="", hash_bits=18, hash_seed=0,
-              task="auto", classes=None, default_rows=200_000, default_seed=0, require_label=True,
-              hash_mode="trick", hash_k=4, buckets=None, contract=None, positive=None, exclude=(), fmt="auto"):
-    """Dispatch on the format (data_format); no path means the embedded click log. `contract` (a model's
-    hashing contract) is used as it is instead of fitting one to the data; `positive` names a binary
-    task's positive class (default: the larger label)."""
+def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_000, default_seed=0):
+    """Dispatch on the format (data_format, or spec.format); no path means the embedded click log (of
+    `default_rows` rows drawn with `default_seed`). spec: which columns are what and what the label means;
+    hashing: how categorical columns are hashed (a given contract, a model's, is used as it is)."""
     if path is None:
-        return load_default(default_rows, default_seed, hash_bits, hash_seed, hash_mode, hash_k, buckets,
-                            contract)
+        return load_default(default_rows, default_seed, hashing)
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
     ext = os.path.splitext(path)[1].lower()
-    if data_format(path, fmt) == "criteo":
-        return load_click_text(path, label, _split_names(categorical), _split_names(numeric), require_label,
-                               task=task, classes=classes, hash_mode=hash_mode, hash_bits=hash_bits,
-                               hash_seed=hash_seed, hash_k=hash_k, buckets=buckets, contract=contract,
-                               positive=positive)
+    if data_format(path, spec.format) == "criteo":
+        return load_click_text(path, spec, hashing)
     if ext in TABLE_EXTS:
-        if not label:
+        if not spec.label:
             raise MpinnError("a %s file needs --label COLUMN" % ext.lstrip(".").upper())
         load = load_parquet if ext in (".parquet", ".pq") else load_csv
-        return load(path, label, _split_names(categorical), _split_names(numeric), hash_bits, hash_seed, task,
-                    classes, require_label, hash_mode=hash_mode, hash_k=hash_k, buckets=buckets, contract=contract,
-                    positive=positive, exclude=exclude)
+        return load(path, spec, hashing)
     if ext == ".npz":
-        return load_npz(path, task, classes, require_label, positive)
+        return load_npz(path, spec)
     if ext == ".mat":
-        return load_mat(path, task, classes, require_label, positive)
+        return load_mat(path, spec)
     if ext == ".mpinn":
-        return load_packed(path, task, classes, contract, positive)
+        return load_packed(path, spec, hashing)
     raise MpinnError("%s: unknown data format %r (use .csv, .parquet, .npz, .mat, .mpinn, or click-log text: "
                      "40 tab-separated fields a line, maybe .gz)" % (path, ext))

@@ -13,6 +13,8 @@ import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data.base import CHUNK_ROWS
+from mpinn.data.spec import DataSpec
+from mpinn.hashing import HashSpec
 
 N_INT, N_CAT = 13, 26
 INT_NAMES = ["I%d" % (j + 1) for j in range(N_INT)]
@@ -182,10 +184,10 @@ class ClickTextSource:
         return self._arrow_parts()
 
 
-def load_click_text(path, label=None, categorical=(), numeric=(), require_label=True, chunk_rows=CHUNK_ROWS, **kw):
-    """A click-log text file in memory as a Dataset, hashed like any table (kw: load_table's)."""
+def load_click_text(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROWS):
+    """A click-log text file in memory as a Dataset, hashed like any table."""
     from mpinn.data.tables import load_table
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
-    source = ClickTextSource(path, label, categorical, numeric, require_label, chunk_rows)
-    return load_table(source, **kw)
+    source = ClickTextSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows)
+    return load_table(source, spec, hashing)

@@ -6,6 +6,7 @@ import numpy as np
 from mpinn.config import MpinnError
 from mpinn.data.base import Dataset
 from mpinn.data.labels import encode_labels
+from mpinn.data.spec import DataSpec
 from mpinn.data.stats import column_stats
 
 
@@ -35,7 +36,8 @@ def dense_xy(X, y, path, task, classes, require_label, positive=None):
     return Dataset(None, X, y, meta)
 
 
-def load_npz(path, task="auto", classes=None, require_label=True, positive=None):
+def load_npz(path, spec=DataSpec()):
+    """X (n, d) and y (n,) of an .npz file; spec: the task, classes and positive class, whether y is required."""
     try:
         with np.load(path, allow_pickle=False) as z:
             if not hasattr(z, "files"):
@@ -49,10 +51,10 @@ def load_npz(path, task="auto", classes=None, require_label=True, positive=None)
         raise MpinnError("%s: cannot load without pickle (%s)" % (path, e))
     except Exception as e:      # a truncated or damaged file: BadZipFile, EOFError, OSError, zlib.error ...
         raise MpinnError("cannot read %s as an .npz file (%s: %s)" % (path, type(e).__name__, str(e)[:120]))
-    return dense_xy(X, y, path, task, classes, require_label, positive)
+    return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive)
 
 
-def load_mat(path, task="auto", classes=None, require_label=True, positive=None):
+def load_mat(path, spec=DataSpec()):
     """Andrew Ng's exercise format: X (m, n) and y (m, 1) with labels 1..10 (10 stands for digit 0)."""
     import scipy.io
     try:
@@ -61,4 +63,4 @@ def load_mat(path, task="auto", classes=None, require_label=True, positive=None)
         raise MpinnError("cannot read %s as a .mat file (%s: %s)" % (path, type(e).__name__, str(e)[:120]))
     if "X" not in d:
         raise MpinnError("%s has no X matrix" % path)
-    return dense_xy(d["X"], d.get("y"), path, task, classes, require_label, positive)
+    return dense_xy(d["X"], d.get("y"), path, spec.task, spec.classes, spec.require_label, spec.positive)

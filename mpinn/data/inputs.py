@@ -2,6 +2,7 @@
 transform fitted to the training file and set on both sets, and the shapes every rank needs."""
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -72,24 +73,25 @@ def held_how(cfg, valid):
 def load_everywhere(args, comm, say):
     """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
     the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere."""
-    from mpinn.data import load_data
+    from mpinn.data import DataSpec, load_data
     rank0 = comm.rank == 0
 
     def load():
         t = time.perf_counter()
-        kw = dict(label=args.label, categorical=args.categorical, numeric=args.numeric,
-                  hash_bits=args.hash_bits, hash_seed=args.hash_seed, task=args.task,
-                  default_rows=args.default_rows, default_seed=args.seed, hash_mode=args.hash_mode,
-                  hash_k=args.hash_k, buckets=args.buckets, fmt=args.format)
+        spec = DataSpec(label=args.label, categorical=args.categorical, numeric=args.numeric, task=args.task,
+                        format=args.format)
+        hashing = args.hashing      # the options' HashSpec (mpinn.settings)
         by, _, column = args.holdout_by.partition(":")
         by = None if by == "random" else by
         data = args.data if isinstance(args.data, Rows) else load_data(
-            args.data, positive=args.positive_class, exclude=[column] if column else [], **kw)
+            args.data, replace(spec, positive=args.positive_class, exclude=[column] if column else []), hashing,
+            args.default_rows, args.seed)
         transform = fit_transform(data, args.numeric_transform)
         set_transform(data, transform, "the data")
         if args.valid:
-            valid = load_data(args.valid, **dict(kw, task=data.task, classes=data.meta.get("classes"),
-                                                 contract=data.meta.get("hashing")))
+            # read as the training data was: its task, classes and hashing contract
+            valid = load_data(args.valid, replace(spec, task=data.task, classes=data.meta.get("classes")),
+                              hashing.using(data.meta.get("hashing")))
             set_transform(valid, transform, args.valid)
             train = data
         else:

@@ -10,7 +10,8 @@ import xxhash
 
 from mpinn.config import MpinnError
 from mpinn.data.base import Rows
-from mpinn.hashing import check_contract
+from mpinn.data.spec import DataSpec
+from mpinn.hashing import HashSpec, check_contract
 
 MAGIC = b"MPINNPK1"
 FORMAT = "mpinn-packed-1"
@@ -341,8 +342,10 @@ class PackedDataset(Rows):
         self._file.release()
 
 
-def load_packed(path, task="auto", classes=None, contract=None, positive=None):
-    """A file written by `python -m mpinn.prepare`: rows stay in the file (memory map)."""
+def load_packed(path, spec=DataSpec(), hashing=HashSpec()):
+    """A file written by `python -m mpinn.prepare`: rows stay in the file (memory map). Its hashing contract,
+    task, classes and positive class must be those given (spec, hashing), where they are given."""
+    task, classes, positive, contract = spec.task, spec.classes, spec.positive, hashing.contract
     data = PackedDataset(path)
     if positive not in (None, "") and data.task == "binary" and data.meta["classes"][1] != str(positive):
         raise MpinnError("%s was prepared with positive class %s; prepare it with --positive-class %s"

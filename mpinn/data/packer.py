@@ -1,13 +1,14 @@
-"""Packing a table source into a packed file: one streaming pass when nothing needs a scan before writing,
-else two (statistics, then hashing and writing).
-What python -m mpinn.prepare runs, and what the W4 generator writes packed files with."""
+"""A table source into a packed file (python -m mpinn.prepare, the W4 generator): one streaming pass, or two."""
 import os
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.data.spec import DataSpec
+from mpinn.hashing import HashSpec
 
 
 class Progress:
@@ -31,100 +32,82 @@ class Progress:
             sys.stderr.flush()
 
 
-def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed=0, hash_k=4, buckets=None,
-            like=None, threads=1, progress=None, report=False, numeric_transform="auto", positive=None, passes=None):
-    """`source` (a data.TableSource, or a click-log text file's ClickTextSource) into a packed file at `out`.
+def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, numeric_transform="auto", threads=1,
+            progress=None, report=False, passes=None):
+    """`source` (a data.TableSource, or a click-log text file's ClickTextSource) into a packed file at `out`,
+    through the TablePass training reads tables with: hashed under `hashing` (a given contract, e.g. a
+    training file's for its held-out file, or one fitted to these rows), the labels under `spec`'s task and
+    classes (given, or learnt), the numeric columns' statistics taken on the way; `transform` (a fitted
+    NumericTransform's dict, e.g. the training file's) is stored as it is, else one is fitted with
+    `numeric_transform` (a mode).
 
-    One streaming pass whenever nothing has to be known before the first row is written: the hashing
-    contract is fixed (trick mode with --hash-bits, or a source's default: 2^18 for the click logs, the
-    embedded one and click-log text, whose auto result that is at their sizes; or --like's) and the task and
-    classes are known (the click logs: binary, "0"/"1"; or --like's). The row count may be unknown, and the
-    numeric columns' statistics are taken while writing (the meta that holds them, with the fitted numeric
-    transform, is written at close): StreamingPackedWriter. Otherwise two passes: the first counts rows,
-    learns the task and classes, fits the hashing contract (e.g. --hash-mode split, auto bits, --report) and
-    takes the statistics; the second hashes each chunk and appends it to the packed file. Both write the same
-    bytes for the same rows (numbers as they are: the transform is applied as rows are read).
+    One streaming pass whenever nothing has to be known before the first row is written: the contract is
+    fixed (given; trick mode with bits; a source's default: 2^18 for the click logs, the embedded one and
+    click-log text, whose auto result that is at their sizes) and the task and classes are known (given;
+    the click logs: binary, "0"/"1"). The row count may be unknown, and the statistics are taken while
+    writing (the meta that holds them, with the fitted transform, is written at close):
+    StreamingPackedWriter. Otherwise two passes: the first counts rows, learns the task and classes, fits
+    the contract (e.g. split or onehot mode, auto bits, report) and takes the statistics; the second hashes
+    each chunk and appends it to the packed file. Both write the same bytes for the same rows (numbers as
+    they are: the transform is applied as rows are read).
     passes: None (one when it can), 2 (two, as above, whatever the source). Returns a summary dict (rows,
     columns, passes, seconds, rows_per_s, collision report)."""
-    from mpinn.data.labels import LabelScan, binary_classes, encode_labels
-    from mpinn.data.tables import hashing_fitter
-    from mpinn.hashing import encode_indices, make_contract, per_feature_nnz
+    from mpinn.data.chunks import TablePass
+    from mpinn.data.labels import binary_classes
     from mpinn.data.packing import PackedWriter, StreamingPackedWriter
-    from mpinn.data.stats import ColumnStats
     from mpinn.data.transform import NumericTransform
+    from mpinn.hashing import per_feature_nnz
     if passes not in (None, 1, 2):
         raise ValueError("passes: None, 1 or 2")
     progress = progress or Progress(False)
     t0 = time.perf_counter()
-    contract, classes = None, None
-    click_text = getattr(source, "kind", None) == "criteo"
-    if like is not None:
-        contract, task, classes = like.get("hashing"), like["task"], like.get("classes")
-        if contract is not None and contract["features"] != source.categorical:
-            raise MpinnError("--like: its categorical columns are %s, this input's are %s"
-                             % (contract["features"], source.categorical))
-    elif source.kind == "default":
-        task, classes = "binary", ["0", "1"]
-    elif click_text and source.has_label and task in ("auto", "binary") and passes != 2:
+    if spec.classes is None and source.kind == "default":
+        spec = replace(spec, task="binary", classes=["0", "1"])        # as training reads it (load_default)
+    elif spec.classes is None and source.kind == "criteo" and source.has_label and spec.task in ("auto", "binary") \
+            and passes != 2:
         # the reader lets no label but 0 and 1 through: the task is known before any row is read
-        task, classes = "binary", binary_classes(["0", "1"], positive)
-    if buckets not in (None, "") and hash_mode != "split" and like is None:
-        raise MpinnError("--buckets is for --hash-mode split (this is %s)" % hash_mode)
-    fitter = None
-    if source.categorical and contract is None:
-        if source.kind in ("default", "criteo") and hash_bits is None:
-            # what auto gives for the click logs' 10^5+ values (auto needs every distinct value of every
-            # column first: a pass of its own, and memory that grows with the log)
-            hash_bits = 18
-        if hash_mode == "trick" and not report and hash_bits is not None:
-            contract = make_contract(source.categorical, hash_bits, hash_seed)
-        else:
-            fitter = hashing_fitter(source, hash_mode, hash_bits, hash_seed, hash_k, buckets)
-    labels = LabelScan(task, positive) if source.has_label and task != "regression" and classes is None else None
-    stats = ColumnStats(source.numeric) if source.numeric else None
+        spec = replace(spec, task="binary", classes=binary_classes(["0", "1"], spec.positive))
+    if source.kind in ("default", "criteo") and hashing.contract is None and hashing.bits is None:
+        # what auto gives for the click logs' 10^5+ values (auto needs every distinct value of every column
+        # first: a pass of its own, and memory that grows with the log)
+        hashing = replace(hashing, bits=18)
+    table = TablePass(source, spec, hashing, threads, count_values=report)
     n = source.n_rows
-    one_pass = passes != 2 and fitter is None and labels is None
+    one_pass = passes != 2 and not table.needs_scan
     if passes == 1 and not one_pass:
         raise MpinnError("prepare cannot write %s in one pass: %s needs a scan first" % (
-            source.path, "the hashing contract" if fitter is not None else "the task and classes"))
-    scan = not one_pass and (n is None or fitter is not None or labels is not None or stats is not None)
+            source.path, "the hashing contract" if table.fitter is not None else "the task and classes"))
+    scan = not one_pass and (n is None or table.needs_scan or table.stats is not None)
     if scan:
         progress.start("pass 1/2 (scan)")
         n = 0
         for part in source.parts():
             n += part.n
-            if fitter is not None:
-                fitter.update(part.cats, threads)
-            if labels is not None:
-                labels.update(part.labels)
-            if stats is not None:
-                stats.update(part.Xd)
+            table.learn(part)
             progress.add(part.n)
-        if labels is not None:
-            task, classes = labels.result()
-        if fitter is not None:
-            contract = fitter.contract()
+        table.settle()
         if n == 0:
             raise MpinnError("%s has a header but no rows" % source.path)
+    task, classes, contract = table.task, table.classes, table.contract
     if not source.has_label and task == "auto":
-        task = "regression"     # nothing to learn from; predict only needs the columns
+        task = table.task = "regression"    # nothing to learn from; predict only needs the columns
     per = len(source.categorical) * per_feature_nnz(contract) if contract else 0
     meta = dict(source.meta, hashing=contract, task=task, classes=classes, has_label=source.has_label)
 
     def finish_meta():
-        if stats is not None:
-            meta["numeric_stats"] = stats.result()
-            if like is not None and like.get("transform") is not None:
-                transform = NumericTransform.from_dict(like["transform"])
-                transform.check_columns(source.numeric, "--like")
-                meta["transform"] = transform.to_dict()
+        if table.stats is not None:
+            meta["numeric_stats"] = table.numeric_stats()
+            if transform is not None:
+                fixed = NumericTransform.from_dict(transform)
+                fixed.check_columns(source.numeric, source.path or "the embedded click log")
+                meta["transform"] = fixed.to_dict()
             else:
-                transform = NumericTransform.fit(meta["numeric_stats"], numeric_transform)
-                meta["transform"] = transform.to_dict() if transform is not None else None
+                fitted = NumericTransform.fit(meta["numeric_stats"], numeric_transform)
+                meta["transform"] = fitted.to_dict() if fitted is not None else None
         return meta
     y_dtype = np.int64 if task == "multiclass" else np.float64
     n_columns = contract["n_columns"] if contract else 0
-    streaming = one_pass and (n is None or stats is not None)     # else the size is known before writing
+    streaming = one_pass and (n is None or table.stats is not None)     # else the size is known before writing
     if streaming:
         writer = StreamingPackedWriter(out, n_columns, len(source.numeric), y_dtype, row_nnz=per)
         n = None
@@ -136,13 +119,7 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
     rows = 0
     with writer as w:
         for part in source.parts():
-            idx = encode_indices(part.cats, contract, threads) if contract else None
-            if source.has_label:
-                y = encode_labels(part.labels, task, classes)[0]
-            else:
-                y = np.zeros(part.n)
-            if streaming and stats is not None:
-                stats.update(part.Xd)
+            idx, y = table.chunk(part)
             w.append(idx, per, y, part.Xd)
             rows += part.n
             progress.add(part.n, n)
@@ -156,6 +133,6 @@ def prepare(source, out, task="auto", hash_mode="trick", hash_bits=18, hash_seed
                "task": task, "classes": classes, "bytes": os.path.getsize(out), "seconds": seconds,
                "rows_per_s": rows / seconds if seconds else 0.0, "hashing": contract,
                "transform": meta.get("transform"), "passes": 2 if scan else 1}
-    if fitter is not None and contract is not None:
-        summary["collisions"] = fitter.report(contract)
+    if table.fitter is not None and contract is not None:
+        summary["collisions"] = table.fitter.report(contract)
     return summary

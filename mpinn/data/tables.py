@@ -1,24 +1,18 @@
 """CSV and Parquet tables (and the embedded click log) read chunk by chunk, hashed into a Dataset."""
 import csv
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data import kinds
 from mpinn.data.base import CHUNK_ROWS, Dataset
+from mpinn.data.chunks import TablePass
 from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
-from mpinn.data.labels import MISSING_TEXT, encode_labels
-from mpinn.data.stats import ColumnStats
-from mpinn.hashing import (ContractFitter, arrow_available, csr_from_indices, encode_indices, make_contract,
-                           parse_buckets)
-
-
-def _split_names(s):
-    if isinstance(s, (list, tuple)):
-        return [str(c) for c in s]
-    return [c.strip() for c in s.split(",") if c.strip()] if s else []
+from mpinn.data.labels import MISSING_TEXT
+from mpinn.data.spec import DataSpec, split_names
+from mpinn.hashing import HashSpec, arrow_available, csr_from_indices
 
 
 @dataclass
@@ -58,7 +52,7 @@ class TableSource:
     def __init__(self, path=None, label=None, categorical=(), numeric=(), require_label=True,
                  default_rows=200_000, default_seed=0, chunk_rows=CHUNK_ROWS, engine="auto", exclude=()):
         self.path, self.chunk_rows, self.engine = path, max(1, int(chunk_rows)), engine
-        categorical, numeric = _split_names(categorical), _split_names(numeric)
+        categorical, numeric = split_names(categorical), split_names(numeric)
         self.n_rows = None
         if path is None:
             self.kind = "default"
@@ -291,84 +285,64 @@ class TableSource:
         return self._csv_arrow_parts() if engine == "arrow" else self._csv_python_parts()
 
 
-def hashing_fitter(source, hash_mode="trick", hash_bits=18, hash_seed=0, hash_k=4, buckets=None):
-    return ContractFitter(source.categorical, hash_mode, hash_k, hash_bits, hash_seed, parse_buckets(buckets))
-
-
-def load_table(source, task="auto", classes=None, hash_mode="trick", hash_bits=18, hash_seed=0, hash_k=4,
-               buckets=None, contract=None, threads=1, positive=None):
-    """All of a TableSource in memory as a Dataset. The hashing contract is `contract` when given
-    (predicting, validating), else fitted to these rows."""
-    if buckets not in (None, "") and hash_mode != "split":
-        raise MpinnError("--buckets is for --hash-mode split (this is %s)" % hash_mode)
+def load_table(source, spec=DataSpec(), hashing=HashSpec(), threads=1):
+    """All of a table source in memory as a Dataset, read once through the TablePass that prepare packs
+    files with: hashed under `hashing`'s contract, or one fitted to these rows; the task and classes of
+    `spec`, or decided from every label at once. (The source has resolved spec's columns already.)"""
+    table = TablePass(source, spec, hashing, threads)
     parts = list(source.parts())
     n = sum(p.n for p in parts)
     if n == 0:
         raise MpinnError("%s has a header but no rows" % source.path)
+    for p in parts:
+        table.learn(p, labels=False)
+    table.settle()
     meta = dict(source.meta)
     Xs = None
-    if source.categorical:
-        if contract is None:
-            if hash_mode == "trick" and hash_bits is not None:      # None: auto, from the distinct values
-                contract = make_contract(source.categorical, hash_bits, hash_seed)
-            else:
-                fitter = hashing_fitter(source, hash_mode, hash_bits, hash_seed, hash_k, buckets)
-                for p in parts:
-                    fitter.update(p.cats, threads)
-                contract = fitter.contract()
-        elif contract.get("features") != source.categorical:
-            raise MpinnError("the hashing contract is for categorical columns %s, the data names %s"
-                             % (contract.get("features"), source.categorical))
-        idx = [encode_indices(p.cats, contract, threads) for p in parts]
+    if table.contract is not None:
+        idx = []
         for p in parts:
+            idx.append(table.hash(p))
             p.cats = None       # the raw columns can go once hashed
-        Xs = csr_from_indices(idx[0] if len(idx) == 1 else np.concatenate(idx), contract["n_columns"])
+        Xs = csr_from_indices(idx[0] if len(idx) == 1 else np.concatenate(idx), table.contract["n_columns"])
         del idx
-    meta["hashing"] = contract if source.categorical else None
+    meta["hashing"] = table.contract
     Xd = None
     if source.numeric:
-        stats = ColumnStats(source.numeric)
-        for p in parts:
-            stats.update(p.Xd)
-        meta["numeric_stats"] = stats.result()
+        meta["numeric_stats"] = table.numeric_stats()
         Xd = parts[0].Xd if len(parts) == 1 else np.concatenate([p.Xd for p in parts])
         Xd = np.ascontiguousarray(Xd, dtype=np.float64)
+    raw = None
     if source.has_label:
         raw = parts[0].labels if len(parts) == 1 else np.concatenate([np.asarray(p.labels) for p in parts])
-        y, task, classes = encode_labels(raw, task, classes, positive)
-    else:
-        y = np.zeros(n)
-    meta.update(task=task, classes=classes, has_label=source.has_label)
+    y = table.labels(raw, n)
+    meta.update(task=table.task, classes=table.classes, has_label=source.has_label)
     return Dataset(Xs, Xd, y, meta)
 
 
-def load_default(n_rows=200_000, seed=0, hash_bits=18, hash_seed=0, hash_mode="trick", hash_k=4,
-                 buckets=None, contract=None):
+def load_default(n_rows=200_000, seed=0, hashing=HashSpec()):
+    """The embedded click log (binary, 0/1) in memory."""
     source = TableSource(None, default_rows=n_rows, default_seed=seed, chunk_rows=max(1, n_rows))
-    hash_bits = 18 if hash_bits is None else hash_bits      # auto gives 18 for the click log's 10^5+ values
-    return load_table(source, "binary", ["0", "1"], hash_mode, hash_bits, hash_seed, hash_k, buckets, contract)
+    if hashing.contract is None and hashing.bits is None:
+        hashing = replace(hashing, bits=18)         # what auto gives for the click log's 10^5+ values
+    return load_table(source, DataSpec(task="binary", classes=["0", "1"]), hashing)
 
 
-def load_csv(path, label, categorical=(), numeric=(), hash_bits=18, hash_seed=0, task="auto",
-             classes=None, require_label=True, hash_mode="trick", hash_k=4, buckets=None, contract=None,
-             chunk_rows=CHUNK_ROWS, engine="auto", positive=None, exclude=()):
+def load_csv(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROWS, engine="auto"):
     """A CSV file with a header row, read in chunks. Categorical columns are hashed; numeric ones go
     in as dense features; an empty categorical cell is its own token, an empty numeric cell is missing.
-    exclude: columns never chosen as inputs when none are named (e.g. the --holdout-by column)."""
-    source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows, engine=engine,
-                         exclude=exclude)
-    return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract,
-                      positive=positive)
+    spec.exclude: columns never chosen as inputs when none are named (e.g. the --holdout-by column)."""
+    source = TableSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows=chunk_rows,
+                         engine=engine, exclude=spec.exclude)
+    return load_table(source, spec, hashing)
 
 
-def load_parquet(path, label, categorical=(), numeric=(), hash_bits=18, hash_seed=0, task="auto",
-                 classes=None, require_label=True, hash_mode="trick", hash_k=4, buckets=None, contract=None,
-                 chunk_rows=CHUNK_ROWS, positive=None, exclude=()):
+def load_parquet(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROWS):
     """A Parquet file read in record batches (pyarrow); dictionary-encoded string columns are hashed
     through their dictionaries."""
-    source = TableSource(path, label, categorical, numeric, require_label, chunk_rows=chunk_rows, exclude=exclude)
-    return load_table(source, task, classes, hash_mode, hash_bits, hash_seed, hash_k, buckets, contract,
-                      positive=positive)
+    source = TableSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows=chunk_rows,
+                         exclude=spec.exclude)
+    return load_table(source, spec, hashing)
 
 
 def read_column(path, name):

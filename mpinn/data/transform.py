@@ -56,8 +56,8 @@ class NumericTransform:
     def fit(cls, stats, mode="auto", target=None):
         """From a ColumnStats result (stats may be None: no numeric columns) and, for regression,
         the label's (target); None when there is nothing to do."""
-        if mode not in MODES:
-            raise MpinnError("--numeric-transform must be one of %s, not %r" % ("|".join(MODES), mode))
+        if mode not in MODES:       # the option's choices keep other modes off the command line
+            raise ValueError("the numeric transform's mode must be one of %s, not %r" % ("|".join(MODES), mode))
         names = list(stats["columns"]) if stats else []
         d = {"version": TRANSFORM_VERSION, "mode": mode, "columns": names, "kind": [], "center": [],
              "scale": [], "fill": [], "clip": [[], []], "indicators": [], "target": None,

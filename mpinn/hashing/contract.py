@@ -11,6 +11,8 @@ from mpinn.hashing.tokens import _map, _n_rows, _ordered, factorize
 HASHING_VERSION = 2         # 1: trick only (mode, bits, seed, features); 2 adds split and onehot
 MODES = ("split", "trick", "onehot")
 MAX_COLUMNS = 2**31 - 1     # column ids are int32
+MAX_BITS = 30               # trick: 2**bits columns
+MAX_K = 16                  # split: slices of the 64-bit digest (at least 4 bits each)
 
 
 # ---------------------------------------------------------------- contracts
@@ -22,28 +24,31 @@ def make_contract(features, bits=18, seed=0, mode="trick", k=4, buckets=None, vo
     split:  k columns per feature, one in each of k blocks of buckets[j] columns (split_slices);
             feature j's blocks start at offsets[j]; it hashes the value alone with feature_seeds[j].
     onehot: vocab[j] (sorted training tokens) gets columns offsets[j] + index; one more column for
-            values not seen in training."""
+            values not seen in training.
+    The option rules (mpinn.settings) keep bad modes, bits and k from the command line: here they are
+    API misuse (ValueError)."""
     features = [str(f) for f in features]
     if len(set(features)) != len(features):
         raise MpinnError("a categorical column is named twice: %s" % ", ".join(features))
     seed = int(seed)
     if mode not in MODES:
-        raise MpinnError("--hash-mode must be one of %s, not %r" % ("|".join(MODES), mode))
+        raise ValueError("hash mode must be one of %s, not %r" % ("|".join(MODES), mode))
     c = {"mode": mode, "version": HASHING_VERSION, "seed": seed, "features": features}
     if mode == "trick":
-        if not 1 <= int(bits) <= 30:
-            raise MpinnError("--hash-bits must be in 1..30, not %s" % bits)
+        if not 1 <= int(bits) <= MAX_BITS:
+            raise ValueError("trick mode's bits must be in 1..%d, not %s" % (MAX_BITS, bits))
         c.update(bits=int(bits), prefix=bool(prefix), n_columns=1 << int(bits))
         return c
     if mode == "split":
-        if not 1 <= int(k) <= 16:
-            raise MpinnError("--hash-k must be in 1..16, not %s" % k)
+        if not 1 <= int(k) <= MAX_K:
+            raise ValueError("split mode's k must be in 1..%d, not %s" % (MAX_K, k))
         k = int(k)
         buckets = [int(b) for b in buckets]
         for f, b in zip(features, buckets):
-            if not 1 <= b <= 1 << (64 // k):
-                raise MpinnError("--buckets %s=%d: with --hash-k %d a block holds 1..%d buckets (64/k bits of "
-                                 "the digest)" % (f, b, k, 1 << (64 // k)))
+            if not 1 <= b <= max_buckets(k):
+                # given counts are checked with the options; a default one (ceil(sqrt(distinct))) comes from the data
+                raise MpinnError("feature %r: %d buckets a block; with k=%d a block holds 1..%d buckets (64/k bits of "
+                                 "the digest)" % (f, b, k, max_buckets(k)))
         widths = [k * b for b in buckets]
         c.update(feature_seeds=[feature_seed(seed, f) for f in features], k=k, buckets=buckets)
     else:
@@ -67,8 +72,14 @@ def auto_bits(distinct):
     return int(min(18, max(10, math.ceil(math.log2(max(16 * int(distinct), 1))))))
 
 
+def max_buckets(k):
+    """The most buckets a split block holds: a slice of 64 // k bits of the digest."""
+    return 1 << (64 // int(k))
+
+
 def parse_buckets(text):
-    """--buckets: 'N' (every feature) or 'feat=N,feat=N' (the others keep the default)."""
+    """Bucket counts (the --buckets option's text): 'N' (every feature) or 'feat=N,feat=N' (the others keep
+    the default) -> N or {feat: N}; None for none. ValueError for text of another shape."""
     if text is None or isinstance(text, (int, dict)):
         return text
     text = str(text).strip()
@@ -84,7 +95,7 @@ def parse_buckets(text):
                 out[name.strip()] = int(n)
         return out
     except ValueError:
-        raise MpinnError("--buckets wants N or feature=N,feature=N, not %r" % text)
+        raise ValueError("bucket counts are N or feature=N,feature=N, not %r" % text)
 
 
 def _merge_sorted(parts, acc):
@@ -101,7 +112,8 @@ class ContractFitter:
         if isinstance(buckets, dict):
             unknown = sorted(set(buckets) - set(self.features))
             if unknown:
-                raise MpinnError("--buckets names %s, which is not a categorical column" % ", ".join(unknown))
+                raise MpinnError("bucket counts are given for %s, which is not a categorical column (they are %s)"
+                                 % (", ".join(unknown), ", ".join(self.features)))
         self.buckets = buckets
         self._probe = make_contract(self.features, 18 if bits is None else bits, seed, mode, k,
                                     buckets=[1] * len(self.features), vocab=[[]] * len(self.features),

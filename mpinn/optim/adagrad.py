@@ -1,7 +1,6 @@
 """Adagrad: element-wise, or one accumulator per row of the hashed block (rowwise, as FBGEMM's)."""
 import numpy as np
 
-from mpinn.config import MpinnError
 from mpinn.optim import fused
 from mpinn.optim.base import Optimizer
 
@@ -24,12 +23,12 @@ class Adagrad(Optimizer):
         self.eps, self.initial, self.rowwise = float(eps), float(initial), bool(rowwise)
         self.lazy_row_state = ("acc_row",) if self.rowwise else ()
         self.fused_rows = not self.rowwise      # the row-wise mean is numpy's pairwise sum: not fused
-        if self.rowwise and not self.sparse_ok:
-            raise MpinnError("--adagrad-rowwise updates the touched rows of the hashed block (its dense form is "
-                             "the same update): leave out --hashed-update dense")
+        if self.rowwise and not self.sparse_ok:     # the rule table refuses it on the command line (rowwise-lazy)
+            raise ValueError("row-wise Adagrad updates the touched rows of the hashed block: it needs "
+                             "hashed_update='lazy'")
 
-    def allocate_(self, zeros=None, dtype=np.float64):
-        super().allocate_(zeros, dtype)
+    def allocate_(self, zeros=None, dtype=np.float64, writes_state=True):
+        super().allocate_(zeros, dtype, writes_state)
         if self.initial and self.writes_state:
             for k in ("acc",) + self.row_state:
                 self.arrays[k][...] = self.initial

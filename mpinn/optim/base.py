@@ -41,8 +41,8 @@ class Optimizer:
     def __init__(self, size, xp, weight_decay=0.0, weight_slices=(), table=(0, 0), hashed_update="lazy"):
         if weight_decay < 0:
             raise MpinnError("weight decay must be >= 0, not %s" % weight_decay)
-        if hashed_update not in HASHED_UPDATES:
-            raise MpinnError("--hashed-update must be lazy or dense, not %r" % hashed_update)
+        if hashed_update not in HASHED_UPDATES:     # the option's choices keep other values off the command line
+            raise ValueError("hashed_update must be lazy or dense, not %r" % hashed_update)
         self.size, self.xp = int(size), xp
         self.weight_decay, self.weight_slices = float(weight_decay), [tuple(s) for s in weight_slices]
         self.n_rows, self.width = int(table[0]), int(table[1])
@@ -104,7 +104,7 @@ class Optimizer:
             if k in state:
                 setattr(self, k, float(state[k][0]))
             elif self.t:
-                raise MpinnError("the checkpoint holds no %s state %r for --optimizer %s" % (self.name, k, self.name))
+                raise MpinnError("the checkpoint holds no %s state %r (written by another optimizer?)" % (self.name, k))
 
     def load_state(self, state):
         self.load_scalars(state)
@@ -113,8 +113,8 @@ class Optimizer:
             return
         missing = [k for k in names if k not in state]
         if missing:
-            raise MpinnError("the checkpoint holds no %s state %r for --optimizer %s" % (
-                self.name, missing[0], self.name))
+            raise MpinnError("the checkpoint holds no %s state %r (written by another optimizer?)" % (
+                self.name, missing[0]))
         for k in names:
             if tuple(state[k].shape) != tuple(self.arrays[k].shape):
                 raise MpinnError("the checkpoint's optimizer state %r has shape %s, this run needs %s" % (

@@ -2,7 +2,6 @@
 import math
 from dataclasses import dataclass
 
-from mpinn.config import MpinnError
 
 SCALINGS = ("none", "linear", "sqrt")
 DECAYS = ("none", "cosine", "step")
@@ -46,14 +45,14 @@ class Schedule:
 
 def make_schedule(lr, global_batch=1, base_batch=None, scaling="none", warmup_steps=0, decay="none",
                   total_steps=0):
-    """The Schedule of a run (see Schedule; the rule table checks the options before this is made)."""
+    """The Schedule of a run (see Schedule). The options' choices and the rule table (scaling-base) keep
+    bad values off the command line: here they are API misuse (ValueError)."""
     if scaling not in SCALINGS:
-        raise MpinnError("--lr-scaling must be one of %s, not %r" % ("|".join(SCALINGS), scaling))
+        raise ValueError("scaling must be one of %s, not %r" % ("|".join(SCALINGS), scaling))
     if decay not in DECAYS:
-        raise MpinnError("--lr-decay must be one of %s, not %r" % ("|".join(DECAYS), decay))
+        raise ValueError("decay must be one of %s, not %r" % ("|".join(DECAYS), decay))
     if scaling != "none" and not base_batch:
-        raise MpinnError("--lr-scaling %s needs the batch the learning rate was tuned for: give "
-                         "--lr-base-batch, or --batch-per-rank (then it is that batch)" % scaling)
+        raise ValueError("scaling %s needs base_batch, the global batch the rate was tuned for" % scaling)
     ratio = global_batch / base_batch if base_batch else 1.0
     target = lr * {"none": 1.0, "linear": ratio, "sqrt": ratio ** 0.5}[scaling]
     warmup_steps = int(warmup_steps)

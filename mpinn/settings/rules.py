@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mpinn.config import MpinnError
+from mpinn.hashing import max_buckets, parse_buckets
 from mpinn.optim import REGISTRY
 
 
@@ -32,6 +33,17 @@ def _suffix(c):
 
 def _task_known(c):
     return c.task != "auto"
+
+
+def _bucket_counts(c):
+    b = parse_buckets(c.buckets)
+    return [b] if isinstance(b, int) else list((b or {}).values())
+
+
+def _bucket_columns_unknown(c):
+    """Columns --buckets names that --categorical (when given) does not."""
+    b, named = parse_buckets(c.buckets), [x.strip() for x in (c.categorical or "").split(",") if x.strip()]
+    return isinstance(b, dict) and bool(named) and bool(set(b) - set(named))
 
 
 def _own_option_rules():
@@ -132,6 +144,17 @@ RULES = tuple([
          lambda c: _suffix(c) in ("npz", "mat") and _given(c, "label", "categorical", "numeric"),
          "--label, --categorical and --numeric name the columns of a CSV or Parquet file; a .{_s} file holds "
          "the arrays X and y", "--label y", "data.npz"),
+    Rule("buckets-split", ("buckets", "hash_mode"), lambda c: bool(c.buckets) and c.hash_mode != "split",
+         "--buckets is for --hash-mode split (this is {c.hash_mode})", "--categorical a --buckets a=3"),
+    Rule("buckets-block", ("buckets", "hash_k", "hash_mode"),
+         lambda c: c.hash_mode == "split" and bool(c.buckets)
+         and max(_bucket_counts(c), default=0) > max_buckets(c.hash_k),
+         "--buckets {c.buckets}: a split block holds 1..2^(64/k) buckets (a slice of 64/k bits of the digest), "
+         "and --hash-k is {c.hash_k}", "--hash-mode split --hash-k 16 --buckets 17"),
+    Rule("buckets-columns", ("buckets", "categorical", "hash_mode"),
+         lambda c: c.hash_mode == "split" and bool(c.buckets) and _bucket_columns_unknown(c),
+         "--buckets names a column that --categorical ({c.categorical}) does not",
+         "--hash-mode split --categorical a --buckets b=3"),
     Rule("holdout-or-valid", ("valid", "holdout"), lambda c: bool(c.valid) and _given(c, "holdout"),
          "--holdout splits the training data when there is no --valid file: give one of them",
          "--valid valid.csv --holdout 0.2"),

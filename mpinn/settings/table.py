@@ -1,6 +1,7 @@
 """Every option of a training run, once: its type, default, group, help and whether a resume may change
 it (RunConfig's fields). The command line's parser, --help, the Python API's keywords and the option
 reference (docs/options.md) are all made from this table (mpinn.settings.parse)."""
+import argparse
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Optional
@@ -9,6 +10,7 @@ from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
 from mpinn.options import (hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int, positive_float,
                            positive_int)
+from mpinn.hashing import MAX_BITS, MAX_K, HashSpec, parse_buckets
 
 # where a value came from
 GIVEN, DEFAULT, DATA = "given", "default", "data"
@@ -18,6 +20,37 @@ def option(default, group, help, resume=False, **argparse):
     """A field that is a command-line option: `--name` (underscores as dashes) with argparse's keywords
     (type, choices, metavar, action); resume=True: may change when a run is resumed."""
     return field(default=default, metadata={"group": group, "help": help, "resume": resume, "argparse": argparse})
+
+
+def _int_in(s, lo, hi):
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be an integer in %d..%d, not %s" % (lo, hi, s))
+    if not lo <= v <= hi:
+        raise argparse.ArgumentTypeError("must be in %d..%d, not %s" % (lo, hi, s))
+    return v
+
+
+def trick_bits(s):
+    """--hash-bits: trick mode's 2**bits columns, 1..30 bits (column ids are int32)."""
+    return _int_in(s, 1, MAX_BITS)
+
+
+def split_k(s):
+    """--hash-k: split mode's slices of the 64-bit digest, 1..16 (each at least 4 bits)."""
+    return _int_in(s, 1, MAX_K)
+
+
+def bucket_counts(s):
+    """--buckets: N (every feature) or feature=N,feature=N, each N at least 1; kept as the text given."""
+    try:
+        b = parse_buckets(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError("wants N or feature=N,feature=N, not %r" % s)
+    if any(n < 1 for n in ([b] if isinstance(b, int) else (b or {}).values())):
+        raise argparse.ArgumentTypeError("a bucket count is at least 1, not %r" % s)
+    return s
 
 
 def resolved(default, help):
@@ -73,13 +106,14 @@ class RunConfig:
     hash_mode: str = option("trick", "data", "trick: one column per feature, hash mod 2**bits; split: the value's "
                             "xxh64 cut in k slices, one column in each of k blocks per feature; onehot: one column "
                             "per training value, plus one for unseen values", choices=("trick", "split", "onehot"))
-    hash_k: int = option(4, "data", "split: columns per value", type=positive_int)
+    hash_k: int = option(4, "data", "split: columns per value, 1..16 (each a slice of 64/k bits of the value's "
+                         "xxh64)", type=split_k)
     hash_bits: Optional[int] = option(
-        None, "data", "trick: 2**bits columns (default auto: 16 columns per distinct training value of all the "
-        "categorical columns together, between 2^10 and 2^18; 2^18 for the click log)", type=positive_int)
+        None, "data", "trick: 2**bits columns, 1..30 bits (default auto: 16 columns per distinct training value of "
+        "all the categorical columns together, between 2^10 and 2^18; 2^18 for the click log)", type=trick_bits)
     hash_seed: int = option(0, "data", "xxh64 seed", type=int)
     buckets: Optional[str] = option(None, "data", "split: buckets per block, N for every feature or feat=N,feat=N "
-                                    "(default ceil(sqrt(distinct values)))")
+                                    "(default ceil(sqrt(distinct values)))", type=bucket_counts)
     default_rows: int = option(200_000, "data", "rows of the embedded click log", type=positive_int)
     # ------------------------------------------------------------------ model
     hidden: tuple = option((64,), "model", "hidden widths, comma-separated ('' for none: a linear model)",
@@ -251,6 +285,12 @@ class RunConfig:
     def where(self, name):
         """Where the value of `name` came from: given, default, or data."""
         return self.origin.get(name, DEFAULT)
+
+    @property
+    def hashing(self):
+        """The HashSpec the readers hash categorical columns with (the rule table has checked the options;
+        mpinn.settings.hashing.hash_spec checks them for prepare)."""
+        return HashSpec(self.hash_mode, self.hash_bits, self.hash_seed, self.hash_k, parse_buckets(self.buckets))
 
     @property
     def towers(self):

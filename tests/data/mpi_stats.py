@@ -14,7 +14,7 @@ def shared_dir():
 
 def test_local_readers_statistics_equal_numpy_on_every_rank():
     import mpinn.api as mp
-    from mpinn.data import load_csv
+    from mpinn.data import DataSpec, HashSpec, load_csv
     from mpinn.data.packing import write_dataset
     from mpinn.data.tables import TableSource
     from mpinn.prepare import prepare
@@ -32,7 +32,7 @@ def test_local_readers_statistics_equal_numpy_on_every_rank():
                 f.write("k%d,%s,%d\n" % (i % 7, ",".join("" if np.isnan(v) else repr(float(v)) for v in row),
                                         (row[0] > 8000) ^ (i % 3 == 0)))
         prepare(TableSource(csv, "y", ["c"], names, chunk_rows=1000), with_stats)      # stats in the header
-        mem = load_csv(csv, "y", ["c"], names, hash_bits=8)
+        mem = load_csv(csv, DataSpec("y", ["c"], names), HashSpec(bits=8))
         mem.meta.pop("numeric_stats")
         write_dataset(without, mem)            # no stats in the header: every rank takes them itself
     COMM.Barrier()

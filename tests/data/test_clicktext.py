@@ -12,7 +12,7 @@ import pytest
 from conftest import run
 from mpinn.bench.w4 import BLOCK, MISSING_INT, W4, write_text
 from mpinn.config import MpinnError
-from mpinn.data import load_data
+from mpinn.data import HashSpec, load_data
 from mpinn.data.clicktext import CAT_NAMES, INT_NAMES, ClickTextSource
 
 SCALE = 20000           # small cardinalities (2..1999 values a column): fast, and every value repeats
@@ -90,7 +90,7 @@ def test_a_bad_row_is_one_line_naming_it(tmp_path, damage, message, gz):
     with (gzip.open(path, "wt") if gz else open(path, "w")) as f:
         f.write(text)
     with pytest.raises(MpinnError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        load_data(str(path), hash_bits=10)
+        load_data(str(path), hashing=HashSpec(bits=10))
     r = run([sys.executable, "-m", "mpinn.train", "--data", str(path), "--epochs", "1", "--no-progress",
              "--model-out", str(tmp_path / "m.npz")], timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
@@ -104,7 +104,7 @@ def test_a_truncated_gzip_file_is_one_line(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[:len(data) // 2])
     with pytest.raises(MpinnError, match="cut.tsv.gz line"):
-        load_data(str(path), hash_bits=10)
+        load_data(str(path), hashing=HashSpec(bits=10))
 
 
 @pytest.mark.mpi
@@ -136,7 +136,7 @@ def test_train_predict_and_prepare_on_click_text(tmp_path, launcher):
     r = run([sys.executable, "-m", "mpinn.prepare", "--data", test, "--out", str(tmp_path / "t.mpinn"),
              "--hash-bits", "14", "--quiet"], timeout=120)
     assert r.returncode == 0, r.stderr
-    packed, direct = load_data(str(tmp_path / "t.mpinn")), load_data(test, hash_bits=14)
+    packed, direct = load_data(str(tmp_path / "t.mpinn")), load_data(test, hashing=HashSpec(bits=14))
     rows = packed.take(np.arange(len(packed)))
     assert (rows.Xs != direct.Xs).nnz == 0 and np.array_equal(rows.y, direct.y)
     assert np.array_equal(np.isnan(rows.Xd), np.isnan(direct.Xd))

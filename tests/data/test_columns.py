@@ -7,7 +7,7 @@ import pytest
 
 from conftest import run
 from mpinn.config import MpinnError
-from mpinn.data import Dataset, load_csv
+from mpinn.data import DataSpec, Dataset, load_csv
 from mpinn.data.tables import read_column
 
 
@@ -25,7 +25,7 @@ def table(tmp_path, n=300, seed=0):
 
 
 def test_numbers_are_numeric_text_is_hashed_and_a_few_integers_are_both(tmp_path):
-    d = load_csv(table(tmp_path), "y")
+    d = load_csv(table(tmp_path), DataSpec("y"))
     assert d.meta["numeric"] == ["x", "month", "gappy", "big_int", "day"]
     assert d.meta["categorical"] == ["colour", "month"]               # month: 12 integer values, both
     note = d.meta["columns_chosen"]
@@ -34,7 +34,7 @@ def test_numbers_are_numeric_text_is_hashed_and_a_few_integers_are_both(tmp_path
 
 
 def test_named_columns_are_taken_as_given(tmp_path):
-    d = load_csv(table(tmp_path), "y", categorical=["colour", "day"], numeric=["x"])
+    d = load_csv(table(tmp_path), DataSpec("y", categorical=["colour", "day"], numeric=["x"]))
     assert d.meta["categorical"] == ["colour", "day"] and d.meta["numeric"] == ["x"]
     assert "columns_chosen" not in d.meta
 
@@ -42,13 +42,13 @@ def test_named_columns_are_taken_as_given(tmp_path):
 def test_the_label_is_never_an_input(tmp_path):
     path = table(tmp_path)
     with pytest.raises(MpinnError, match="the label column 'y' is also named as an input"):
-        load_csv(path, "y", categorical=["colour", "y"])
+        load_csv(path, DataSpec("y", categorical=["colour", "y"]))
     rows = [(i % 2, i % 2, i) for i in range(50)]
     copy = write(tmp_path / "copy.csv", ["answer", "y", "z"], rows)
     with pytest.raises(MpinnError, match="the input column 'answer' repeats the label 'y'"):
-        load_csv(copy, "y")                                          # chosen from the values
+        load_csv(copy, DataSpec("y"))                                # chosen from the values
     with pytest.raises(MpinnError, match="repeats the label"):
-        load_csv(copy, "y", numeric=["answer", "z"])                  # or named
+        load_csv(copy, DataSpec("y", numeric=["answer", "z"]))      # or named
 
 
 def small(n, seed=1):

@@ -4,7 +4,7 @@ import pytest
 import scipy.io
 
 from mpinn.config import MpinnError
-from mpinn.data import load_csv, load_data, load_default
+from mpinn.data import DataSpec, HashSpec, load_csv, load_data, load_default
 from mpinn.data.clicklog import make_clicklog
 from mpinn.data.labels import encode_labels
 
@@ -16,7 +16,7 @@ def write(path, text):
 
 def test_csv_reads_hashes_and_encodes(tmp_path):
     p = write(tmp_path / "d.csv", "color,x,label\nred,1.5,cat\nblue,-2,dog\n,0,cat\n")
-    d = load_csv(p, "label", ["color"], ["x"], hash_bits=8)
+    d = load_csv(p, DataSpec("label", ["color"], ["x"]), HashSpec(bits=8))
     assert d.Xs.shape == (3, 256) and d.Xs.nnz == 3
     np.testing.assert_array_equal(d.Xd[:, 0], [1.5, -2, 0])
     assert d.task == "binary" and d.meta["classes"] == ["cat", "dog"]       # two labels of any kind: binary
@@ -33,7 +33,7 @@ def test_csv_reads_hashes_and_encodes(tmp_path):
 def test_csv_errors_name_the_problem(tmp_path, text, message):
     p = write(tmp_path / "bad.csv", text)
     with pytest.raises(MpinnError, match=message.replace("(", r"\(")):
-        load_data(p, label="y", categorical="a", numeric="x")
+        load_data(p, DataSpec("y", categorical="a", numeric="x"))
 
 
 def test_npz_with_pickled_objects_is_refused(tmp_path):
@@ -112,7 +112,7 @@ def same_dataset(a, b):
 @pytest.mark.parametrize("mode", ["trick", "split", "onehot"])
 def test_csv_in_chunks_equals_csv_at_once_with_either_engine(tmp_path, mode):
     p = write(tmp_path / "t.csv", table_text(700))
-    kw = dict(label="label", categorical=["site", "kind"], numeric=["x", "z"], hash_mode=mode)
+    kw = dict(spec=DataSpec("label", categorical=["site", "kind"], numeric=["x", "z"]), hashing=HashSpec(mode))
     whole = load_csv(p, chunk_rows=10**6, engine="python", **kw)
     assert len(whole) == 700 and whole.meta["classes"] == ["maybe", "no", "yes"]
     for engine in engines():
@@ -127,11 +127,11 @@ def test_a_bad_line_deep_in_a_streamed_csv_is_named(tmp_path, engine):
     p = write(tmp_path / "bad.csv", "\n".join(text) + "\n")
     physical = open(p).read().split("\n").index("d,3,oops,1,yes") + 1
     with pytest.raises(MpinnError, match=r"bad.csv line %d: column 'x' is not a number: 'oops'" % physical):
-        load_csv(p, "label", ["site"], ["x", "z"], chunk_rows=32, engine=engine)
+        load_csv(p, DataSpec("label", ["site"], ["x", "z"]), chunk_rows=32, engine=engine)
     text[250] = "d,3,1.5,yes"
     p = write(tmp_path / "short.csv", "\n".join(text) + "\n")
     with pytest.raises(MpinnError, match=r"line %d: 4 fields, the header has 5" % physical):
-        load_csv(p, "label", ["site"], ["x", "z"], chunk_rows=32, engine=engine)
+        load_csv(p, DataSpec("label", ["site"], ["x", "z"]), chunk_rows=32, engine=engine)
 
 
 def test_parquet_in_batches_equals_the_same_table_as_csv(tmp_path):
@@ -149,11 +149,10 @@ def test_parquet_in_batches_equals_the_same_table_as_csv(tmp_path):
         f.write("site,kind,x,label\n")
         for s, k, x, y in zip(site, table["kind"].to_pylist(), table["x"].to_pylist(), table["label"].to_pylist()):
             f.write("%s,%d,%r,%d\n" % (s or "", k, x, y))
-    kw = dict(label="label", categorical="site,kind", numeric="x", hash_mode="split")
-    ref = load_data(str(tmp_path / "t.csv"), **kw)
+    ref = load_data(str(tmp_path / "t.csv"), DataSpec("label", "site,kind", "x"), HashSpec("split"))
     from mpinn.data import load_parquet
     for chunk in (64, 10**6):
-        d = load_parquet(path, "label", ["site", "kind"], ["x"], hash_mode="split", chunk_rows=chunk)
+        d = load_parquet(path, DataSpec("label", ["site", "kind"], ["x"]), HashSpec("split"), chunk_rows=chunk)
         assert d.meta["source"] == "parquet" and d.task == "binary"
         for x, y in ((d.Xs.indices, ref.Xs.indices), (d.Xd, ref.Xd), (d.y, ref.y)):
             assert np.array_equal(x, y)
@@ -167,15 +166,15 @@ def test_parquet_errors_are_one_line(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     path = str(tmp_path / "t.parquet")
     pq.write_table(pa.table({"a": ["x", "y"], "x": [1.0, None], "y": [0, 1]}), path)
-    d = load_data(path, label="y", categorical="a", numeric="x")       # a null is a missing value
+    d = load_data(path, DataSpec("y", categorical="a", numeric="x"))     # a null is a missing value
     assert np.isnan(d.Xd[1, 0]) and d.meta["numeric_stats"]["missing"] == [1]
     with pytest.raises(MpinnError, match="column 'a' is not numeric"):
-        load_data(path, label="y", numeric="a")
+        load_data(path, DataSpec("y", numeric="a"))
     with pytest.raises(MpinnError, match="has no column 'q'"):
-        load_data(path, label="y", categorical="q")
+        load_data(path, DataSpec("y", categorical="q"))
     (tmp_path / "not.parquet").write_bytes(b"PAR1 nonsense")
     with pytest.raises(MpinnError, match="cannot read .*not.parquet as Parquet"):
-        load_data(str(tmp_path / "not.parquet"), label="y")
+        load_data(str(tmp_path / "not.parquet"), DataSpec("y"))
 
 
 def test_clicklog_in_chunks_equals_the_whole():
@@ -190,13 +189,13 @@ def test_clicklog_in_chunks_equals_the_whole():
 def test_a_given_contract_is_used_not_refitted(tmp_path):
     tr = write(tmp_path / "tr.csv", "c,y\n" + "".join("v%d,%d\n" % (i % 30, i % 2) for i in range(300)))
     va = write(tmp_path / "va.csv", "c,y\nv1,0\nnew,1\n")
-    train = load_data(tr, label="y", categorical="c", hash_mode="split")
-    valid = load_data(va, label="y", categorical="c", contract=train.meta["hashing"])
+    train = load_data(tr, DataSpec("y", categorical="c"), HashSpec("split"))
+    valid = load_data(va, DataSpec("y", categorical="c"), HashSpec(contract=train.meta["hashing"]))
     assert valid.meta["hashing"] == train.meta["hashing"] and valid.Xs.shape[1] == train.Xs.shape[1]
     assert np.array_equal(valid.Xs[0].indices, train.Xs[1].indices)     # v1 -> the same columns
     other = write(tmp_path / "other.csv", "d,y\nx,0\n")
     with pytest.raises(MpinnError, match="contract is for categorical columns"):
-        load_data(other, label="y", categorical="d", contract=train.meta["hashing"])
+        load_data(other, DataSpec("y", categorical="d"), HashSpec(contract=train.meta["hashing"]))
 
 
 def test_label_scan_in_chunks_decides_like_encode_labels():
@@ -215,7 +214,7 @@ def test_label_scan_in_chunks_decides_like_encode_labels():
 
 def test_default_data_in_every_hash_mode():
     for mode, cols in (("trick", 2**18), ("split", None), ("onehot", None)):
-        d = load_default(5000, hash_mode=mode)
+        d = load_default(5000, hashing=HashSpec(mode))
         c = d.meta["hashing"]
         assert c["mode"] == mode and d.Xs.shape == (5000, c["n_columns"])
         assert cols is None or c["n_columns"] == cols

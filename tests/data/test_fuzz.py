@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mpinn.config import MpinnError
-from mpinn.data import load_csv
+from mpinn.data import DataSpec, HashSpec, load_csv
 from mpinn.data.transform import NumericTransform
 
 CELL = st.text(alphabet=string.ascii_letters + string.digits + " .,-+\"'\n\teE", max_size=6)
@@ -25,7 +25,7 @@ def check(path, text_or_bytes):
     with open(path, mode) as f:
         f.write(text_or_bytes)
     try:
-        data = load_csv(str(path), "y", categorical=["a"], numeric=["x"])
+        data = load_csv(str(path), DataSpec("y", categorical=["a"], numeric=["x"]))
     except MpinnError as e:
         assert str(e) and "\n" not in str(e).strip()
         return
@@ -57,7 +57,7 @@ def packed_bytes(tmp_path_factory):
     from mpinn.data import load_default
     from mpinn.data.packing import write_dataset
     path = tmp_path_factory.mktemp("fuzz") / "good.mpinn"
-    write_dataset(str(path), load_default(300, hash_bits=10))
+    write_dataset(str(path), load_default(300, hashing=HashSpec(bits=10)))
     return path          # (a path, not the bytes: hypothesis prints its arguments on failure)
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpinn.config import MpinnError
-from mpinn.data import load_csv, load_data
+from mpinn.data import DataSpec, load_csv, load_data
 from mpinn.data.inputs import check_labels
 from mpinn.data.labels import encode_labels
 from mpinn.data.stats import BLOCK, ColumnStats, column_stats
@@ -130,7 +130,7 @@ def test_the_transform_round_trips_through_json_the_model_file_and_a_packed_file
             f.write(",".join("" if np.isnan(v) else repr(float(v)) for v in row) + ",%d\n" % (row[1] > 3))
     prepare(TableSource(str(csv), "y", (), NAMES, chunk_rows=333), str(tmp_path / "t.mpinn"))
     packed = PackedDataset(str(tmp_path / "t.mpinn"))
-    mem = load_csv(str(csv), "y", (), NAMES)
+    mem = load_csv(str(csv), DataSpec("y", numeric=NAMES))
     fitted = NumericTransform.fit(mem.numeric_stats())
     assert packed.meta["transform"] == fitted.to_dict()
     assert np.array_equal(packed.take(np.arange(3000)).Xd, mem.take(np.arange(3000)).Xd, equal_nan=True)
@@ -145,12 +145,12 @@ def test_missing_numeric_cells_are_nan_and_text_is_an_error(tmp_path, engine):
         pytest.importorskip("pyarrow")
     p = tmp_path / "m.csv"
     p.write_text("a,x,y\nq,1.5,0\nr,,1\ns,NA,0\nt, ? ,1\nu,inf,0\nv,-2,1\n")
-    d = load_csv(str(p), "y", ["a"], ["x"], engine=engine)
+    d = load_csv(str(p), DataSpec("y", ["a"], ["x"]), engine=engine)
     assert np.array_equal(d.Xd[:, 0], [1.5, np.nan, np.nan, np.nan, np.inf, -2], equal_nan=True)
     assert d.meta["numeric_stats"]["missing"] == [4] and d.meta["numeric_stats"]["count"] == [2]
     p.write_text("a,x,y\nq,1.5,0\nr,12 apples,1\n")
     with pytest.raises(MpinnError, match="line 3: column 'x' is not a number: '12 apples'"):
-        load_csv(str(p), "y", ["a"], ["x"], engine=engine)
+        load_csv(str(p), DataSpec("y", ["a"], ["x"]), engine=engine)
 
 
 @pytest.mark.parametrize("raw,classes", [
@@ -169,7 +169,7 @@ def test_the_positive_class_can_be_chosen(tmp_path):
         encode_labels(np.array(["yes", "no"], dtype=object), positive="maybe")
     p = tmp_path / "t.csv"
     p.write_text("x,income\n1,>50K\n2,<=50K\n")
-    assert load_data(str(p), label="income", numeric="x", positive="<=50K").meta["classes"] == [">50K", "<=50K"]
+    assert load_data(str(p), DataSpec("income", numeric="x", positive="<=50K")).meta["classes"] == [">50K", "<=50K"]
 
 
 def test_a_label_with_one_value_is_refused():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import mpinn.data.packed as packed
 import mpinn.data.packing as packing
 from mpinn.config import MpinnError
-from mpinn.data import Dataset, load_csv, load_data, load_default
+from mpinn.data import DataSpec, Dataset, HashSpec, load_csv, load_data, load_default
 from mpinn.data.tables import TableSource
 from mpinn.data.packed import PackedDataset
 from mpinn.data.packing import write_dataset
@@ -42,9 +42,9 @@ def make_csv(path, n, seed=0):
 def test_prepared_file_equals_the_in_memory_dataset(tmp_path, mode):
     csv_path = make_csv(tmp_path / "t.csv", 1500)
     kw = dict(label="label", categorical=["site", "ad"], numeric=["x"])
-    mem = load_csv(csv_path, hash_mode=mode, **kw)
+    mem = load_csv(csv_path, DataSpec(**kw), HashSpec(mode))
     out = str(tmp_path / "t.mpinn")
-    s = prepare(TableSource(csv_path, chunk_rows=100, **kw), out, hash_mode=mode)
+    s = prepare(TableSource(csv_path, chunk_rows=100, **kw), out, hashing=HashSpec(mode))
     assert s["rows"] == 1500
     p = load_data(out)
     assert isinstance(p, PackedDataset) and len(p) == 1500 and without_transform(p.meta) == mem.meta
@@ -66,8 +66,8 @@ def test_prepared_file_equals_the_in_memory_dataset(tmp_path, mode):
 
 def test_default_data_prepared_in_chunks_equals_load_default(tmp_path):
     out = str(tmp_path / "d.mpinn")
-    prepare(TableSource(None, default_rows=3000, chunk_rows=700), out, hash_mode="split")
-    p, mem = PackedDataset(out, verify=True), load_default(3000, hash_mode="split")
+    prepare(TableSource(None, default_rows=3000, chunk_rows=700), out, hashing=HashSpec("split"))
+    p, mem = PackedDataset(out, verify=True), load_default(3000, hashing=HashSpec("split"))
     assert without_transform(p.meta) == mem.meta
     same_batch(p.take(np.arange(3000)), mem.take(np.arange(3000)))
 
@@ -157,11 +157,11 @@ def test_damaged_files_are_refused(tmp_path, good_file):
 
 
 def test_a_packed_file_with_another_contract_is_refused(tmp_path, good_file):
-    other = load_default(100, hash_bits=12).meta["hashing"]
+    other = load_default(100, hashing=HashSpec(bits=12)).meta["hashing"]
     with pytest.raises(MpinnError, match="hashing contract mismatch in 'bits'"):
-        load_data(str(good_file), contract=other)
+        load_data(str(good_file), hashing=HashSpec(contract=other))
     with pytest.raises(MpinnError, match="classes"):
-        load_data(str(good_file), classes=["x", "y"])
+        load_data(str(good_file), DataSpec(classes=["x", "y"]))
 
 
 def test_an_interrupted_write_leaves_no_file(tmp_path):

@@ -12,6 +12,7 @@ import mpinn.data.packing as packing
 from conftest import run
 from mpinn.bench.w4 import W4, write_text
 from mpinn.config import MpinnError
+from mpinn.data import DataSpec, HashSpec
 from mpinn.data.clicktext import ClickTextSource
 from mpinn.data.labels import LabelScan
 from mpinn.data.packed import PackedDataset
@@ -19,6 +20,14 @@ from mpinn.prepare import prepare
 
 SCALE = 20000           # small cardinalities: fast
 ROWS = 5000
+AUTO = HashSpec(bits=None)      # --hash-bits auto: 18 for click-log text, without a pass of its own
+
+
+def like(meta):
+    """prepare's keywords for rows read as another packed file's (python -m mpinn.prepare --like FILE): its
+    task, classes, hashing contract and numeric transform."""
+    return {"spec": DataSpec(task=meta["task"], classes=meta.get("classes")),
+            "hashing": HashSpec(contract=meta.get("hashing")), "transform": meta.get("transform")}
 
 
 def click_text(tmp_path, name, rows=ROWS, start=0):
@@ -51,8 +60,8 @@ def leftovers(d, keep):
 def test_one_pass_writes_the_two_pass_bytes(tmp_path, name):
     src = click_text(tmp_path, name)
     one, two = str(tmp_path / "one.mpinn"), str(tmp_path / "two.mpinn")
-    s1 = prepare(ClickTextSource(src, chunk_rows=1200), one, hash_bits=None)
-    s2 = prepare(ClickTextSource(src, chunk_rows=1200), two, hash_bits=None, passes=2)
+    s1 = prepare(ClickTextSource(src, chunk_rows=1200), one, hashing=AUTO)
+    s2 = prepare(ClickTextSource(src, chunk_rows=1200), two, hashing=AUTO, passes=2)
     assert (s1["passes"], s2["passes"]) == (1, 2)
     assert filecmp.cmp(one, two, shallow=False)
     assert leftovers(tmp_path, [name, "one.mpinn", "two.mpinn"]) == []
@@ -76,7 +85,8 @@ def test_one_pass_with_a_positive_class_and_like(tmp_path):
     """--positive-class 0 and --like (contract, task, classes and transform of another file) take one pass
     too, and write the bytes the two passes write."""
     src = click_text(tmp_path, "w4.tsv", rows=2000)
-    for kw in ({"positive": "0", "hash_bits": 12}, {"like": PackedDataset(str(_packed(tmp_path))).meta}):
+    for kw in ({"spec": DataSpec(positive="0"), "hashing": HashSpec(bits=12)},
+               like(PackedDataset(str(_packed(tmp_path))).meta)):
         one, two = str(tmp_path / "one.mpinn"), str(tmp_path / "two.mpinn")
         assert prepare(ClickTextSource(src, chunk_rows=700), one, **kw)["passes"] == 1
         prepare(ClickTextSource(src, chunk_rows=700), two, passes=2, **kw)
@@ -87,21 +97,22 @@ def test_one_pass_with_a_positive_class_and_like(tmp_path):
 def _packed(tmp_path):
     path = tmp_path / "train.mpinn"
     if not path.exists():
-        prepare(ClickTextSource(click_text(tmp_path, "train.tsv", rows=1500, start=9000)), str(path), hash_bits=14)
+        prepare(ClickTextSource(click_text(tmp_path, "train.tsv", rows=1500, start=9000)), str(path),
+                hashing=HashSpec(bits=14))
     return path
 
 
 def test_the_one_pass_reads_the_source_once(tmp_path):
     src = click_text(tmp_path, "w4.tsv.gz")
     one = Counting(ClickTextSource(src, chunk_rows=1000))
-    prepare(one, str(tmp_path / "one.mpinn"), hash_bits=None)
+    prepare(one, str(tmp_path / "one.mpinn"), hashing=AUTO)
     assert (one.calls, one.rows) == (1, ROWS)
     two = Counting(ClickTextSource(src, chunk_rows=1000))
-    prepare(two, str(tmp_path / "two.mpinn"), hash_bits=None, passes=2)
+    prepare(two, str(tmp_path / "two.mpinn"), hashing=AUTO, passes=2)
     assert (two.calls, two.rows) == (2, 2 * ROWS)
     # what needs a scan first is not written in one pass
     with pytest.raises(MpinnError, match="cannot write .* in one pass"):
-        prepare(ClickTextSource(src), str(tmp_path / "x.mpinn"), hash_mode="split", passes=1)
+        prepare(ClickTextSource(src), str(tmp_path / "x.mpinn"), hashing=HashSpec("split"), passes=1)
 
 
 @pytest.mark.parametrize("name", ["w4.tsv", "w4.tsv.gz"])
@@ -136,7 +147,7 @@ def test_a_failure_while_closing_leaves_no_file_behind(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(packing, "_copy_into", broken)
     with pytest.raises(OSError, match="No space"):
-        prepare(ClickTextSource(src, chunk_rows=300), str(tmp_path / "x.mpinn"), hash_bits=12)
+        prepare(ClickTextSource(src, chunk_rows=300), str(tmp_path / "x.mpinn"), hashing=HashSpec(bits=12))
     assert leftovers(tmp_path, ["w4.tsv"]) == []
 
 
@@ -144,10 +155,10 @@ def test_the_copy_falls_back_to_reads_and_writes(tmp_path, monkeypatch):
     """Where copy_file_range is missing (or refused across file systems), the sections are copied by
     reads and writes: the same file."""
     src = click_text(tmp_path, "w4.tsv", rows=1500)
-    prepare(ClickTextSource(src, chunk_rows=400), str(tmp_path / "a.mpinn"), hash_bits=12)
+    prepare(ClickTextSource(src, chunk_rows=400), str(tmp_path / "a.mpinn"), hashing=HashSpec(bits=12))
     monkeypatch.delattr(os, "copy_file_range", raising=False)
     monkeypatch.setattr(packing, "_copy_into", lambda *a, **k: _orig_copy(*a, chunk=4096))
-    prepare(ClickTextSource(src, chunk_rows=400), str(tmp_path / "b.mpinn"), hash_bits=12)
+    prepare(ClickTextSource(src, chunk_rows=400), str(tmp_path / "b.mpinn"), hashing=HashSpec(bits=12))
     assert filecmp.cmp(str(tmp_path / "a.mpinn"), str(tmp_path / "b.mpinn"), shallow=False)
 
 

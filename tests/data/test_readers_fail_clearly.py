@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT, run
 from mpinn.config import MpinnError
-from mpinn.data import load_data
+from mpinn.data import DataSpec, load_data
 
 
 def cli(args, tmp_path):
@@ -49,9 +49,9 @@ def test_a_truncated_file_is_one_clear_error(kind, keep, tmp_path):
     data = src.read_bytes()
     cut = tmp_path / ("cut." + kind)
     cut.write_bytes(data[:int(len(data) * keep)])
-    kw = dict(label="y", categorical="a", numeric="x") if kind in ("csv", "parquet") else {}
+    spec = DataSpec(label="y", categorical="a", numeric="x") if kind in ("csv", "parquet") else DataSpec()
     try:
-        load_data(str(cut), **kw)
+        load_data(str(cut), spec)
     except MpinnError as e:
         assert "\n" not in str(e).strip()
 
