@@ -145,10 +145,10 @@ def load_checkpoint(directory, run=None):
     newest of any run (whose header then says how it differs); a clear MpinnError when there is none, or
     when it is unreadable, truncated, foreign or holds pickled objects."""
     if not os.path.isdir(directory):
-        raise MpinnError("--resume: checkpoint directory %s does not exist" % directory)
+        raise MpinnError("checkpoint directory %s does not exist" % directory)
     found = (run and list_checkpoints(directory, run)) or list_checkpoints(directory)
     if not found:
-        raise MpinnError("--resume: no checkpoint (ckpt-*.npz) in %s" % directory)
+        raise MpinnError("no checkpoint (ckpt-*.npz) in %s" % directory)
     path = found[-1][1]
     try:
         with np.load(path, allow_pickle=False) as z:

@@ -66,6 +66,13 @@ class ModelSpec:
         return self.layer_sizes[1] + (self.n_out if self.has_wide else 0)
 
     @property
+    def n_params(self):
+        """The parameters' count: every layer's weights and biases (the MLP's flat buffer, mpinn.model)."""
+        sizes = self.layer_sizes
+        outs = (self.first_width,) + sizes[2:]
+        return sum(fin * fout + fout for fin, fout in zip(sizes[:-1], outs))
+
+    @property
     def has_wide(self):
         """Is there a linear part beside hidden layers? (Without hidden layers the model is linear already.)"""
         return bool(self.wide and self.hidden)

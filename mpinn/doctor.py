@@ -59,9 +59,9 @@ def gpu_for(local_rank):
     return xp.__version__, "cuda:%d %s (%d on host)" % (device, name, count)
 
 
-def rank_record(comm):
+def rank_record(comm, topo):
     from mpinn.comm import node
-    local_rank, local_size = node.local_rank_size(comm)
+    local_rank, local_size = topo.local_of[comm.rank], topo.node_size(comm.rank)
     cupy, gpu = gpu_for(local_rank)
     return {"rank": comm.rank, "host": node.processor_name(), "local_rank": local_rank,
             "local_size": local_size, "pid": os.getpid(),
@@ -141,28 +141,27 @@ def default_spec(args):
                      args.dtype, sparse_fan_in=float(DEFAULT_FEATURES), wide=bool(args.hidden))   # as training
 
 
-def time_step(comm, args, spec, repeats):
-    """Time training steps as training takes them (the same configuration, wiring and Trainer: scatter,
+def time_step(job, args, spec, repeats):
+    """Time training steps as training takes them (the same configuration, plan, Run and Trainer: scatter,
     forward/backward, gradient exchange, an SGD update) on the embedded click log's first rows; per
     phase (the step's own timeline), the median over steps of the mean over ranks."""
     from mpinn import settings
+    from mpinn.batch import Layout
     from mpinn.data import load_default
-    from mpinn.training import wire
+    from mpinn.data.info import DataInfo
+    from mpinn.training import Run
     cfg = settings.from_keywords(None, hash_bits=args.hash_bits, hidden=args.hidden, activation=args.activation,
                                  dtype=args.dtype, batch_size=args.batch_size, reduce=args.reduce,
                                  sparse_threshold=args.sparse_threshold, table=args.table, optimizer="sgd", lr=0.1,
                                  epochs=1, early_stop=0, holdout=0, quiet=True)
     settings.check(cfg)
-    layout = {"n_sparse": spec.n_sparse, "n_dense": spec.n_dense, "dtype": args.dtype, "y_dtype": args.dtype}
-    info = {"meta": {"task": "binary"}, "layout": layout, "fan_in": spec.sparse_fan_in, "n_out": 1,
-            "n_train": args.batch_size, "has_valid": False}
-    cfg = settings.resolve(cfg, info, comm)
-    trainer = wire(cfg, comm, info).trainer
-    trainer.start()
+    info = DataInfo({"task": "binary"}, Layout(spec.n_sparse, spec.n_dense, args.dtype, args.dtype), 1,
+                    spec.sparse_fan_in, args.batch_size, False)
+    run = Run(settings.resolve(cfg, info, job.size), job, info)
+    trainer, comm, sharded = run.start(), run.comm, run.plan.table == "sharded"
     batch = None
     if comm.rank == 0:
         batch = load_default(args.batch_size, 0, cfg.hashing).take(np.arange(args.batch_size), args.dtype)
-    sharded = cfg.table == "sharded"
     keys = ["scatter", "compute"] + ([k for k, _ in SHARDED_PARTS] if sharded else ["exchange"]) + ["update"]
     mine = []
     for s in range(repeats + 1):             # the first step is a warm-up
@@ -189,7 +188,7 @@ def time_step(comm, args, spec, repeats):
     return dict(phases, step_s=total, comm_share=comm_s / total if total else 0.0,
                 exchange="sharded" if sharded else per_rank[0][1] or "dense", repeats=repeats,
                 batch_size=args.batch_size, rows_per_rank=-(-args.batch_size // comm.size), reduce=comm.name,
-                table=cfg.table, table_why=cfg.table_why, model=describe_spec(spec))
+                table=run.plan.table, table_why=run.plan.table_why, model=describe_spec(spec))
 
 
 def describe_spec(spec):
@@ -270,8 +269,10 @@ def format_report(rep):
 
 
 def run(args):
-    from mpinn.comm import create_communicator, node
-    comm = create_communicator(args.reduce, sparse_threshold=args.sparse_threshold)
+    from mpinn.comm import node
+    from mpinn.training import open_job
+    job = open_job()
+    comm = job.comm
     unwired = node.unwired_srun(comm.size, os.environ)
     if unwired:
         raise MpinnError(unwired, collective=True)
@@ -280,7 +281,7 @@ def run(args):
     # read on rank 0 only (the file may exist there alone), then known to every rank, which must all
     # reach the same verdict below
     hf = comm.bcast_obj(comm.root_call(lambda: parse_hostfile(path))) if path else None
-    records = comm.allgather_obj(rank_record(comm))
+    records = comm.allgather_obj(rank_record(comm, job.topology))
     problems = differences(records)
     warnings = host_notes(records)
     hostfile = None
@@ -302,7 +303,7 @@ def run(args):
     ar["bus_gb_s"] = bus_bandwidth(ar, comm.size)
     ar["what"] = "--model-size" if spec is None else "the model's gradient"
     lat = time_allreduce(comm, 1, args.dtype, max(args.repeats, 20))
-    step = time_step(comm, args, spec, args.repeats) if spec is not None else None
+    step = time_step(job, args, spec, args.repeats) if spec is not None else None
     rep = {"mpinn": __version__, "size": comm.size, "hosts": sorted({r["host"] for r in records}),
            "launcher": node.slurm_step(os.environ),
            "ranks": records, "hostfile": hostfile, "differences": problems, "allreduce": ar,

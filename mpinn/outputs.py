@@ -39,16 +39,3 @@ def check_dir(path, what):
     why = _creatable_dir(path)
     if why:
         raise MpinnError("%s %s cannot be used: %s" % (what, path, why))
-
-
-def check_outputs(cfg):
-    """Every output of a training run (rank 0, before any data is read)."""
-    for name, what in (("model_out", "--model-out"), ("metrics_out", "--metrics-out"), ("curve", "--curve"),
-                       ("plot", "--plot"), ("timeline", "--timeline")):
-        path = getattr(cfg, name)
-        if path:
-            check_file(path, what)
-    for name, what in (("checkpoint_dir", "--checkpoint-dir"), ("resume", "--resume")):
-        path = getattr(cfg, name)
-        if path:
-            check_dir(path, what)

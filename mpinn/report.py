@@ -2,16 +2,17 @@
 import json
 import os
 
-from mpinn.config import MpinnError
 
 METRICS = ("accuracy", "logloss", "auc", "rmse")
 
 
-def check_plotting():
+def plotting_missing():
+    """Why no plot can be drawn here (matplotlib does not import), or None."""
     try:
         import matplotlib  # noqa: F401
-    except ImportError:
-        raise MpinnError("--plot needs matplotlib: pip install 'mpinn[plot]' (or pip install matplotlib)")
+    except ImportError as e:
+        return "matplotlib does not import (%s): pip install 'mpinn[plot]' (or pip install matplotlib)" % e
+    return None
 
 
 COLUMNS = ("epoch", "at", "step", "samples", "elapsed", "eval_seconds", "time", "train_loss", "seconds",

@@ -46,12 +46,24 @@ def make_optimizer(name, model, weight_decay=0.0):
                             table=model.table, **kw)
 
 
-def make_trainer(model, optimizer, comm, layout, batch, lr=LR, schedule=None, hooks=None, **options):
-    """A Trainer made by hand, as mpinn.training.wire makes one: a configuration fixed from the options
-    (keywords of mpinn.api.train; quiet), a constant rate lr (or the given schedule)."""
+def make_trainer(model, optimizer, layout, batch, lr=LR, schedule=None, hooks=None, mpi_comm=None, topology=None,
+                 hot=(), communicator=None, **options):
+    """A Trainer made by hand, as mpinn.training.run makes one: a configuration fixed from the options (keywords of
+    mpinn.api.train; quiet), its plan on this job (probed on mpi_comm, default the world; or `topology`, e.g. one
+    machine cut into 'nodes'), the communicator (or communicator(plan): the test's own, e.g. a fake device's) and
+    the step built from the plan, a constant rate lr (or the given schedule)."""
+    from mpinn.comm.topology import probe
+    from mpinn.settings import make_plan
     from mpinn.training import Trainer
+    from mpinn.training.build import build_step, communicator as plan_communicator
     cfg = fixed(batch, quiet=True, **options)
-    return Trainer(cfg, model, optimizer, schedule or make_schedule(lr), comm, layout, hooks)
+    topology = topology or probe(mpi_comm or COMM, cfg.device, nccl=cfg.comm == "nccl")
+    plan = make_plan(cfg, topology, model.spec, optimizer)
+    comm = communicator(plan) if communicator else plan_communicator(plan, mpi_comm, model.backend)
+    step = build_step(plan, comm, model, optimizer, hooks.faults if hooks else None, hot=hot)
+    trainer = Trainer(plan.cfg, model, optimizer, schedule or make_schedule(lr), step, layout, hooks)
+    trainer.plan = plan         # for the tests that look at what was planned
+    return trainer
 
 
 def shared_dir(prefix="mpinn-test-"):
@@ -67,14 +79,22 @@ def restore_then_start(trainer, directory, optimizer):
     whatever rank count wrote it and however this one holds it)."""
     import os
     from mpinn.checkpoint import load_checkpoint
+    from mpinn.training.checkpoints import Checkpoints, restore
     loaded = load_checkpoint(os.path.join(directory, "a")) if trainer.rank0 else (None, None)
-    trainer.restore(*loaded)
-    trainer.enable_checkpoints(os.path.join(directory, "b"))
+    restore(trainer, *loaded)
+    trainer.checkpoints = Checkpoints(os.path.join(directory, "b"))
     trainer.start()
-    trainer.checkpoint("step")
+    trainer.checkpoints.save(trainer, "step")
     if trainer.rank0:
         again, before = load_checkpoint(os.path.join(directory, "b"))[0], loaded[0]
         assert sorted(again) == sorted(before)
         assert any(k.startswith("opt_") and k != "opt_t" for k in before) or optimizer == "sgd"
         for k in before:
             assert np.array_equal(again[k], before[k]), k
+
+
+def write_checkpoint(trainer, directory):
+    """A checkpoint of the trainer's state now, written into directory (the loop's checkpoints do the same)."""
+    from mpinn.training.checkpoints import Checkpoints
+    trainer.checkpoints = Checkpoints(directory)
+    trainer.checkpoints.save(trainer, "step")

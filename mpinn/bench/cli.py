@@ -20,7 +20,8 @@ def build_parser():
                       "26 hashed C<j>=<hex> tokens in 2^20 + 26 dense -> 64 -> 1, batch 1024, SGD 0.1, 300 steps (30). "
                       "Example: mpiexec -n 2 python -m mpinn.bench --workload w1; "
                       "python -m mpinn.bench --table bench-results.jsonl /tmp/peers-results.jsonl")
-    p.add_argument("--workload", choices=sorted(WORKLOADS), help="which workload to train")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--workload", choices=sorted(WORKLOADS), help="which workload to train")
     p.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
                    help="gradient strategy: allreduce (default) or gather (DT42 pattern: Gather to rank 0, "
                         "rank 0 steps and Bcasts)")
@@ -59,7 +60,7 @@ def build_parser():
                         "null_comm_step_ms (0: skip; default 30)")
     p.add_argument("--out", help="JSONL file the record is appended to (default: $PEERS_RESULTS if set, "
                                  "else ./bench-results.jsonl)")
-    p.add_argument("--table", nargs="+", metavar="FILE",
+    what.add_argument("--table", nargs="+", metavar="FILE",
                    help="print the side-by-side table of the training records (mpinn and peers) in "
                         "these JSONL files, and exit (no MPI)")
     return p
@@ -71,11 +72,10 @@ def main(argv=None):
     if args.table:
         print_table(args.table)
         return 0
-    if not args.workload:
-        p.error("--workload is required (or --table FILE)")
     wl = WORKLOADS[args.workload]
-    if not 0 <= (wl.warmup if args.warmup is None else args.warmup) < (args.steps or wl.steps):
-        p.error("need 0 <= --warmup < --steps")
+    warmup, steps = wl.warmup if args.warmup is None else args.warmup, args.steps or wl.steps
+    if not 0 <= warmup < steps:
+        p.error("the warm-up (%d steps) must be fewer than the steps (%d), and not negative" % (warmup, steps))
     from mpinn.bench.run import run
     from mpinn.comm.guard import run_guarded
     return run_guarded(run, args)

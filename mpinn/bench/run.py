@@ -2,7 +2,6 @@
 mpinn.training.wire), fed in the peers' batch order, timed between two Barriers, one record written."""
 import os
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -26,18 +25,41 @@ def workload_config(args, wl):
 
 
 def workload_info(wl):
-    """What training learns from its data's first pass, for a workload (settings.resolve, wire)."""
-    return {"meta": {"task": wl.task}, "layout": vars(wl.layout), "fan_in": wl.spec.sparse_fan_in,
-            "n_out": wl.spec.n_out, "n_train": wl.n, "has_valid": False}
+    """What training learns from its data's first pass, for a workload (settings.resolve, the Run)."""
+    from mpinn.data.info import DataInfo
+    return DataInfo({"task": wl.task}, wl.layout, wl.spec.n_out, wl.spec.sparse_fan_in, wl.n, False)
+
+
+class WorkloadRows:
+    """A workload's rows as the feed reads a data set's (take), rank 0's (or, --input local, every rank's)."""
+
+    def __init__(self, wl, data):
+        self.wl, self.data = wl, data
+
+    def take(self, rows, dtype=None):      # the bench's orders are runs of consecutive rows
+        return self.wl.rows(self.data, int(rows[0]), int(rows[-1]) + 1)
+
+
+class BenchOrder:
+    """The peers' batch order: step s takes rows [k B, k B + B), k = s mod (n // B), as an epoch order the feed
+    slices (row s B + i of the order is row k B + i)."""
+
+    def __init__(self, n, batch):
+        self.batches, self.B = n // batch, batch
+
+    def __getitem__(self, sl):
+        s, r = divmod(sl.start, self.B)
+        lo = (s % self.batches) * self.B + r
+        return np.arange(lo, lo + sl.stop - sl.start)
 
 
 def run(args):
     from mpinn import settings
-    from mpinn.comm import create_communicator, split_counts
     from mpinn.comm.node import mpi_library_version
     from mpinn.model import MLP
     from mpinn.optim import fused
-    from mpinn.training import Trainer, wire
+    from mpinn.training import Run, open_job
+    from mpinn.training.feed import Feed
 
     t_start = time.perf_counter()
     wl = WORKLOADS[args.workload]
@@ -45,78 +67,55 @@ def run(args):
     warmup = args.warmup if args.warmup is not None else wl.warmup
     cfg = workload_config(args, wl)
     settings.check(cfg)
-    comm = create_communicator(cfg.reduce, compress=cfg.compress, transport=cfg.comm)
-    rank0, P, B = comm.rank == 0, comm.size, wl.batch
+    job = open_job()
+    rank0, P, B = job.rank == 0, job.size, wl.batch
     local_input = args.input == "local"
     data = wl.make() if rank0 or local_input else None   # local: every rank has the data (as DDP's do)
     info = workload_info(wl)
-    cfg = settings.resolve(cfg, info, comm)
-    wired = wire(cfg, comm, info)
-    trainer, model, opt, table, lr = wired.trainer, wired.model, wired.optimizer, cfg.table, cfg.lr
-    init = wl.init() if rank0 else None
+    cfg = settings.resolve(cfg, info, P)
+    r = Run(cfg, job, info)
+    comm, model, table, lr = r.comm, r.model, r.plan.table, cfg.lr
     # a sharded table: rank 0 holds the peers' whole init only for the first loss and until each rank has its rows
-    start = MLP(wl.spec).set_params(init) if rank0 else None
+    start = MLP(wl.spec).set_params(wl.init()) if rank0 else None
     loss0 = start.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
-    if table == "sharded":      # the hot rows, counted over the workload's rows (rank 0's)
-        def counts():
-            Xs = wl.rows(data, 0, wl.n).Xs
-            return np.bincount(np.asarray(Xs.indices, np.int64), minlength=model.table[0]), wl.n
-        trainer.use_hot_rows_(counts=counts() if rank0 else None)
-    trainer.load_params_(start.params if rank0 else None)
-    del start, init
-    trainer.start()
-    n_batches = wl.n // B
+    counts = None
+    if rank0 and r.plan.needs_counts:       # the hot rows, counted over the workload's rows
+        Xs = wl.rows(data, 0, wl.n).Xs
+        counts = np.bincount(np.asarray(Xs.indices, np.int64), minlength=model.table[0]), wl.n
+    trainer = r.start(counts=counts, params=start.params if rank0 else None)
+    del start
+    rows, order = WorkloadRows(wl, data) if data is not None else None, BenchOrder(wl.n, B)
 
-    def batch(s):       # step s uses rows [k*B, k*B + B), k = s mod n_batches; only rank 0 has data
-        lo = (s % n_batches) * B
-        return wl.rows(data, lo, lo + B) if rank0 else None
+    def feed(first, stop):      # the trainer's feed, in the peers' batch order
+        return Feed(rows, order, stop, first, comm, wl.layout, B, wl.spec.dtype, read_local=local_input,
+                    prefetch=args.prefetch)
 
-    counts = split_counts(B, P)
-    my_lo = int(np.sum(counts[:comm.rank]))
-
-    def my_rows(s):     # --input local: this rank's contiguous slice of step s's batch, from its own copy
-        lo = (s % n_batches) * B + my_lo
-        return wl.rows(data, lo, lo + int(counts[comm.rank]))
+    def run_steps(first, stop, last=None):
+        f = feed(first, stop)
+        for s in range(first, stop):
+            t = time.perf_counter()
+            local = f.next()
+            trainer.timeline.add("data", t, time.perf_counter(), trainer.global_step + 1)
+            loss, _ = trainer.step_slice(local, B)
+            trainer.global_step += 1
+            if last is not None and s >= stop - 10:
+                last.append(loss)
 
     def eval_loss():
         return model.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
 
     setup_s = time.perf_counter() - t_start
 
-    layout, rec_phase = wl.layout, trainer.timeline
-    pending = [None]
-
-    def step(s, stop):
-        """Step s; with prefetch, the next batch's Iscatterv is posted before this one computes
-        (what the trainer's Feed does), so the transfer overlaps the compute."""
-        if local_input:
-            t = time.perf_counter()
-            local = my_rows(s)
-            rec_phase.add("data", t, time.perf_counter(), trainer.global_step + 1)
-            return trainer.step_slice(local, B)
-        if not args.prefetch:
-            return trainer.step(batch(s), B)
-        t = time.perf_counter()
-        cur = pending[0] or comm.post_batch(batch(s), layout)
-        pending[0] = comm.post_batch(batch(s + 1), layout) if s + 1 < stop else None
-        local = cur.wait()
-        rec_phase.add("data", t, time.perf_counter(), trainer.global_step + 1)
-        return trainer.step_slice(local, B)
-
-    for s in range(warmup):
-        step(s, warmup)
+    run_steps(0, warmup)
     comm.barrier()
     lw = LoadWindow()
     lw.start()
     trainer.timeline.reset()
-    shards = getattr(trainer.stepper, "shards", None)
+    shards = trainer.stepper.shards if table == "sharded" else None
     traffic0 = shards.traffic.as_dict() if shards is not None else None
     last = []
     t0 = time.perf_counter()
-    for s in range(warmup, steps):
-        loss, _ = step(s, steps)
-        if s >= steps - 10:
-            last.append(loss)
+    run_steps(warmup, steps, last)
     trainer.settle_()           # local SGD: the final loss is the averaged model's (timed: part of the work)
     comm.barrier()
     t1 = time.perf_counter()
@@ -134,24 +133,15 @@ def run(args):
     # the weights then diverge across ranks, which no longer matters
     null_ms = None
     if args.timing_steps:
-        null_cfg = replace(cfg, table="replicated", overlap=False, average_every=0, compress=None)
-        nt = Trainer(null_cfg, model, opt, wired.schedule, create_communicator("null"), wl.layout)
-        comm.barrier()
-        tc = time.perf_counter()
-        for s in range(steps, steps + args.timing_steps):
-            if local_input:
-                nt.step_slice(my_rows(s), B)
-            else:
-                nt.step(batch(s), B)
-        null_ms = (time.perf_counter() - tc) / args.timing_steps * 1e3
-        comm.barrier()
+        null_ms = compute_alone_ms(r, WorkloadRows(wl, data) if data is not None else None, order, args,
+                                   range(steps, steps + args.timing_steps))
 
     infos = comm.gather_obj({"rss": peak_rss_mb(), "pss": memory_mb()[1], "per": per, "own_cpu": own_cpu, "null_ms": null_ms,
                              "parts": parts, "traffic": traffic})
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
-    variant = (" " + getattr(comm, "transport", "") if args.reduce == "allreduce" and table != "sharded" else "") + (
+    variant = (" " + r.plan.transport if args.reduce == "allreduce" and table != "sharded" else "") + (
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "") + (
         " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "")
@@ -160,7 +150,7 @@ def run(args):
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
         "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
-        "input": args.input, "comm": getattr(comm, "transport", None),
+        "input": args.input, "comm": r.plan.transport,
         "launcher": "mpiexec", "global_batch": B, "lr": lr, "optimizer": args.optimizer,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
@@ -201,3 +191,29 @@ def run(args):
     return 0
 
 
+
+
+def compute_alone_ms(r, rows, order, args, steps):
+    """ms a step with no gradient exchange (the batch is still scattered): a step built on the null communicator
+    from the run's plan, the table replicated; the weights then diverge across ranks, which no longer matters."""
+    from dataclasses import replace as changed
+    from mpinn.training import Trainer
+    from mpinn.training.build import build_step, communicator
+    from mpinn.training.feed import Feed
+    plan = r.plan
+    plan = changed(plan, reduce="null", transport="none", step="reduce", shared_params=False, table="replicated",
+                   cfg=changed(plan.cfg, table="replicated", overlap=False, average_every=0, compress=None))
+    comm = communicator(plan, r.job.comm.comm)
+    null = Trainer(plan.cfg, r.model, r.optimizer, r.schedule, build_step(plan, comm, r.model, r.optimizer),
+                   r.layout)
+    B = r.cfg.batch
+    f = Feed(rows, order, steps.stop, steps.start, comm, r.layout, B, r.spec.dtype, read_local=args.input == "local",
+             prefetch=args.prefetch)
+    comm.barrier()
+    tc = time.perf_counter()
+    for _ in steps:
+        null.step_slice(f.next(), B)
+    ms = (time.perf_counter() - tc) / len(steps) * 1e3
+    comm.barrier()
+    comm.comm.Free()
+    return ms

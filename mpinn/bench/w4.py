@@ -233,22 +233,47 @@ class W4Source:
 
 
 # ---------------------------------------------------------------- the command line
+def log_file(path):
+    """--out: a log's text (.tsv, .txt, maybe .gz) or a packed file (.mpinn), in a directory that exists."""
+    if not path.endswith((".mpinn", ".tsv", ".txt", ".tsv.gz", ".txt.gz")):
+        raise argparse.ArgumentTypeError("%s: name it .tsv, .txt (either may end in .gz) or .mpinn" % path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError("%s: directory %s does not exist" % (path, parent))
+    return path
+
+
+def at_least_one(s):
+    v = float(s)
+    if not v >= 1 or v == float("inf"):
+        raise argparse.ArgumentTypeError("must be at least 1, not %s" % s)
+    return v
+
+
+def share(s):
+    v = float(s)
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError("must be between 0 and 1, not %s" % s)
+    return v
+
+
 def build_parser():
-    p = argparse.ArgumentParser(
+    from mpinn.options import Parser, nonneg_int, positive_float, positive_int
+    p = Parser(
         prog="python -m mpinn.bench.w4",
         description="Generate W4, a click log shaped like the Criteo 1TB log (label, I1..I13, C1..C26), "
                     "deterministic from --seed: to the log's tab-separated text (.tsv, .txt; gzip if the name "
                     "ends in .gz) or to a packed file (.mpinn).",
         epilog="Train and test as a log is evaluated: the first N rows train, the next M test, e.g. "
                "--rows N --out train.tsv, then --start N --rows M --out test.tsv.")
-    p.add_argument("--rows", type=int, required=True, help="rows to write")
-    p.add_argument("--start", type=int, default=0, help="the first row's number in the log (default 0)")
-    p.add_argument("--out", required=True, help="FILE.tsv, FILE.txt, FILE.tsv.gz or FILE.mpinn")
+    p.add_argument("--rows", type=positive_int, required=True, help="rows to write")
+    p.add_argument("--start", type=nonneg_int, default=0, help="the first row's number in the log (default 0)")
+    p.add_argument("--out", type=log_file, required=True, help="FILE.tsv, FILE.txt, FILE.tsv.gz or FILE.mpinn")
     p.add_argument("--seed", type=int, default=0, help="the log's seed (default 0)")
-    p.add_argument("--scale", type=float, default=1.0,
+    p.add_argument("--scale", type=at_least_one, default=1.0,
                    help="divide the 26 cardinalities by this, at least 2 values each (default 1: 40M values)")
-    p.add_argument("--zipf", type=float, default=1.1, help="the values' Zipf exponent (default 1.1)")
-    p.add_argument("--positive-rate", type=float, default=0.25, help="the share of clicks (default 0.25)")
+    p.add_argument("--zipf", type=positive_float, default=1.1, help="the values' Zipf exponent (default 1.1)")
+    p.add_argument("--positive-rate", type=share, default=0.25, help="the share of clicks (default 0.25)")
     p.add_argument("--truth", help="also write the hidden model's click probability of each row (.npy, float32)")
     from mpinn.settings.table import trick_bits     # the option's own type, as training's
     p.add_argument("--hash-bits", type=trick_bits, default=None, help="packed output: hash bits, 1..30 (default: auto)")
@@ -258,20 +283,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-
-    def fail(msg):
-        sys.stderr.write("mpinn: error: %s\n" % msg)
-        return 2
-    if args.rows < 1 or args.start < 0:
-        return fail("--rows must be at least 1 and --start at least 0")
-    if args.scale < 1 or args.zipf <= 0 or not 0 < args.positive_rate < 1:
-        return fail("--scale must be at least 1, --zipf positive and --positive-rate between 0 and 1")
     packed = args.out.endswith(".mpinn")
-    if not packed and not args.out.endswith((".tsv", ".txt", ".tsv.gz", ".txt.gz")):
-        return fail("--out %s: name it .tsv, .txt (either may end in .gz) or .mpinn" % args.out)
-    parent = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(parent):
-        return fail("--out %s: directory %s does not exist" % (args.out, parent))
     gen = W4(args.seed, args.scale, args.zipf, args.positive_rate)
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     say("%s; rows %d..%d -> %s" % (gen.describe(), args.start, args.start + args.rows, args.out))

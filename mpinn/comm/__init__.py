@@ -1,4 +1,4 @@
-"""Communication: the only package that imports mpi4py. create_communicator picks a strategy by name.
+"""Communication: the only package that imports mpi4py. create_communicator builds a strategy by name.
 
     buffers    the boundary check of every buffer MPI touches; rows per rank
     base       Communicator: checked typed collectives, batch scatter, the sparse-row exchange
@@ -11,51 +11,40 @@
     null       null (no exchange) and tower (a replica per rank)
     gpu        GPU buffers: nccl, cuda-aware, staged
     guard      ending a job on an error or a hang (fail, run_guarded, Watchdog)
-    node       facts about the job for the doctor
+    topology   the job's shape, probed once (nodes, memory, shared memory, GPUs); the node communicators
+    node       facts about the MPI library and the launcher, for the doctor
 """
 from mpinn.comm.base import Communicator  # noqa: F401
 from mpinn.comm.buffers import check_buffer, split_counts  # noqa: F401
-from mpinn.config import MpinnError
 
-CPU_TRANSPORTS = ("auto", "shm", "mpi")
-
-
-def _strategies():
-    from mpinn.comm.allreduce import AllreduceCommunicator
-    from mpinn.comm.gather import GatherCommunicator
-    from mpinn.comm.null import NullCommunicator, TowerCommunicator
-    return {"allreduce": AllreduceCommunicator, "gather": GatherCommunicator,
-            "null": NullCommunicator, "tower": TowerCommunicator}
+STRATEGIES = ("allreduce", "gather", "null", "tower")
 
 
-def create_communicator(name="allreduce", comm=None, compress=None, device="cpu", transport="auto", **kw):
-    """The communicator for a strategy (allreduce, gather, null, tower), on `device` (cpu, gpu, auto)
-    with gradients moved by `transport` (CPU: auto, shm, mpi; GPU: auto, nccl, cuda-aware, staged).
-    The result's .backend is the array backend its buffers live on, .device_note says where the
-    run computes, .transport_note how gradients travel. The option combinations that do not go
-    together were refused before (the rule table, mpinn.settings.rules)."""
-    strategies = _strategies()
-    if name not in strategies:
-        raise MpinnError("--reduce must be one of %s, not %r" % ("|".join(strategies), name), collective=True)
+def create_communicator(name="allreduce", comm=None, transport="mpi", sparse_threshold=0.25, compress=None,
+                        topology=None, backend=None, dup=True):
+    """The communicator `name` (allreduce, gather, null, tower) over a duplicate of comm (default MPI_COMM_WORLD),
+    its gradients moved by `transport`: mpi or shm (a shared-memory window per node, built from `topology`, see
+    mpinn.comm.topology) for host buffers; nccl, cuda-aware or staged for the GPU `backend` (bound by the probe).
+    dup=False: comm is mpinn's own already (a job's duplicate), used as it is. Nothing is decided here:
+    mpinn.settings.plan decides, and mpinn.training.build asks for what it decided."""
     from mpinn.backend import get_backend
-    note = "cpu (numpy)"
-    if device != "cpu" or transport not in CPU_TRANSPORTS:
-        from mpinn.comm.gpu import choose_device, device_communicator
-        backend, note = choose_device(name, comm, device, transport, compress)
-        if backend.name != "numpy":
-            return device_communicator(comm, backend, note, transport, **kw)
-        transport = "auto"          # computing on the CPU after all: the CPU's own choice
-    if compress:
-        kw["compress"] = compress
-    c = strategies[name](comm, **kw)
-    c.backend, c.device_note = get_backend("numpy"), note
+    if name not in STRATEGIES:
+        raise ValueError("no communicator %r (one of %s)" % (name, ", ".join(STRATEGIES)))
+    if transport in ("nccl", "cuda-aware", "staged"):
+        from mpinn.comm.gpu import DeviceAllreduceCommunicator
+        return DeviceAllreduceCommunicator(comm, backend or get_backend("cupy"), transport,
+                                           sparse_threshold=sparse_threshold, dup=dup)
     if name == "allreduce":
-        how = c.choose_transport(transport)
-        if how == "mpi":
-            c.transport_note = "MPI_Allreduce"
-        elif c.shared.nodes == 1:
-            c.transport_note = "summed in shared memory (every rank on one node; --comm mpi for MPI_Allreduce)"
-        else:
-            c.transport_note = ("summed in shared memory on each node, then MPI_Allreduce among the %d nodes' "
-                                "first ranks (--comm mpi for one flat MPI_Allreduce)" % c.shared.nodes)
+        from mpinn.comm.allreduce import AllreduceCommunicator
+        c = AllreduceCommunicator(comm, compress=compress, sparse_threshold=sparse_threshold, dup=dup)
+        if transport == "shm":
+            c.share_memory_(topology)
+    elif name == "gather":
+        from mpinn.comm.gather import GatherCommunicator
+        c = GatherCommunicator(comm, sparse_threshold=sparse_threshold, dup=dup)
+    else:
+        from mpinn.comm.null import NullCommunicator, TowerCommunicator
+        c = (TowerCommunicator if name == "tower" else NullCommunicator)(comm, sparse_threshold=sparse_threshold,
+                                                                         dup=dup)
+    c.backend = backend or get_backend("numpy")
     return c

@@ -12,13 +12,17 @@ from mpinn.config import MpinnError
 class Communicator:
     """A duplicate of the communicator it is given, so mpinn's messages never match the user's."""
 
+    def free(self):
+        """Collective: the duplicate is freed (the communicator is unusable after this)."""
+        self.comm.Free()
+
     name = "base"
-    transport_note = None     # how gradients travel, said at start when there is more than one rank
     updates_here = True      # does this rank apply the optimizer step?
     wants_dense = False      # must sparse gradient rows be densified before reduce_gradients_?
 
-    def __init__(self, comm=None, sparse_threshold=0.25):
-        self.comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
+    def __init__(self, comm=None, sparse_threshold=0.25, dup=True):
+        comm = comm if comm is not None else MPI.COMM_WORLD
+        self.comm = comm.Dup() if dup else comm      # dup=False: a duplicate already made for mpinn (a job's)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.sparse_threshold = sparse_threshold  # dense exchange once gathered rows exceed this share
         self.last_exchange = None
@@ -35,15 +39,6 @@ class Communicator:
 
     def barrier(self):
         self.comm.Barrier()
-
-    def node_shape(self):
-        """(nodes, the most ranks on one node), from MPI's shared-memory split (collective)."""
-        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        try:
-            first, here = int(node.Get_rank() == 0), node.Get_size()
-        finally:
-            node.Free()
-        return self.comm.allreduce(first), self.comm.allreduce(here, op=MPI.MAX)
 
     def allreduce_min_obj(self, value):
         return self.comm.allreduce(value, op=MPI.MIN)

@@ -2,7 +2,6 @@
 import numpy as np
 
 from mpinn.comm.buffers import check_buffer
-from mpinn.config import MpinnError
 
 FP16_MAX_EXP, BF16_MAX_EXP = 0x7C00, 0x7F80     # exponent bits all ones: Inf or NaN
 
@@ -23,7 +22,7 @@ class Compressed16:
 
     def __init__(self, communicator, kind):
         if kind not in ("fp16", "bf16"):
-            raise MpinnError("--compress must be fp16 or bf16, not %r" % kind, collective=True)
+            raise ValueError("16-bit words are fp16 or bf16, not %r" % kind)     # the option's choices
         self.c, self.kind = communicator, kind
         self.send = self.recv = None
         self.overflows = 0          # steps where some rank's cast overflowed

@@ -1,67 +1,12 @@
 """GPU buffers (--device gpu): the device allreduce communicator and its transports (nccl, cuda-aware, staged).
 A CPU run never executes any of this; cupy and NCCL come through mpinn.backend."""
-import ctypes
 import dataclasses
-import os
 
 import numpy as np
 from mpi4py import MPI
 
-from mpinn.backend import get_backend, select_backend
 from mpinn.comm.allreduce import AllreduceCommunicator
 from mpinn.comm.buffers import check_buffer, check_device_buffer
-from mpinn.comm.node import local_rank_size
-from mpinn.config import MpinnError
-
-
-GPU_TRANSPORTS = ("auto", "nccl", "cuda-aware", "staged")
-
-
-def cuda_aware_mpi():
-    """(is the MPI library CUDA-aware at run time?, how that was found). MPICH and Open MPI both
-    export MPIX_Query_cuda_support (MPICH answers 0 unless built with GPU support and run with
-    MPIR_CVAR_ENABLE_GPU on); mpi4py may wrap it, else it is looked up in the loaded library."""
-    if os.environ.get("MPIR_CVAR_ENABLE_GPU", "").strip() == "0":
-        return False, "MPIR_CVAR_ENABLE_GPU=0"
-    query = getattr(MPI, "Query_cuda_support", None)
-    if query is not None:
-        try:
-            return bool(query()), "MPI.Query_cuda_support()"
-        except Exception:  # noqa: BLE001 - an unimplemented extension: try the symbol
-            pass
-    try:
-        fn = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support", None)
-    except OSError:
-        fn = None
-    if fn is None:
-        return False, "the MPI library has no MPIX_Query_cuda_support"
-    fn.restype, fn.argtypes = ctypes.c_int, []
-    return bool(fn()), "MPIX_Query_cuda_support()"
-
-
-def choose_transport(requested, cuda_aware, how=""):
-    """How GPU gradients reach the other ranks: nccl only when asked for; auto takes CUDA-aware
-    MPI when every rank's library says it is, else stages through pinned host buffers."""
-    if requested not in GPU_TRANSPORTS:
-        raise MpinnError("--comm must be one of %s, not %r" % ("|".join(GPU_TRANSPORTS), requested), collective=True)
-    if requested == "auto":
-        return "cuda-aware" if cuda_aware else "staged"
-    if requested == "cuda-aware" and not cuda_aware:
-        raise MpinnError("--comm cuda-aware: this MPI library is not CUDA-aware (%s); use --comm staged "
-                         "or --comm nccl" % (how or "not detected"), collective=True)
-    return requested
-
-
-def ranks_sharing_a_gpu(keys):
-    """[((rank a, rank b), key)] for each rank b whose GPU key (host, PCI bus id) an earlier rank a has."""
-    first, out = {}, []
-    for r, key in enumerate(keys):
-        key = tuple(key)
-        if key in first:
-            out.append(((first[key], r), key))
-        else:
-            first[key] = r
-    return out
 
 
 class DeviceAllreduceCommunicator(AllreduceCommunicator):
@@ -81,21 +26,9 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
             self._open_nccl()
 
     def _open_nccl(self):
-        error = nccl = None
-        try:
-            nccl = self.backend.nccl()
-        except Exception as e:  # noqa: BLE001 - cupy built without NCCL, or no libnccl
-            error = "%s: %s" % (type(e).__name__, e)
-        bad = [(r, e) for r, e in enumerate(self.allgather_obj(error)) if e]
-        if bad:
-            raise MpinnError("--comm nccl: NCCL is not available on rank %d (%s); use --comm staged"
-                             % bad[0], collective=True)
-        shared = ranks_sharing_a_gpu(self.allgather_obj(self.backend.device_key()))
-        if shared:
-            (a, b), (host, bus) = shared[0]
-            raise MpinnError("--comm nccl: ranks %d and %d share GPU %s on %s, and NCCL refuses two ranks of "
-                             "one communicator on one GPU; run at most one rank per GPU, or use --comm staged"
-                             % (a, b, bus, host), collective=True)
+        """One NCCL communicator over the ranks (the plan checked that NCCL loads on every rank and that no two
+        ranks share a GPU: mpinn.settings.rules' nccl rules); its unique id broadcast over MPI."""
+        nccl = self.backend.nccl()
         uid = self.bcast_obj(nccl.get_unique_id() if self.rank == 0 else None)
         self.nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._nccl_types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
@@ -165,50 +98,3 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
             out = out.coalesced()
         xp = self.backend.xp
         return dataclasses.replace(out, ids=xp.asarray(out.ids), rows=xp.asarray(out.rows))
-
-
-def choose_device(name, comm, device, transport, compress=None):
-    """--device auto|gpu (or a GPU --comm): pick the backend on every rank, binding each rank to GPU
-    (local rank mod device count) before anything is allocated there, and agree on it across ranks.
-    Returns (backend, note); the numpy backend when this run computes on the CPU after all."""
-    raw = comm if comm is not None else MPI.COMM_WORLD
-    local_rank, _ = local_rank_size(raw)
-    try:
-        backend, note = select_backend(device, local_rank)
-    except Exception as e:  # noqa: BLE001 - e.g. binding the device failed; reported collectively
-        backend, note = None, "%s: %s" % (type(e).__name__, e)
-    verdicts = raw.allgather(None if backend is None else backend.name)
-    notes = raw.allgather(note)
-    missing = [r for r, v in enumerate(verdicts) if v is None]
-    if missing:
-        raise MpinnError("--device gpu: no usable GPU on rank %d: %s" % (missing[0], notes[missing[0]]),
-                         collective=True)
-    if backend.name != "numpy" and "numpy" in verdicts:       # auto, and some rank has no GPU
-        r = verdicts.index("numpy")
-        backend, note = get_backend("numpy"), "cpu (numpy): --device auto, but rank %d found no GPU (%s)" % (
-            r, notes[r])
-    if backend.name != "numpy" and (name != "allreduce" or compress):
-        why = "--reduce %s" % name if name != "allreduce" else "--compress"
-        if device == "gpu":
-            raise MpinnError("--device gpu supports --reduce allreduce without --compress; %s runs on "
-                             "--device cpu" % why, collective=True)
-        backend, note = get_backend("numpy"), "cpu (numpy): --device auto, and %s runs on the CPU" % why
-    if backend.name == "numpy" and transport != "auto":
-        raise MpinnError("--comm %s moves GPU buffers, but this run computes on the CPU (%s)"
-                         % (transport, note), collective=True)
-    return backend, note
-
-
-def device_communicator(comm, backend, note, transport, **kw):
-    """The communicator of a run whose gradients live on this rank's GPU (see choose_device), with
-    the transport every rank's MPI library allows."""
-    raw = comm if comm is not None else MPI.COMM_WORLD
-    aware = raw.allgather(cuda_aware_mpi())
-    how = "; ".join(sorted({h for _, h in aware}))
-    chosen = choose_transport(transport, all(a for a, _ in aware), how)
-    c = DeviceAllreduceCommunicator(comm, backend, chosen, **kw)
-    c.device_note = "%s; gradients by %s%s" % (
-        backend.describe() + ", " + note, chosen,
-        {"nccl": " (NCCL)", "cuda-aware": " (CUDA-aware MPI: %s)" % how,
-         "staged": " (through pinned host buffers; CUDA-aware MPI not found: %s)" % how}[chosen])
-    return c

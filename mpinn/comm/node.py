@@ -1,4 +1,4 @@
-"""Facts about the job for mpinn.doctor: the MPI library, the host, the ranks that share it."""
+"""Facts about the job for mpinn.doctor and the start-up: the MPI library, the host, the launcher."""
 from mpi4py import MPI
 
 
@@ -15,17 +15,6 @@ def mpi4py_version():
 def processor_name():
     """The host name MPI itself reports for this rank."""
     return MPI.Get_processor_name()
-
-
-def local_rank_size(comm):
-    """(rank, size) among the ranks of `comm` (an mpinn Communicator or an mpi4py communicator) that
-    share this rank's machine: MPI's own shared-memory split, right under any launcher (no
-    launcher-specific environment variables)."""
-    local = getattr(comm, "comm", comm).Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return local.Get_rank(), local.Get_size()
-    finally:
-        local.Free()
 
 
 # what a launcher that wired the ranks to MPI leaves in each rank's environment (hydra, srun --mpi=pmi2,

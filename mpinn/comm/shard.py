@@ -124,6 +124,9 @@ class TableShards:
         self.off_node = node_of != node_of[comm.rank]
         self.traffic = Traffic()
 
+    def free(self):
+        """Collective: what the exchange made for itself is freed (nothing, for the flat exchange)."""
+
     def owners_of(self, ids):
         """Ids per owner for sorted ids: (P,) counts (contiguous ranges, no hot rows)."""
         return np.diff(np.searchsorted(ids, self.bounds)).astype(np.int64, copy=False)

@@ -18,13 +18,16 @@ Hot rows (RowOwners.hot) travel as in the flat exchange: their ids route gradien
 are never fetched.
 
 Every node must have the same number of ranks (the relays of local index l form one communicator,
-one per node); choose_exchange falls back to the flat exchange, and says why, where they do not."""
+one per node); the plan (mpinn.settings.plan.choose_exchange) keeps the flat exchange, and says why, where
+they do not."""
 import numpy as np
+from mpi4py import MPI
 
 from mpinn.batch import SparseRows
 from mpinn.comm.base import Communicator
 from mpinn.comm.buffers import displs
 from mpinn.comm.shard import ID, TableShards, check_owned, segment_sums, sorted_unique
+from mpinn.comm.topology import node_comms
 
 
 class NodePlan:
@@ -35,28 +38,41 @@ class NodePlan:
 
 
 class NodeShards(TableShards):
-    """TableShards' fetch and send_back through the node's relays (see the module's docstring). `node`:
-    an mpi4py communicator of this rank's node (MPI's shared-memory split unless given: the tests pass
-    blocks of ranks as "nodes")."""
+    """TableShards' fetch and send_back through the node's relays (see the module's docstring), on the nodes of
+    `topology` (mpinn.comm.topology: every node with as many ranks; the tests cut one machine into 'nodes')."""
 
     name = "node"
 
-    def __init__(self, comm, n_rows, width, owners=None, node=None, layout=None):
-        layout = layout or node_layout(comm, node)
-        if layout["uneven"]:
-            raise ValueError(layout["uneven"])
-        super().__init__(comm, n_rows, width, owners, node_of=layout["node_of"])
-        self.node, self.peers = layout["node"], layout["peers"]         # mpinn Communicators
-        self.node_of, self.local_of, self.world_at = layout["node_of"], layout["local_of"], layout["world_at"]
+    def __init__(self, comm, n_rows, width, owners=None, topology=None):
+        if topology.uneven:
+            raise ValueError(topology.uneven)
+        super().__init__(comm, n_rows, width, owners, node_of=topology.node_of)
+        node, leaders, peers = node_comms(comm, topology, peers_by_node=True)
+        self.node, self.peers = Communicator(node), Communicator(peers)             # mpinn Communicators (Dups)
+        for c in (node, leaders, peers):
+            if c != MPI.COMM_NULL:
+                c.Free()
+        self.node_of, self.local_of = np.asarray(topology.node_of), np.asarray(topology.local_of)
+        self.world_at = topology.world_at
         self.N, self.R = self.world_at.shape
         # segments arrive at an owner node-major (node n, local rank s); the flat exchange's are in world order
         self.world_order = np.argsort(self.world_at.reshape(-1), kind="stable")
+
+    def free(self):
+        """Collective: the node and peer communicators are freed; from here on the exchange is the flat one (the
+        same rows, for evaluation after training)."""
+        if self.node is not None:
+            for c in (self.node, self.peers):
+                c.comm.Free()
+            self.node = self.peers = None
 
     def fetch(self, table, ids):
         """Four exchanges between nodes, as the flat exchange makes (counts, ids, rows, and send_back's
         gradient rows), each with N - 1 peers: the counts are per asking rank (N x R integers), the ids
         go once per asking rank (they route the gradient rows back, and are 1/33 of a row's bytes at
         width 64), the rows once per node."""
+        if self.node is None:
+            return TableShards.fetch(self, table, ids)
         owners, w, node, peers, N, R = self.owners, self.width, self.node, self.peers, self.N, self.R
         owner, hot_ids = owners.locate(ids)
         relay = self.local_of[owner]
@@ -113,6 +129,8 @@ class NodeShards(TableShards):
         return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted)
 
     def send_back(self, plan, grad_rows):
+        if self.node is None:
+            return TableShards.send_back(self, plan, grad_rows)
         w, node, peers, N, R = self.width, self.node, self.peers, self.N, self.R
         # 1. every rank's gradient rows to the relays, inside the node (the fetch's counts)
         rows_in = node.Alltoallv_(np.ascontiguousarray(grad_rows[plan.order]), plan.sent * w,
@@ -140,31 +158,3 @@ class NodeShards(TableShards):
         off = np.ones(self.N, dtype=bool)
         off[self.peers.rank] = False
         self.traffic.add(counts, itemsize, off, self.peers.rank)
-
-
-def node_layout(comm, node=None):
-    """Where every rank sits: {node, peers (mpinn Communicators), node_of, local_of (per world rank),
-    world_at (N x R: the world rank of each node's l-th rank)}. Collective. Nodes are numbered by
-    their first rank. Where the nodes hold different numbers of ranks, only node_of and nodes, and
-    `uneven` says so (the same on every rank)."""
-    from mpi4py import MPI
-    mine = node if node is not None else comm.comm.Split_type(MPI.COMM_TYPE_SHARED)
-    local, size = mine.Get_rank(), mine.Get_size()
-    first = mine.allreduce(comm.rank, op=MPI.MIN)
-    where = np.array(comm.allgather_obj((first, local, size)), dtype=np.int64)
-    firsts = np.unique(where[:, 0])
-    node_of = np.searchsorted(firsts, where[:, 0]).astype(np.int64, copy=False)
-    out = {"node_of": node_of, "nodes": int(firsts.size), "uneven": None, "node": None, "peers": None}
-    if (where[:, 2] != where[0, 2]).any():
-        out["uneven"] = "the nodes hold different numbers of ranks (%s)" % ", ".join(
-            str(s) for s in sorted(set(where[:, 2].tolist())))
-    else:
-        local_of = where[:, 1].copy()
-        world_at = np.empty((firsts.size, int(where[0, 2])), np.int64)
-        world_at[node_of, local_of] = np.arange(comm.size)
-        peers = comm.comm.Split(local, int(node_of[comm.rank]))
-        out.update(node=Communicator(mine), peers=Communicator(peers), local_of=local_of, world_at=world_at)
-        peers.Free()
-    if node is None:
-        mine.Free()
-    return out

@@ -1,20 +1,10 @@
 """Gradients summed in an MPI-3 shared-memory window per node, and the node's one copy of the parameters."""
 import atexit
-import os
 
 import numpy as np
 from mpi4py import MPI
 
 from mpinn.comm.buffers import check_buffer, split_counts
-
-
-def shm_room(path="/dev/shm"):
-    """Free bytes in the shared-memory file system (None where there is none to ask)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 class SharedGradients:

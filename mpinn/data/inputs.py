@@ -8,6 +8,7 @@ import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data.base import Rows
+from mpinn.data.info import DataInfo
 from mpinn.data.transform import NumericTransform
 
 
@@ -72,7 +73,8 @@ def held_how(cfg, valid):
 
 def load_everywhere(args, comm, say):
     """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
-    the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere."""
+    the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere, and
+    the DataInfo on every rank."""
     from mpinn.data import DataSpec, load_data
     rank0 = comm.rank == 0
 
@@ -128,15 +130,10 @@ def load_everywhere(args, comm, say):
     if args.input == "local" and not rank0:     # the same file, the same seeded split, on every rank
         train, valid = load()
     # every rank learns the shapes it needs; the data itself stays on rank 0
-    info = comm.bcast_obj({"meta": {k: v for k, v in train.meta.items() if k != "numeric_stats"},
-                           "layout": vars(train.layout(args.dtype)),
-                           "fan_in": train.sparse_fan_in,
-                           "n_out": (len(train.meta["classes"]) if train.task == "multiclass" else 1),
-                           "n_train": len(train), "has_valid": valid is not None}
-                          if rank0 else None)
+    info = comm.bcast_obj(DataInfo.of(train, valid, args.dtype) if rank0 else None)
     if args.input == "local" and comm.size > 1:
         # every rank fitted the transform from its own pass over the file: they must agree to the bit
         mine = train.meta.get("transform") if train is not None else None
-        if not all(comm.allgather_obj(mine == info["meta"].get("transform"))):
+        if not all(comm.allgather_obj(mine == info.meta.get("transform"))):
             raise MpinnError("the ranks computed different numeric statistics of %s" % args.data, collective=True)
     return train, valid, info

@@ -76,8 +76,10 @@ class Optimizer:
         return bool(self.element_state or self.row_state)
 
     # ---------------------------------------------------------------- state
-    def allocate_(self, zeros=None, dtype=np.float64):
-        """Make the state arrays with zeros(shape, dtype) (default: private arrays)."""
+    def allocate_(self, zeros=None, dtype=np.float64, writes_state=True):
+        """Make the state arrays with zeros(shape, dtype) (default: private arrays). writes_state=False: the
+        arrays are another rank's too (one copy per node), which alone writes a restored state into them."""
+        self.writes_state = writes_state
         if zeros is None:       # on the host, large arrays in pages of their own (process.fresh_zeros)
             zeros = ((lambda shape, dt: fresh_zeros(shape[0], dt)) if self.xp is np
                      else (lambda shape, dt: self.xp.zeros(shape, dtype=dt)))

@@ -5,6 +5,7 @@ import os
 import re
 from types import MappingProxyType
 
+from mpinn.config import MpinnError
 from mpinn.options import Parser
 from mpinn.settings.table import DEFAULT, GIVEN, GROUPS, OPTIONS, RunConfig
 
@@ -123,8 +124,10 @@ def describe(cfg):
 def check_requirements(cfg):
     """What the options need from this machine, before anything is read (a missing plotting library)."""
     if cfg.plot:
-        from mpinn.report import check_plotting
-        check_plotting()
+        from mpinn.report import plotting_missing
+        missing = plotting_missing()
+        if missing:
+            raise MpinnError("--plot needs matplotlib: %s" % missing)
 
 
 def reference_markdown():
@@ -168,4 +171,11 @@ def reference_markdown():
         message = re.sub(r"\{c\.(\w+)\}", lambda m: "<%s>" % flag(m.group(1)), r.message).replace("{_s}", "<suffix>")
         out.append("| %s | %s | `--data %s %s` | %s |" % (r.name, ", ".join(flag(o) for o in r.options), r.data,
                                                         r.example, message.replace("|", "\\|")))
+    from mpinn.settings.rules import JOB_RULES
+    out += ["", "## What a job refuses", "",
+            "Checked once the job is probed (its nodes, memory, shared memory, GPUs; before any data is read) and "
+            "again when the run is planned (`mpinn.settings.plan`); one line and exit code 2 as well.", "",
+            "| rule | options | refused where |", "|---|---|---|"]
+    for r in JOB_RULES:
+        out.append("| %s | %s | %s |" % (r.name, ", ".join(flag(o) for o in r.options), r.example))
     return "\n".join(out) + "\n"

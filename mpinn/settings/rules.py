@@ -46,6 +46,15 @@ def _bucket_columns_unknown(c):
     return isinstance(b, dict) and bool(named) and bool(set(b) - set(named))
 
 
+def not_with_sharded(c):
+    """The options given in c that a sharded table does not combine with (yet), as flags: the rule sharded-table,
+    and why --table auto keeps such a run's table replicated (mpinn.settings.plan)."""
+    return [flag for flag, on in (("--parallel tower", c.parallel == "tower"),
+                                  ("--reduce gather", c.reduce != "allreduce"), ("--compress", bool(c.compress)), ("--overlap", c.overlap),
+                                  ("--average-every", bool(c.average_every)), ("--comm shm", c.comm == "shm"),
+                                  ("--device gpu", c.device == "gpu")) if on]
+
+
 def _own_option_rules():
     """An optimizer's own options (the registry's) given while another optimizer runs: refused, not ignored."""
     out = []
@@ -122,11 +131,14 @@ RULES = tuple([
          "--hot-rows needs the lazy update of the hashed table: leave out --hashed-update dense",
          "--table sharded --hot-rows 100 --hashed-update dense"),
     Rule("sharded-table", ("table", "parallel", "reduce", "compress", "overlap", "average_every", "comm", "device"),
-         lambda c: c.table == "sharded" and (c.parallel == "tower" or c.reduce != "allreduce" or bool(c.compress)
-                                             or c.overlap or bool(c.average_every) or c.comm == "shm"
-                                             or c.device == "gpu"),
+         lambda c: c.table == "sharded" and bool(not_with_sharded(c)),
          "--table sharded does not combine with --parallel tower, --reduce gather, --compress, --overlap, "
          "--average-every, --comm shm or --device gpu (yet)", "--table sharded --reduce gather"),
+    Rule("gpu-allreduce", ("device", "reduce", "parallel", "compress"),
+         lambda c: c.device == "gpu" and (c.reduce != "allreduce" or c.parallel == "tower" or bool(c.compress)),
+         "--device gpu supports --reduce allreduce and --parallel data without --compress; the others run on "
+         "--device cpu",
+         "--device gpu --reduce gather"),
     Rule("cpu-transport", ("comm", "device"), lambda c: c.comm in ("shm", "mpi") and c.device == "gpu",
          "--comm {c.comm} is for --device cpu; on a GPU it is auto, nccl, cuda-aware or staged",
          "--comm mpi --device gpu"),
@@ -218,3 +230,87 @@ def check_data(cfg, shapes):
     if cfg.early_stop and cfg.where("early_stop") == "given" and not shapes["has_valid"]:
         raise MpinnError("--early-stop needs held-out rows: the data gave none (--valid FILE or --holdout > 0)",
                          collective=True)
+
+
+# ---------------------------------------------------------------- what the job refuses
+# rules on the options and the job's topology (mpinn.comm.topology.probe), checked when the job is probed (before
+# any data is read) and again by the plan (mpinn.settings.plan), with the model's shape (spec) where it matters
+@dataclass(frozen=True)
+class JobRule:
+    name: str
+    options: tuple                  # the options it involves
+    broken: Callable                # (RunConfig, Topology, ModelSpec or None) -> True when refused
+    message: Callable               # (RunConfig, Topology, ModelSpec) -> the one line the user sees
+    example: str                    # the job that breaks it, in words (docs/options.md)
+
+
+GPU_TRANSPORTS = ("nccl", "cuda-aware", "staged")
+
+
+def _no_gpu(t):
+    return next((r for r, d in enumerate(t.devices) if d[0] is None), None)
+
+
+def slot_bytes(spec):
+    """A rank's gradient slot in the node's shared-memory window: the parameters and the loss slot, in bytes."""
+    return (spec.n_params + 1) * (4 if spec.dtype == "float32" else 8)
+
+
+def _shm_short(c, t, s):
+    return s is not None and c.comm == "shm" and c.table != "sharded" and bool(t.shm_short(slot_bytes(s)))
+
+
+def _shm_message(c, t, s):
+    return ("--comm shm: the gradient slots need %.0f MiB of /dev/shm on each node and %d node(s) have less (here "
+            "%.0f MiB free); give the job more shared memory (docker: --shm-size) or use --comm mpi"
+            % (t.shm_need(0, slot_bytes(s)) / 2**20, len(t.shm_short(slot_bytes(s))), (t.shm_room[0] or 0) / 2**20))
+
+
+def _hot_k(c):
+    return int(c.hot_rows) if c.hot_rows not in ("auto", "off") else 0
+
+
+JOB_RULES = (
+    JobRule("gpu-present", ("device",), lambda c, t, s: _no_gpu(t) is not None,
+            lambda c, t, s: "--device gpu: no usable GPU on rank %d: %s" % (_no_gpu(t), t.devices[_no_gpu(t)][1]),
+            "--device gpu where a rank finds no GPU"),
+    JobRule("gpu-transport-on-cpu", ("comm", "device"),
+            lambda c, t, s: c.comm in GPU_TRANSPORTS and c.device == "auto" and (
+                not t.all_gpus or c.reduce != "allreduce" or c.parallel == "tower" or bool(c.compress)),
+            lambda c, t, s: "--comm %s moves GPU buffers, but this run computes on the CPU (--device auto: %s)" % (
+                c.comm, "a rank found no GPU" if not t.all_gpus else "only --reduce allreduce runs on a GPU"),
+            "--device auto --comm nccl where a rank finds no GPU"),
+    JobRule("cuda-aware-mpi", ("comm",),
+            lambda c, t, s: c.comm == "cuda-aware" and t.all_gpus and not all(a for a, _ in t.cuda_aware),
+            lambda c, t, s: "--comm cuda-aware: this MPI library is not CUDA-aware (%s); use --comm staged or "
+                            "--comm nccl" % "; ".join(sorted({h for _, h in t.cuda_aware})),
+            "--device gpu --comm cuda-aware with an MPI library built without CUDA"),
+    JobRule("nccl-library", ("comm",),
+            lambda c, t, s: c.comm == "nccl" and t.all_gpus and any(d[3] for d in t.devices),
+            lambda c, t, s: "--comm nccl: NCCL is not available on rank %d (%s); use --comm staged" % next(
+                (r, d[3]) for r, d in enumerate(t.devices) if d[3]),
+            "--device gpu --comm nccl where cupy finds no NCCL library"),
+    JobRule("nccl-one-gpu-a-rank", ("comm",),
+            lambda c, t, s: c.comm == "nccl" and t.all_gpus and bool(t.gpus_shared()),
+            lambda c, t, s: "--comm nccl: ranks %d and %d share GPU %s on %s, and NCCL refuses two ranks of one "
+                            "communicator on one GPU; run at most one rank per GPU, or use --comm staged" % (
+                                t.gpus_shared()[0][0] + t.gpus_shared()[0][1][::-1]),
+            "--device gpu --comm nccl with more ranks than GPUs on a node"),
+    JobRule("shm-room", ("comm",), _shm_short, _shm_message,
+            "--comm shm where a node's /dev/shm has less room than its ranks' gradient slots"),
+    JobRule("node-exchange-even", ("shard_exchange", "table"),
+            lambda c, t, s: c.table == "sharded" and c.shard_exchange == "node" and t.size > 1 and bool(t.uneven),
+            lambda c, t, s: "--shard-exchange node: %s; give --shard-exchange flat" % t.uneven,
+            "--table sharded --shard-exchange node on nodes with different numbers of ranks"),
+    JobRule("hot-rows-table", ("hot_rows", "table"),
+            lambda c, t, s: s is not None and c.table == "sharded" and _hot_k(c) > s.n_sparse,
+            lambda c, t, s: "--hot-rows %d: the table has %d rows" % (_hot_k(c), s.n_sparse),
+            "--table sharded --hot-rows K with K more than the hashed table's rows"),
+)
+
+
+def check_job(cfg, topo, spec=None, rules=JOB_RULES):
+    """Raise MpinnError (one line, the same on every rank) for the first job rule broken."""
+    for r in rules:
+        if r.broken(cfg, topo, spec):
+            raise MpinnError(r.message(cfg, topo, spec), collective=True)

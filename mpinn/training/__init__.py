@@ -1,7 +1,10 @@
 """Training: the loop and what it is made of.
 
-    wiring     wire(cfg, comm, info): the model, optimizer, schedule and Trainer of a resolved RunConfig
-    trainer    Trainer: start, fit (the loop), checkpoints, summary; Hooks
+    run        Run: one run, started one way (the plan, the parts built from it, hot rows, restore, start,
+               fit, finish), for the API, the benchmark and the doctor; open_job: the job probed once
+    build      the plan's communicator and step, built together
+    trainer    Trainer: the loop (fit), evaluation, the best epoch, summary; Hooks
+    checkpoints  where checkpoints go, a run resumed from one, the stop a signal asks for
     steps      one strategy object per way of taking a step (reduce, overlap, shared, local SGD)
     step_base  what the strategies share (Step): gradient (micro-batches), verdict, the parameters' way in and out
     sharded    --table sharded: the hashed table split by rows over the ranks (ShardedStep)
@@ -15,7 +18,7 @@
 """
 
 _LAZY = {"Faults": "mpinn.training.faults", "Hooks": "mpinn.training.trainer", "Trainer": "mpinn.training.trainer",
-         "Run": "mpinn.training.wiring", "wire": "mpinn.training.wiring"}
+         "Run": "mpinn.training.run", "open_job": "mpinn.training.run"}
 
 
 def __getattr__(name):

@@ -1,84 +1,103 @@
-"""The trainer's position on disk: checkpoints written and restored, and the stop a signal asks for (a checkpoint
-of this exact position, then the run ends, resumable). A part of Trainer (its base class), kept apart
-because it is the one seam that touches files."""
-import numpy as np
-
-from mpinn.checkpoint import mark_stopped, save_checkpoint
+"""A run's checkpoints: where they go and what they record (Checkpoints), a run resumed from one (start), and the
+stop a signal asks for (a checkpoint of this exact position, then the run ends, resumable). The trainer's loop
+calls them at its step boundaries; this is the one seam of training that touches files."""
+from mpinn.checkpoint import clear_stopped, load_checkpoint, mark_stopped, save_checkpoint
 from mpinn.config import Stopped
+from mpinn.settings import messages
+from mpinn.settings.resume import check_resume, resume_config, run_identity
 
 
 class Checkpoints:
-    """Trainer's checkpoint methods; they use its position (epoch, next_step, global_step, samples, ...),
-    stepper (the state to save), comm, watchdog and stop; Trainer.__init__ sets ckpt_dir (None: no
-    checkpoints), ckpt_every, ckpt_keep, ckpt_meta and last_checkpoint."""
+    """Checkpoints written into `directory` (rank 0) every `every` steps and at each epoch's end, the newest `keep`
+    kept, each recording `meta` (the run's configuration, model, data contract and identity) beside the trainer's
+    position, parameters and optimizer state."""
 
-    # ---------------------------------------------------------------- checkpoints
-    def enable_checkpoints(self, directory, every=0, keep=3, meta=None):
-        """Write a checkpoint every `every` steps and at each epoch end into directory (rank 0)."""
-        self.ckpt_dir, self.ckpt_every, self.ckpt_keep = directory, int(every), int(keep)
-        self.ckpt_meta = dict(meta or {})
+    def __init__(self, directory, every=0, keep=3, meta=None):
+        self.directory, self.every, self.keep = directory, int(every), int(keep)
+        self.meta = dict(meta or {})
+        self.last = None        # the newest checkpoint written or resumed from (path)
 
-    def position(self):
-        return {"epoch": self.epoch, "next_step": self.next_step, "global_step": self.global_step,
-                "samples": self.samples, "loss_sum": self.loss_sum, "loss_n": self.loss_n,
-                "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history, "best": self.best,
-                "seed": self.seed, "batch_size": self.batch_size}
+    def due(self, step):
+        """Is a checkpoint due after global step `step` (inside an epoch)?"""
+        return bool(self.every) and step % self.every == 0
 
-    def checkpoint(self, why):
-        """Rank 0 writes parameters, optimizer state and position; every rank waits for it under
-        the deadline, so a slow disk is not mistaken for a stuck step."""
-        self.watchdog.arm("checkpoint at step %d" % self.global_step)
-        arrays = self.stepper.saved_arrays()        # collective: a sharded table is gathered to rank 0
-        if self.rank0:
-            if self.best_params is not None:
-                arrays["best_params"] = self.best_params
-            header = dict(self.ckpt_meta, position=self.position(), why=why, ranks=self.comm.size)
-            self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.global_step, arrays, header,
-                                                   self.ckpt_keep, run=self.ckpt_meta.get("run"))
-        self.last_checkpoint = self.comm.bcast_obj(self.last_checkpoint)
-        self.watchdog.disarm()
+    def save(self, trainer, why):
+        """Collective: rank 0 writes the parameters, the optimizer state and the position; every rank waits for it
+        under the deadline, so a slow disk is not mistaken for a stuck step."""
+        comm = trainer.comm
+        trainer.watchdog.arm("checkpoint at step %d" % trainer.global_step)
+        arrays = trainer.stepper.saved_arrays()         # collective: a sharded table is gathered to rank 0
+        if comm.rank == 0:
+            if trainer.best_params is not None:
+                arrays["best_params"] = trainer.best_params
+            header = dict(self.meta, position=trainer.position(), why=why, ranks=comm.size)
+            self.last = save_checkpoint(self.directory, trainer.global_step, arrays, header, self.keep,
+                                        run=self.meta.get("run"))
+        self.last = comm.bcast_obj(self.last)
+        trainer.watchdog.disarm()
 
-    def restore(self, arrays, header):
-        """Continue from a checkpoint that rank 0 has loaded (arrays/header None elsewhere): the
-        parameters reach the other ranks in start(); the optimizer state and position here."""
-        header = self.comm.bcast_obj(header)
-        self.stepper.restore_(arrays, header.get("path"))   # a sharded table: each rank takes its rows
-        pos = header["position"]
-        self.best = pos.get("best")
-        if self.comm.bcast_obj("best_params" in arrays if self.rank0 else None):
-            if self.table == "sharded":     # whole parameters: rank 0 alone holds them (see whole_params)
-                self.best_params = self.model.xp.asarray(arrays["best_params"]) if self.rank0 else None
-            else:
-                buf = np.ascontiguousarray(arrays["best_params"]) if self.rank0 else np.empty_like(
-                    self.model.backend.asnumpy(self.model.params))
-                self.best_params = self.model.xp.asarray(self.comm.Bcast_(buf, root=0, what="best parameters"))
-        self.epoch, self.next_step, self.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
-        self.samples, self.loss_sum, self.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
-        self.skipped, self.bad_streak, self.history = pos["skipped"], pos["bad_streak"], pos["history"]
-        self.last_checkpoint = header.get("path")
 
-    # ---------------------------------------------------------------- stopping on a signal
-    def stop_if_asked(self, epoch, at_epoch_end=False):
-        """Collective, at a step boundary: if a stop signal reached any rank (comm.guard.StopSignals), every
-        rank agrees here, a checkpoint of this exact position is written (where checkpoints go) and the run
-        ends with Stopped (exit code STOPPED_EXIT); --resume continues it as if nothing happened."""
-        if self.stop is None:
-            return
-        signum = self.comm.allreduce_max_obj(int(self.stop.signal))
-        if not signum:
-            return
-        self.stop.agreed = True
-        self.settle_()
-        where = ("the end of epoch %d" % epoch if at_epoch_end else "step %d (epoch %d, batch %d)"
-                 % (self.global_step, epoch, self.next_step))
-        if self.ckpt_dir:
-            if not at_epoch_end:        # an epoch's end has just been checkpointed
-                self.checkpoint("signal")
-            line = ("stopped by %s at %s: checkpoint %s written; continue with --resume %s"
-                    % (self.stop.name(signum), where, self.last_checkpoint, self.ckpt_dir))
-            if self.rank0:
-                mark_stopped(self.ckpt_dir, line)
-            self.comm.bcast_obj(None)   # every rank ends after the mark is written
-            raise Stopped(line)
-        raise Stopped("stopped by %s at %s; no --checkpoint-dir, so nothing was saved (give one to resume after "
-                      "a stop)" % (self.stop.name(signum), where))
+def restore(trainer, arrays, header):
+    """Continue from a checkpoint that rank 0 has loaded (arrays/header None elsewhere), before trainer.start():
+    the parameters reach the other ranks at start; the optimizer state and the position here."""
+    comm = trainer.comm
+    header = comm.bcast_obj(header)
+    trainer.stepper.restore_(arrays, header.get("path"))   # a sharded table: each rank takes its rows
+    pos = header["position"]
+    trainer.best = pos.get("best")
+    if comm.bcast_obj("best_params" in arrays if comm.rank == 0 else None):
+        trainer.best_params = trainer.stepper.restore_whole(arrays["best_params"] if comm.rank == 0 else None)
+    trainer.epoch, trainer.next_step, trainer.global_step = pos["epoch"], pos["next_step"], pos["global_step"]
+    trainer.samples, trainer.loss_sum, trainer.loss_n = pos["samples"], pos["loss_sum"], pos["loss_n"]
+    trainer.skipped, trainer.bad_streak, trainer.history = pos["skipped"], pos["bad_streak"], pos["history"]
+    return header.get("path")
+
+
+def start(cfg, trainer, spec, info, say=lambda msg: None):
+    """A run's checkpoints from its configuration (collective, before trainer.start()): with --resume, the trainer
+    restored from the newest checkpoint of this run (which must match its options, model and data); with a
+    checkpoint directory, the Checkpoints the loop writes (trainer.checkpoints)."""
+    comm, config = trainer.comm, resume_config(cfg)
+    run = run_identity(config, spec, info.meta, info.n_train)
+    resumed = None
+    if cfg.resume:
+        def load_checked():
+            arrays, header = load_checkpoint(cfg.resume, run)
+            check_resume(header, config, spec, info.meta, info.n_train, cfg.batch)
+            return arrays, header
+        arrays, header = comm.root_call(load_checked) or (None, None)
+        resumed = restore(trainer, arrays, header)
+        say("resumed from %s: epoch %d, step %d of the epoch (%d steps done)" % (
+            resumed, trainer.epoch, trainer.next_step, trainer.global_step))
+    directory = cfg.checkpoint_dir or cfg.resume
+    if directory:
+        comm.root_call(lambda: clear_stopped(directory))     # this run goes on: no longer "stopped"
+        trainer.checkpoints = Checkpoints(directory, cfg.checkpoint_every, cfg.keep_checkpoints, {
+            "config": config, "spec": spec.to_dict(), "meta": info.meta, "n_train": info.n_train, "run": run})
+        trainer.checkpoints.last = resumed
+
+
+def stop_if_asked(trainer, epoch, at_epoch_end=False):
+    """Collective, at a step boundary: if a stop signal reached any rank (comm.guard.StopSignals), every rank agrees
+    here, a checkpoint of this exact position is written (where checkpoints go) and the run ends with Stopped (exit
+    code STOPPED_EXIT); --resume continues it as if nothing happened."""
+    stop, comm = trainer.stop, trainer.comm
+    if stop is None:
+        return
+    signum = comm.allreduce_max_obj(int(stop.signal))
+    if not signum:
+        return
+    stop.agreed = True
+    trainer.settle_()
+    where = ("the end of epoch %d" % epoch if at_epoch_end else "step %d (epoch %d, batch %d)"
+             % (trainer.global_step, epoch, trainer.next_step))
+    ckpt = trainer.checkpoints
+    if ckpt is None:
+        raise Stopped(messages.stopped_unsaved(stop.name(signum), where))
+    if not at_epoch_end:        # an epoch's end has just been checkpointed
+        ckpt.save(trainer, "signal")
+    line = messages.stopped_saved(stop.name(signum), where, ckpt.last, ckpt.directory)
+    if comm.rank == 0:
+        mark_stopped(ckpt.directory, line)
+    comm.bcast_obj(None)        # every rank ends after the mark is written
+    raise Stopped(line)

@@ -1,5 +1,6 @@
 """--table sharded: the hashed block's rows split over the ranks, each rank holding and stepping only its own
-(ShardedStep; mpinn.settings.resolve chooses between that and a replicated table)."""
+(ShardedStep; the plan, mpinn.settings.plan, chooses between that and a replicated table, the exchange and the hot
+rows)."""
 import time
 
 import numpy as np
@@ -12,10 +13,10 @@ from mpinn.process import small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
 
 
-def own_rows(comm, n_rows):
-    """(lo, hi): the table rows this rank owns when the table is sharded (see TableShards)."""
-    shards = TableShards(comm, n_rows, 1)
-    return shards.lo, shards.hi
+def own_rows(size, rank, n_rows):
+    """(lo, hi): the table rows rank `rank` of `size` owns when the table is sharded (RowOwners' ranges)."""
+    bounds = RowOwners(n_rows, size).bounds
+    return int(bounds[rank]), int(bounds[rank + 1])
 
 
 class ShardedStep(Step):
@@ -38,53 +39,32 @@ class ShardedStep(Step):
     exchange gathers every rank's rows on every rank).
 
     The exchange is flat (TableShards) or node-aware (NodeShards, --shard-exchange: the node's ranks
-    combine their requests), with the same arithmetic. With hot rows (use_hot_rows_), every rank holds
+    combine their requests), with the same arithmetic. With hot rows (`hot`), every rank holds
     the most frequent rows, their owners dealt round robin (RowOwners): they are not fetched, their
     owners step them from every rank's gradient rows, and one Allgatherv after the step refreshes every
     rank's copy (refresh_hot_); checkpoints gather their state from those owners."""
 
-    def __init__(self, model, optimizer, comm, exchange="flat", **kw):
+    def __init__(self, model, optimizer, comm, topology, exchange="flat", exchange_why="", hot=(), **kw):
         super().__init__(model, optimizer, comm, **kw)
         self.n_rows, self.width = model.table
-        self.exchange, self.exchange_why, self.layout = choose_exchange(exchange, comm)
-        self.shards = self.make_shards(RowOwners(self.n_rows, comm.size))
+        self.exchange, self.exchange_why = exchange, exchange_why
+        if len(hot) and not optimizer.sparse_ok:    # the plan gives none then (the rule hot-rows-lazy)
+            raise ValueError("hot rows need the lazy update of the hashed table")
+        owners = RowOwners(self.n_rows, comm.size, hot)
+        if exchange == "node":
+            from mpinn.comm.shard_node import NodeShards
+            self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology)
+        else:
+            self.shards = TableShards(comm, self.n_rows, self.width, owners, node_of=topology.node_of)
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
         for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
             if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends
                 small_pages_at(a, self.own)
 
-    def make_shards(self, owners):
-        if self.exchange == "node":
-            from mpinn.comm.shard_node import NodeShards
-            return NodeShards(self.comm, self.n_rows, self.width, owners, layout=self.layout)
-        node_of = self.layout["node_of"] if self.layout else None
-        return TableShards(self.comm, self.n_rows, self.width, owners, node_of=node_of)
-
     def release_(self):
-        """Collective: the node exchange's communicators are freed; evaluation after this fetches through
-        the flat exchange (the same rows)."""
-        if self.layout:
-            without_comms(self.layout)
-        if self.exchange == "node":
-            self.exchange = "flat"
-            self.shards = self.make_shards(self.shards.owners)
-
-    def use_exchange_(self, kind, node=None):
-        """The flat or the node-aware exchange (node: an mpi4py communicator to take as this rank's node,
-        for tests; MPI's shared-memory split otherwise). Collective; before start."""
-        from mpinn.comm.shard_node import node_layout
-        self.release_()
-        self.exchange, self.exchange_why = kind, "asked for"
-        self.layout = node_layout(self.comm, node) if self.comm.size > 1 else None
-        self.shards = self.make_shards(self.shards.owners)
-
-    def use_hot_rows_(self, hot):
-        """Replicate the rows `hot` (row ids, most frequent first; the same on every rank) on every rank,
-        their owners dealt round robin (RowOwners). Collective; before restore_ and start."""
-        if len(hot) and not self.optimizer.sparse_ok:
-            raise MpinnError("hot rows need the lazy update of the hashed table: leave out --hashed-update dense "
-                             "or give --hot-rows off", collective=True)
-        self.shards = self.make_shards(RowOwners(self.n_rows, self.comm.size, hot))
+        """Collective: what the exchange made is freed (the node exchange's communicators); evaluation after this
+        fetches through the flat exchange (the same rows)."""
+        self.shards.free()
 
     @property
     def hot_rows(self):
@@ -202,8 +182,8 @@ class ShardedStep(Step):
         for k in names:
             want = (opt.size,) if k in opt.element_state else (self.n_rows,)
             if k not in shapes:
-                raise MpinnError("the checkpoint holds no %s state %r for --optimizer %s" % (opt.name, k, opt.name),
-                                 collective=True)
+                raise MpinnError("the checkpoint holds no %s state %r: it was written with another optimizer"
+                                 % (opt.name, k), collective=True)
             if tuple(shapes[k][0]) != want:
                 raise MpinnError("the checkpoint's optimizer state %r has shape %s, this run needs %s"
                                  % (k, tuple(shapes[k][0]), want), collective=True)
@@ -240,6 +220,10 @@ class ShardedStep(Step):
             whole[self.model.dense_start:] = flat[self.model.dense_start:]
         return whole
 
+    def restore_whole(self, whole):
+        """A checkpoint's whole flat parameters, held as whole_params holds them: rank 0 alone."""
+        return self.model.xp.asarray(whole) if self.comm.rank == 0 else None
+
     def whole_params(self):
         """A copy of the whole parameters on rank 0 (gathered), None elsewhere."""
         return self.gather_flat(self.model.params)
@@ -259,45 +243,3 @@ class ShardedStep(Step):
         if whole is not None:
             self.model.use_param_buffer(whole)
         return whole
-
-
-
-# auto's node exchange from this many nodes on: its relays cost 1.2 ms a step more than the flat
-# exchange on W2 at np 2 here (one node of 2 ranks, every collective of the path run; medians of 5), and the
-# cluster model (scripts/cluster_model.py, lab-measured network, 8 ranks a node) predicts it saves
-# 0.7 ms a step at 2 nodes, 2.1 ms at 4 and 3.2 ms at 8
-NODE_FROM = 4
-
-
-def choose_exchange(kind, comm):
-    """(the exchange, why, the node layout or None) for --shard-exchange (collective). auto: node-aware
-    from NODE_FROM nodes with more than one rank on each, the same number on each; flat below."""
-    from mpinn.comm.shard_node import node_layout
-    if comm.size == 1:
-        return "flat", "one rank", None
-    layout = node_layout(comm)
-    if kind == "flat":
-        return "flat", "asked for", without_comms(layout)
-    if layout["uneven"]:
-        if kind == "node":
-            raise MpinnError("--shard-exchange node: %s; give --shard-exchange flat" % layout["uneven"],
-                             collective=True)
-        return "flat", "auto: %s" % layout["uneven"], without_comms(layout)
-    N, R = layout["world_at"].shape
-    if kind == "node" and R == 1:      # no node to combine in: the node exchange would be the flat one, slower
-        return "flat", "--shard-exchange node with one rank per node is the flat exchange", without_comms(layout)
-    if kind == "node":
-        return "node", "asked for", layout
-    if N >= NODE_FROM and R > 1:
-        return "node", "auto: %d nodes of %d ranks" % (N, R), layout
-    return "flat", "auto: %s" % ("one node" if N == 1 else "one rank per node" if R == 1 else
-                                 "%d nodes, under %d" % (N, NODE_FROM)), without_comms(layout)
-
-
-def without_comms(layout):
-    """The layout with its node and peer communicators freed (the flat exchange needs node_of only)."""
-    for k in ("node", "peers"):
-        if layout.get(k) is not None:
-            layout[k].comm.Free()
-            layout[k] = None
-    return layout

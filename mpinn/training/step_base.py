@@ -17,6 +17,15 @@ def all_finite(a):
     return bool(np.isfinite(float(a.sum())))
 
 
+def agree_on(comm, ok, loss):
+    """(every rank's verdict, the summed loss) in one 16-byte Allreduce, before anything is stepped: a step one
+    rank found not finite is skipped on every rank. (A reduced gradient is the same on every rank, which needs no
+    message: Communicator.agree_; a sharded table's verdict rides in its dense Allreduce as a NaN.)"""
+    verdict = np.array([0.0 if ok else 1.0, loss])
+    comm.Allreduce_sum_(verdict, "step verdict and loss")
+    return verdict[0] == 0, float(verdict[1])
+
+
 class Step:
     """What every strategy shares: this rank's gradient (in micro-batches with grad_accum), the
     finiteness verdict, and the step's phases on the timeline."""
@@ -85,6 +94,13 @@ class Step:
         final_params'."""
         self.model.params[...] = whole
         return self.final_params()
+
+    def restore_whole(self, whole):
+        """Collective: a checkpoint's whole flat parameters (e.g. its best epoch's; given on rank 0) held as
+        whole_params holds them: on every rank here."""
+        model = self.model
+        buf = np.ascontiguousarray(whole) if self.comm.rank == 0 else np.empty_like(model.backend.asnumpy(model.params))
+        return model.xp.asarray(self.comm.Bcast_(buf, root=0, what="best parameters"))
 
     def whole_params(self):
         """Collective: a copy of the whole flat parameters (e.g. the best epoch's) on every rank that

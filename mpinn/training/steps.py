@@ -8,41 +8,14 @@ object per way of doing it, chosen once (choose_step) so the trainer's loop has 
     ShardedStep   the hashed table split by rows over the ranks (--table sharded; training/sharded.py)
 
 Every strategy returns (mean loss, ok); ok is False when the step was skipped for a non-finite loss or
-gradient on some rank, and every rank reaches the same verdict, so a skipped step changes nothing."""
+gradient on some rank, and every rank reaches the same verdict, so a skipped step changes nothing. Which one a
+run takes is its plan's (mpinn.settings.plan); mpinn.training.build makes it."""
 import time
 
 import numpy as np
 
 from mpinn.batch import RowParts
-from mpinn.training.step_base import Step, all_finite  # noqa: F401 (all_finite: for the step modules)
-
-
-def choose_step(cfg, model, optimizer, comm, faults, timeline):
-    """The step strategy for this run's (resolved) configuration (collective: SharedStep asks every
-    rank to share the parameters), with the optimizer's state made where that strategy keeps it. The
-    option combinations a strategy cannot serve were refused by the rule table (mpinn.settings.rules)."""
-    kw = dict(faults=faults, timeline=timeline, grad_accum=cfg.grad_accum, towers=cfg.towers)
-    if cfg.table == "sharded":
-        from mpinn.training.sharded import ShardedStep
-        return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, exchange=cfg.shard_exchange, **kw)
-    if optimizer.needs_touched_rows:
-        # the lazy update must know which rows the step touched: the hashed block's gradient always
-        # travels as rows, never densified by the density rule (--sparse-threshold)
-        comm.sparse_threshold = float("inf")
-    if cfg.average_every:
-        return LocalSGDStep(model, optimizer.allocate_(dtype=model.dtype), comm, average_every=cfg.average_every, **kw)
-    if cfg.overlap:
-        return OverlapStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
-    # one copy of the parameters and of the optimizer state per node, each rank stepping its part:
-    # for models with hashed inputs, whose row updates it splits (W2 at np 2: 340k -> 435k samples/s),
-    # and for optimizers with state (held once per node, updated P ways). A dense model's SGD update
-    # is small, and re-reading the other ranks' freshly stepped parameters cost W1 3-4% (measured)
-    if ((model.spec.n_sparse > 0 or optimizer.stateful) and not cfg.towers and hasattr(comm, "share_params_")
-            and comm.share_params_(model)):
-        optimizer.writes_state = comm.node_rank == 0
-        optimizer.allocate_(comm.shared_zeros, model.dtype)
-        return SharedStep(model, optimizer, comm, **kw)
-    return ReduceStep(model, optimizer.allocate_(dtype=model.dtype), comm, **kw)
+from mpinn.training.step_base import Step, agree_on, all_finite  # noqa: F401 (all_finite: for the step modules)
 
 
 class ReduceStep(Step):
@@ -113,8 +86,12 @@ class SharedStep(Step):
 
     shares_params = True
 
+    def __init__(self, model, optimizer, comm, shared, **kw):
+        super().__init__(model, optimizer, comm, **kw)
+        self.shared = shared        # the node's window (mpinn.comm.shm.SharedGradients): slots, parameters, state
+
     def broadcast_params_(self):
-        self.comm.bcast_shared_params_()    # one copy per node: rank 0's (a restore) to the other nodes
+        self.shared.bcast_params_()     # one copy per node: rank 0's (a restore) to the other nodes
 
     def __call__(self, local, n_global, step, lr):
         model, comm, opt = self.model, self.comm, self.optimizer
@@ -131,24 +108,22 @@ class SharedStep(Step):
                 model.densify_(sparse)
             else:
                 start, block = reduced.n_rows * reduced.width, (reduced.n_rows, reduced.width)
-                lo_id, hi_id = comm.own_part(0, reduced.n_rows)
+                lo_id, hi_id = self.shared.part(0, reduced.n_rows)
                 for ids, rows in reduced.parts():
                     a, b = np.searchsorted(ids, (lo_id, hi_id))
                     if b > a:
                         mine.append((ids[a:b], rows[a:b]))
-        lo, hi = comm.sum_own_(start)
+        lo, hi = self.shared.sum_own_(start)
         ok_here = all_finite(model.grad_buffer[lo:hi]) and all(all_finite(r) for _, r in mine)
-        verdict = np.array([0.0 if ok_here else 1.0, loss])
-        comm.Allreduce_sum_(verdict, "step verdict and loss")
-        ok = verdict[0] == 0
+        ok, loss = agree_on(comm, ok_here, loss)
         t3 = time.perf_counter()
         if ok:
             rows = RowParts(mine, *block) if block[0] else None
             opt.step_(model.params, model.grads, rows, lo=lo, hi=min(hi, model.size), lr=lr)
         t4 = time.perf_counter()
-        comm.fence_params()
+        self.shared.fence_params()
         self.account(step, t1, t2, t3, t4, time.perf_counter())
-        return float(verdict[1]) / n_mean, ok
+        return loss / n_mean, ok
 
 
 class LocalSGDStep(Step):
@@ -170,9 +145,7 @@ class LocalSGDStep(Step):
         rows = self.local_gradient(local, comm.size / (n_global or 1), self.want_rows)
         self.faults.fire(step, model.grad_buffer)
         t2 = time.perf_counter()
-        verdict = np.array([0.0 if self.finite(rows) else 1.0, float(model.grad_buffer[-1])])
-        comm.Allreduce_sum_(verdict, "step verdict and loss")
-        ok = verdict[0] == 0
+        ok, loss = agree_on(comm, self.finite(rows), float(model.grad_buffer[-1]))
         t3 = time.perf_counter()
         if ok:
             if rows is not None and not opt.sparse_ok:
@@ -186,7 +159,7 @@ class LocalSGDStep(Step):
         self.local_steps += 1
         if self.local_steps >= self.average_every:
             self.average_params_(step)
-        return float(verdict[1]) / (n_global or 1), ok
+        return loss / (n_global or 1), ok
 
     def settle_(self, step):
         """A checkpoint or an evaluation sees the averaged parameters."""

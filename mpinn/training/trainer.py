@@ -10,13 +10,12 @@ from mpinn.comm.guard import NoWatchdog
 from mpinn.config import MpinnError
 from mpinn.metrics import format_metrics
 from mpinn.process import reusing_heap
+from mpinn.settings import messages
+from mpinn.training.checkpoints import stop_if_asked
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
-from mpinn.training.checkpoints import Checkpoints
-from mpinn.training.faults import Faults
 from mpinn.training.feed import Feed, epoch_order
 from mpinn.training.staging import device_feed
-from mpinn.training.steps import choose_step
-from mpinn.training.timeline import PHASES, ProgressBar, Timeline, write_trace
+from mpinn.training.timeline import PHASES, ProgressBar, write_trace
 
 
 @dataclass
@@ -30,26 +29,25 @@ class Hooks:
     on_eval: object = None      # called with the record of each evaluation inside an epoch (--eval-every)
 
 
-class Trainer(Checkpoints):
+class Trainer:
     """Data-parallel training: rank 0 holds the data; every rank holds the model.
 
-    Made from a resolved RunConfig (mpinn.settings) and the wired parts (mpinn.training.wire): the
-    model, the optimizer, the learning-rate schedule (called before every step, its rate passed into
-    the step), the communicator and the batches' layout.
+    Made from a resolved RunConfig (mpinn.settings) and the parts built from its plan (mpinn.training.run): the
+    model, the optimizer, the learning-rate schedule (called before every step, its rate passed into the step),
+    the step (mpinn.training.build; it holds the communicator) and the batches' layout.
 
     Position: `epoch` (1-based) and `next_step` (0-based, within the epoch) say which batch comes
     next; with the seeded per-epoch order that is all a resume needs to replay the same batches."""
 
-    def __init__(self, cfg, model, optimizer, schedule, comm, layout, hooks=None):
+    def __init__(self, cfg, model, optimizer, schedule, step, layout, hooks=None):
         if cfg.stage != "resolved":
             raise ValueError("Trainer needs a resolved configuration (mpinn.settings.resolve)")
         hooks = hooks or Hooks()
         self.cfg = cfg
-        self.model, self.optimizer, self.schedule, self.comm = model, optimizer, schedule, comm
-        if cfg.table != "sharded":    # a sharded table's dense part is small: MPI_Allreduce, no window slots
-            comm.adopt_(model)        # e.g. gradients in a shared-memory window (--comm shm)
+        self.model, self.optimizer, self.schedule = model, optimizer, schedule
+        self.stepper, self.comm, self.timeline = step, step.comm, step.timeline
         self.layout, self.batch_size, self.seed = layout, int(cfg.batch), cfg.seed
-        self.rank0 = comm.rank == 0
+        self.rank0 = self.comm.rank == 0
         self.verbose = not cfg.quiet and self.rank0
         self.watchdog = hooks.watchdog or NoWatchdog()
         self.max_bad_steps = int(cfg.max_bad_steps)
@@ -63,9 +61,6 @@ class Trainer(Checkpoints):
         self.prefetch = not cfg.no_prefetch     # prepare and send the next batch while this one computes
         self.read_local = cfg.input == "local"  # every rank reads its own rows (a packed file), no scatter
         self.shuffle_block = int(cfg.shuffle_block)
-        self.average_every, self.overlap = int(cfg.average_every), bool(cfg.overlap)
-        self.timeline = Timeline(keep=bool(cfg.timeline))
-        self.stepper = choose_step(cfg, model, optimizer, comm, hooks.faults or Faults(), self.timeline)
         self.table = cfg.table
         # the best epoch by the held-out metric: kept (--keep best) and counted from (--early-stop)
         self.early_stop, self.keep_best, self.stop_metric = int(cfg.early_stop), cfg.keep == "best", cfg.stop_metric
@@ -78,9 +73,23 @@ class Trainer(Checkpoints):
         self.epoch, self.next_step, self.global_step = 1, 0, 0
         self.loss_sum, self.loss_n = 0.0, 0
         self.skipped, self.bad_streak = 0, 0
-        # checkpointing: set by enable_checkpoints
-        self.ckpt_dir, self.ckpt_every, self.ckpt_keep, self.ckpt_meta = None, 0, 3, {}
-        self.last_checkpoint = None
+        self.checkpoints = None       # mpinn.training.checkpoints.Checkpoints: where they go (None: nowhere)
+
+    @property
+    def kept_epoch(self):
+        """The epoch whose parameters the run keeps: the best one with --keep best, else the last."""
+        return self.best["epoch"] if self.best is not None and self.keep_best else len(self.history)
+
+    @property
+    def last_checkpoint(self):
+        return self.checkpoints.last if self.checkpoints is not None else None
+
+    def position(self):
+        """Where training stands: what a checkpoint records to continue it."""
+        return {"epoch": self.epoch, "next_step": self.next_step, "global_step": self.global_step,
+                "samples": self.samples, "loss_sum": self.loss_sum, "loss_n": self.loss_n,
+                "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history, "best": self.best,
+                "seed": self.seed, "batch_size": self.batch_size}
 
     @property
     def shared_params(self):
@@ -99,8 +108,8 @@ class Trainer(Checkpoints):
     def signature(self):
         return {"mpinn": __version__, "layout": self.model.layout(), "spec": self.model.spec.to_dict(),
                 "reduce": self.comm.name, "optimizer": type(self.optimizer).__name__,
-                "compress": getattr(self.comm, "compress", None), "average_every": self.average_every,
-                "overlap": self.overlap,
+                "compress": self.cfg.compress, "average_every": self.cfg.average_every,
+                "overlap": self.cfg.overlap,
                 "batch_size": self.batch_size, "input": vars(self.layout)}
 
     def start(self):
@@ -169,14 +178,14 @@ class Trainer(Checkpoints):
                 self.tally(loss, ok, n_global, epoch)
                 bar.update(epoch, epochs, s + 1, steps, loss,
                            (self.samples - samples0) / max(time.perf_counter() - t_epoch, 1e-9))
-                if (self.ckpt_every and self.global_step % self.ckpt_every == 0 and self.next_step < steps
-                        and not self.bad_streak):    # only good states are checkpointed
+                if (self.checkpoints is not None and self.checkpoints.due(self.global_step)
+                        and self.next_step < steps and not self.bad_streak):    # only good states are checkpointed
                     self.settle_()
-                    self.checkpoint("step")
+                    self.checkpoints.save(self, "step")
                 if self.stop is not None:
                     self.stop.beat(self.stop.STOP_EVERY * (time.perf_counter() - t0))     # until the next agreement
                     if self.global_step % self.stop.STOP_EVERY == 0 and self.next_step < steps:
-                        self.stop_if_asked(epoch)
+                        stop_if_asked(self, epoch)
                 if self.eval_every and has_valid and self.global_step % self.eval_every == 0 and self.next_step < steps:
                     self.evaluate_inside(valid, epoch, t_epoch, step_timeout)
             self.settle_()
@@ -198,10 +207,10 @@ class Trainer(Checkpoints):
                     format_metrics(record.get("valid", {})) or "-", record["seconds"]))
             if self.on_epoch is not None:
                 self.on_epoch(record)
-            if self.ckpt_dir:
-                self.checkpoint("epoch")
+            if self.checkpoints is not None:
+                self.checkpoints.save(self, "epoch")
             if self.epoch <= epochs and not self.stopping:
-                self.stop_if_asked(epoch, at_epoch_end=True)
+                stop_if_asked(self, epoch, at_epoch_end=True)
             if self.stopping:
                 self.log("early stop: no better held-out %s for %d epochs; the best was epoch %d (%.4f)" % (
                     self.stop_metric, self.best["bad_epochs"], self.best["epoch"], self.best["value"]))
@@ -270,14 +279,8 @@ class Trainer(Checkpoints):
         self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"
                  % (self.global_step, self.bad_streak, self.skipped))
         if self.bad_streak >= self.max_bad_steps:
-            raise MpinnError(
-                "training stopped: %d consecutive steps had a non-finite loss or gradient "
-                "(last at step %d, epoch %d); %s; try a lower --lr or check the data for "
-                "huge or missing values" % (
-                    self.bad_streak, self.global_step, epoch,
-                    "the last good checkpoint is %s" % self.last_checkpoint
-                    if self.last_checkpoint else "no checkpoint was written"),
-                collective=True, code=4)
+            raise MpinnError(messages.diverged(self.bad_streak, self.global_step, epoch, self.last_checkpoint),
+                             collective=True, code=4)
 
     def evaluate(self, data, chunk=65536):
         """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only. Its seconds add to
@@ -300,34 +303,6 @@ class Trainer(Checkpoints):
     @property
     def task(self):
         return task_of(self.model.spec)
-
-    def use_hot_rows_(self, train=None, counts=None):
-        """Before restore and start(), collective: a sharded table's hot rows (--hot-rows), counted by
-        rank 0 over the first training rows of `train` (or from `counts`: (per-id counts, rows counted)).
-        Returns a line saying what was chosen, or None when the table is not sharded."""
-        if self.table != "sharded":
-            return None
-        from mpinn.training.hot import count_ids, pick_hot
-        n_rows, width = self.model.table
-        spec = self.cfg.hot_rows
-        layout = getattr(self.stepper, "layout", None)
-        nodes = layout["nodes"] if layout else 1
-
-        def pick():
-            if spec == "off" or (spec == "auto" and nodes == 1):       # nothing to count
-                return np.empty(0, np.int64), 0
-            got, n = counts if counts is not None else count_ids(train, n_rows)
-            return pick_hot(spec, got, n, self.batch_size / self.comm.size, width, self.model.params.itemsize,
-                            nodes), n
-        hot, n = self.comm.bcast_obj(self.comm.root_call(pick))
-        self.stepper.use_hot_rows_(hot)
-        ex = self.stepper
-        if len(hot):
-            hot_note = "%d hot rows on every rank (--hot-rows %s: counted over %d rows)" % (len(hot), spec, n)
-        else:
-            hot_note = "no hot rows (--hot-rows %s%s)" % (spec, "" if spec == "off" else ": one node" if not n else
-                                                          ": none expected 4 times in a rank's share")
-        return "sharded table: %s exchange (%s); %s" % (ex.exchange, ex.exchange_why, hot_note)
 
     def load_params_(self, params):
         """Before start(): rank 0's whole flat parameters (None elsewhere) become the model's on every
@@ -371,5 +346,5 @@ class Trainer(Checkpoints):
                 "seconds": total, "samples_per_s": done / total if total else 0.0,
                 "phase_s_mean": mean, "phase_s_per_rank": per_rank, "skipped_steps": self.skipped,
                 "data_wait_s_per_step": mean["data"] / max(self.global_step - self.steps_at_start, 1),
-                "global_steps": self.global_step, "exchange": getattr(self.comm, "last_exchange", None),
+                "global_steps": self.global_step, "exchange": self.comm.last_exchange,
                 "table": self.table, "comm_parts_s_mean": parts}

@@ -44,23 +44,29 @@ def probe(args):
     import numpy as np
     import scipy.sparse as sp
     from mpinn.batch import Batch, Layout
-    from mpinn.comm import create_communicator
+    from mpinn.comm import Communicator
+    from mpinn.comm.topology import probe as probe_job
     from mpinn.config import ModelSpec
     from mpinn.model import MLP
     from mpinn.optim import REGISTRY, create_optimizer
     from mpinn.optim.schedule import make_schedule
-    from mpinn.settings import fixed
+    from mpinn.settings import fixed, make_plan
     from mpinn.training import Trainer
+    from mpinn.training.build import build_step, communicator
     from mpinn.process import memory_mb, resident_bytes
     from mpinn.training.sharded import own_rows
-    comm = create_communicator("allreduce", transport=args.comm)
+    job = Communicator()
     n_rows, width, B = 1 << args.bits[0], 64, 1024
     spec = ModelSpec(n_rows, 0, (width,), 1, "relu", "sigmoid", "float32", sparse_fan_in=20)
-    model = MLP(spec).init_(0, rows=own_rows(comm, n_rows) if args.table == "sharded" else None)
+    own = own_rows(job.size, job.rank, n_rows)
+    model = MLP(spec).init_(0, rows=own if args.table == "sharded" else None)
     opt = create_optimizer(args.optimizer, model.size, np, weight_slices=model.weight_slices, table=model.table)
     lr = 0.1 if args.optimizer == "sgd" else REGISTRY[args.optimizer].lr
     cfg = fixed(B, table=args.table, comm=args.comm, optimizer=args.optimizer, quiet=True)
-    trainer = Trainer(cfg, model, opt, make_schedule(lr), comm, Layout(n_rows, 0, "float32", "float32"))
+    plan = make_plan(cfg, probe_job(job), spec, opt)        # as a training run plans and builds its step
+    comm = communicator(plan, job.comm, dup=False)
+    trainer = Trainer(plan.cfg, model, opt, make_schedule(lr), build_step(plan, comm, model, opt),
+                      Layout(n_rows, 0, "float32", "float32"))
     trainer.start()
     data = w2_rows(args.bits[0], args.steps * B) if comm.rank == 0 else None
     t0 = time.perf_counter()
@@ -75,7 +81,6 @@ def probe(args):
     seconds = time.perf_counter() - t0
     del data
     table = model.params[:n_rows * width]
-    own = own_rows(comm, n_rows)
     rss, pss = memory_mb()
     state = {k: resident_bytes(v[:n_rows * width]) / 2**20 for k, v in (opt.arrays or {}).items()
              if k in opt.element_state}

@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from mpinn.comm import create_communicator
+from mpinn.comm.topology import probe
 
 
 def main():
@@ -28,7 +29,7 @@ def main():
     raw_buf = np.ones(n, dtype=np.float32)
     grad = np.ones(n, dtype=np.float32)
     comm = create_communicator("allreduce", transport="mpi")
-    shm = create_communicator("allreduce", transport="shm")
+    shm = create_communicator("allreduce", transport="shm", topology=probe(world))
     slot = shm.shared.slot(n, np.float32)
     slot[...] = 1
     times = {"raw": [], "mpinn": [], "mpinn shm": []}

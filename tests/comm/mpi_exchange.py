@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from ranks import COMM, agree, make_trainer, toy_data
-from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
 from mpinn.data import Dataset
@@ -23,9 +22,9 @@ def make(dtype="float64", optimizer="sgd", threshold=0.25, compress=None, averag
     spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", dtype, sparse_fan_in=2.5)
     model = MLP(spec).init_(0)
     opt = create_optimizer(optimizer, model.size, np, 0.0, model.weight_slices)
-    c = create_communicator("allreduce", sparse_threshold=threshold, compress=compress, transport=transport)
-    t = make_trainer(model, opt, c, Layout(64, 3, dtype, "int64"), 12, average_every=average_every,
-                     timeline="trace.json" if timeline else None, hooks=Hooks(faults=faults))
+    t = make_trainer(model, opt, Layout(64, 3, dtype, "int64"), 12, average_every=average_every,
+                     timeline="trace.json" if timeline else None, hooks=Hooks(faults=faults),
+                     sparse_threshold=threshold, compress=compress, comm=transport)
     t.start()
     return t
 
@@ -151,20 +150,20 @@ def test_shared_memory_allreduce_equals_mpi_allreduce(optimizer, dtype, threshol
 def test_auto_uses_shared_memory_on_one_node():
     t = make()
     agree(t.comm.transport == ("shm" if COMM.size > 1 else "mpi"), t.comm.transport)
-    agree(t.comm.transport_note.startswith("summed in shared memory" if COMM.size > 1 else "MPI_Allreduce"),
-          t.comm.transport_note)
+    agree(t.plan.transport_note.startswith("summed in shared memory" if COMM.size > 1 else "MPI_Allreduce"),
+          t.plan.transport_note)
 
 
 def test_too_little_shared_memory_falls_back_or_is_refused(monkeypatch):
     """A small /dev/shm (a container's 64 MiB) would end in a SIGBUS: auto falls back to
     MPI_Allreduce and says why; an explicit --comm shm is one clear error on every rank."""
-    import mpinn.comm.allreduce
+    import mpinn.comm.topology
     from mpinn.config import MpinnError
-    monkeypatch.setattr(mpinn.comm.allreduce, "shm_room", lambda: 1 << 20)
+    monkeypatch.setattr(mpinn.comm.topology, "shm_room", lambda: 1 << 20)
     t = make(transport="auto")
     agree(t.comm.transport == "mpi" and t.comm.shared is None, t.comm.transport)
     if COMM.size > 1:
-        agree("/dev/shm has 1 MiB free" in t.comm.transport_note, t.comm.transport_note)
+        agree("/dev/shm has 1 MiB free" in t.plan.transport_note, t.plan.transport_note)
         with pytest.raises(MpinnError, match="--comm shm: the gradient slots need"):
             make(transport="shm")
     got, _ = run(t, 12, 3)

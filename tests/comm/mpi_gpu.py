@@ -7,8 +7,8 @@ import pytest
 from ranks import COMM, agree, make_trainer, toy_data
 from fake_device import FakeBackend
 from mpinn.backend import gpu_probe, to_host
-from mpinn.comm import create_communicator
-from mpinn.comm.gpu import DeviceAllreduceCommunicator, cuda_aware_mpi
+from mpinn.comm.gpu import DeviceAllreduceCommunicator
+from mpinn.comm.topology import cuda_aware_mpi
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
 from mpinn.data import Dataset
@@ -21,12 +21,13 @@ GPUS = min(COMM.allgather(GPUS))
 needs_gpu = pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU on every rank: %s" % NO_GPU)
 
 
-def fit(comm, backend, optimizer="sgd", threshold=0.25, epochs=2, batch=12):
-    """Two epochs of Trainer.fit on the toy data (float64), the held-out metrics, the parameters."""
+def fit(backend, optimizer="sgd", epochs=2, batch=12, **options):
+    """Two epochs of Trainer.fit on the toy data (float64), the held-out metrics, the parameters; options: those
+    of make_trainer (the run's options, a communicator made by the test, the job's topology)."""
     spec = ModelSpec(64, 3, (8, 6), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
     model = MLP(spec, backend).init_(0)
     opt = create_optimizer(optimizer, model.size, backend.xp, 0.0, model.weight_slices)
-    t = make_trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch)
+    t = make_trainer(model, opt, Layout(64, 3, "float64", "int64"), batch, **options)
     t.start()
     Xs, Xd, y = toy_data()
     data = Dataset(Xs, Xd, y, {"task": "multiclass"}) if t.rank0 else None
@@ -34,18 +35,19 @@ def fit(comm, backend, optimizer="sgd", threshold=0.25, epochs=2, batch=12):
     return to_host(model.params), history[-1]["valid"]
 
 
-def cpu_comm(threshold):
-    return create_communicator("allreduce", sparse_threshold=threshold, transport="mpi")   # as the staged one sums
+def cpu_fit(threshold, optimizer="sgd"):     # MPI_Allreduce, as the staged transport sums
+    from mpinn.backend import get_backend
+    return fit(get_backend("numpy"), optimizer, comm="mpi", sparse_threshold=threshold)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 @pytest.mark.parametrize("threshold", [0.0, 10.0])       # the sparse block dense / as rows
 def test_staged_transport_on_a_fake_device_follows_the_cpu(optimizer, threshold):
-    from mpinn.backend import get_backend
-    ref, ref_valid = fit(cpu_comm(threshold), get_backend("numpy"), optimizer)
+    ref, ref_valid = cpu_fit(threshold, optimizer)
     fake = FakeBackend()
-    got, valid = fit(DeviceAllreduceCommunicator(None, fake, "staged", sparse_threshold=threshold), fake,
-                     optimizer)
+    got, valid = fit(fake, optimizer, comm="mpi", sparse_threshold=threshold,
+                     communicator=lambda plan: DeviceAllreduceCommunicator(None, fake, "staged",
+                                                                           sparse_threshold=plan.sparse_threshold))
     # dense exchange: the same additions in the same order; rows: coalesced before the step, so
     # only the order of the additions differs
     exact = threshold == 0.0 or COMM.size == 1
@@ -56,9 +58,13 @@ def test_staged_transport_on_a_fake_device_follows_the_cpu(optimizer, threshold)
 
 
 # ---------------------------------------------------------------- on real GPUs
-def gpu_fit(transport, threshold=0.25, optimizer="sgd", batch=12):
-    c = create_communicator("allreduce", sparse_threshold=threshold, device="gpu", transport=transport)
-    return fit(c, c.backend, optimizer, threshold, batch=batch)
+def gpu_fit(transport, threshold=0.25, optimizer="sgd", batch=12, mpi_comm=None):
+    """fit on this rank's GPU: the job probed first (which binds each rank to its GPU), then the model made there."""
+    from mpinn.backend import get_backend
+    from mpinn.comm.topology import probe
+    topo = probe(mpi_comm or COMM, "gpu", nccl=transport == "nccl")
+    return fit(get_backend("cupy"), optimizer, batch=batch, device="gpu", comm=transport, sparse_threshold=threshold,
+               topology=topo, mpi_comm=mpi_comm)
 
 
 @pytest.mark.gpu
@@ -68,8 +74,7 @@ def gpu_fit(transport, threshold=0.25, optimizer="sgd", batch=12):
 def test_gpu_transports_agree_with_the_cpu(transport, threshold):
     if transport == "cuda-aware" and not all(a for a, _ in COMM.allgather(cuda_aware_mpi())):
         pytest.skip("this MPI library is not CUDA-aware")
-    from mpinn.backend import get_backend
-    ref, _ = fit(cpu_comm(threshold), get_backend("numpy"))
+    ref, _ = cpu_fit(threshold)
     got, _ = gpu_fit(transport, threshold)
     diff = float(np.max(np.abs(got - ref)))
     agree(diff < 1e-10, "%s: max diff %g from the CPU" % (transport, diff))
@@ -90,8 +95,7 @@ def test_n_gpu_ranks_equal_one(optimizer):
         solo_comm = None
     solo = None
     if solo_comm is not None:
-        c = create_communicator("allreduce", solo_comm, device="gpu")
-        solo, _ = fit(c, c.backend, optimizer)
+        solo, _ = gpu_fit("auto", optimizer=optimizer, mpi_comm=solo_comm)
     solo = COMM.bcast(solo)
     diff = float(np.max(np.abs(got - solo)))
     agree(diff < 1e-10, "max diff %g from one rank" % diff)

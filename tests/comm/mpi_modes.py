@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 from ranks import COMM, agree, toy_data
-from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
 from mpinn.data import Dataset
@@ -21,10 +20,9 @@ def make_trainer(loss="softmax", n_out=3, optimizer="sgd", lr=0.05, batch=12, re
                  threshold=0.25, grad_accum=1, schedule=None):
     model = MLP(ModelSpec(n_out=n_out, loss=loss, **SPEC)).init_(0)
     opt = create_optimizer(optimizer, model.size, np, 0.0, model.weight_slices)
-    c = create_communicator(reduce_, sparse_threshold=threshold)
     y_dtype = "int64" if loss == "softmax" else "float64"
-    t = trainer_of(model, opt, c, Layout(64, 3, "float64", y_dtype), batch, lr=lr, schedule=schedule,
-                   grad_accum=grad_accum, reduce=reduce_)
+    t = trainer_of(model, opt, Layout(64, 3, "float64", y_dtype), batch, lr=lr, schedule=schedule,
+                   grad_accum=grad_accum, reduce=reduce_, sparse_threshold=threshold)
     t.start()
     return t
 
@@ -104,8 +102,7 @@ def test_a_tower_trained_on_the_same_data_is_a_one_rank_run_with_its_seed():
     spec = ModelSpec(n_out=3, loss="softmax", **SPEC)
     model = MLP(spec).init_(COMM.rank)
     opt = create_optimizer("momentum", model.size, np, 0.0, model.weight_slices)
-    t = trainer_of(model, opt, create_communicator("tower"), Layout(64, 3, "float64", "int64"), 12,
-                   parallel="tower", tower_data="same")
+    t = trainer_of(model, opt, Layout(64, 3, "float64", "int64"), 12, parallel="tower", tower_data="same")
     t.start()
     run_steps(t, 12, 5)
     ref = MLP(spec).init_(COMM.rank)

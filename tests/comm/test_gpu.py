@@ -10,8 +10,11 @@ from conftest import run
 from fake_device import FakeBackend
 from mpinn.backend import gpu_probe, select_backend
 from mpinn.comm.buffers import check_buffer, check_device_buffer
-from mpinn.comm.gpu import choose_transport
+from mpinn.comm.topology import Topology
 from mpinn.config import ModelSpec, MpinnError
+from mpinn.settings import fixed, from_keywords
+from mpinn.settings.plan import choose_gpu_transport
+from mpinn.settings.rules import check_job
 from mpinn.training.staging import DeviceFeed, _Slot, device_feed
 from mpinn.batch import Batch
 
@@ -97,18 +100,25 @@ def test_select_backend_binds_nothing_without_a_gpu():
     ("auto", True, "cuda-aware"), ("auto", False, "staged"), ("nccl", False, "nccl"), ("nccl", True, "nccl"),
     ("staged", True, "staged"), ("cuda-aware", True, "cuda-aware")])
 def test_choose_transport(requested, aware, expected):
-    assert choose_transport(requested, aware) == expected
+    assert choose_gpu_transport(fixed(8, device="gpu", comm=requested), one_gpu(aware)) == expected
+
+
+def one_gpu(aware, how="MPIX_Query_cuda_support()"):
+    """The probe's answer for one rank with a GPU, its MPI CUDA-aware or not."""
+    return Topology.of_nodes([0], devices=(("cupy", "gpu 0 of 1", ("h", "0000:01:00.0"), None),),
+                             cuda_aware=((aware, how),))
 
 
 def test_cuda_aware_requested_but_not_there_is_a_user_error():
-    with pytest.raises(MpinnError, match="not CUDA-aware"):
-        choose_transport("cuda-aware", False, "MPIX_Query_cuda_support()")
-    with pytest.raises(MpinnError, match="--comm must be one of"):
-        choose_transport("gloo", True)
+    with pytest.raises(MpinnError, match=r"--comm cuda-aware: this MPI library is not CUDA-aware \(MPIX_Query"):
+        check_job(fixed(8, device="gpu", comm="cuda-aware"), one_gpu(False))
+    check_job(fixed(8, device="gpu", comm="cuda-aware"), one_gpu(True))
+    with pytest.raises(MpinnError, match="--comm: invalid choice: 'gloo'"):
+        from_keywords(None, comm="gloo")
 
 
 def test_cuda_aware_mpi_detection_answers_here():
-    from mpinn.comm.gpu import cuda_aware_mpi
+    from mpinn.comm.topology import cuda_aware_mpi
     aware, how = cuda_aware_mpi()
     assert isinstance(aware, bool) and how
     if not GPUS:
@@ -304,11 +314,13 @@ def test_the_gpu_benchmark_says_why_it_cannot_run(tmp_path):
 
 
 def test_ranks_sharing_a_gpu_are_found():
-    """NCCL refuses two ranks of one communicator on one GPU: the collective check names them."""
-    from mpinn.comm.gpu import ranks_sharing_a_gpu
+    """NCCL refuses two ranks of one communicator on one GPU: the probe's GPU keys name them."""
     keys = [("a", "0000:01:00.0"), ("a", "0000:02:00.0"), ("b", "0000:01:00.0"), ("a", "0000:01:00.0")]
-    assert ranks_sharing_a_gpu(keys) == [((0, 3), ("a", "0000:01:00.0"))]
-    assert ranks_sharing_a_gpu(keys[:3]) == []
+
+    def topo(keys):
+        return Topology.of_nodes([k[0] for k in keys], devices=tuple(("cupy", "gpu", k, None) for k in keys))
+    assert topo(keys).gpus_shared() == [((0, 3), ("a", "0000:01:00.0"))]
+    assert topo(keys[:3]).gpus_shared() == []
 
 
 def test_a_missing_nccl_library_is_refused_not_imported_silently(monkeypatch):

@@ -4,28 +4,21 @@ import dataclasses
 
 import pytest
 
+from mpinn.batch import Layout
+from mpinn.data.info import DataInfo
 from mpinn.settings import from_keywords, resolve
 from mpinn.settings.shapes import SHAPES
 
 
-class Comm:
-    size = 2
-
-    def node_shape(self):
-        return 1, 2
-
-    def allreduce_min_obj(self, value):
-        return 64 << 30
+RANKS = 2
 
 
 def info(n_sparse=1000, task="binary", n_train=50_000, has_valid=True):
-    return {"meta": {"task": task}, "layout": {"n_sparse": n_sparse, "n_dense": 3, "dtype": "float32",
-                                               "y_dtype": "float32"},
-            "fan_in": 5.0, "n_out": 1, "n_train": n_train, "has_valid": has_valid}
+    return DataInfo({"task": task}, Layout(n_sparse, 3, "float32", "float32"), 1, 5.0, n_train, has_valid)
 
 
 def test_the_data_decides_what_was_left_to_it_and_says_so():
-    cfg = resolve(from_keywords(None, epochs=7), info(), Comm())
+    cfg = resolve(from_keywords(None, epochs=7), info(), RANKS)
     wide = SHAPES["wide"]
     assert (cfg.optimizer, cfg.lr, cfg.wide, cfg.loss, cfg.task) == (wide["optimizer"], wide["lr"], "on", "sigmoid",
                                                                      "binary")
@@ -35,23 +28,23 @@ def test_the_data_decides_what_was_left_to_it_and_says_so():
 
 
 def test_epochs_given_means_that_many_unless_early_stop_is_given_too():
-    assert resolve(from_keywords(None, epochs=7), info(), Comm()).early_stop == 0
-    assert resolve(from_keywords(None, epochs=7, early_stop=2), info(), Comm()).early_stop == 2
-    cfg = resolve(from_keywords(None), info(), Comm())
+    assert resolve(from_keywords(None, epochs=7), info(), RANKS).early_stop == 0
+    assert resolve(from_keywords(None, epochs=7, early_stop=2), info(), RANKS).early_stop == 2
+    cfg = resolve(from_keywords(None), info(), RANKS)
     assert (cfg.epochs, cfg.early_stop) == (SHAPES["wide"]["epochs"], SHAPES["wide"]["early_stop"])
-    assert resolve(from_keywords(None), info(has_valid=False), Comm()).keep == "last"
+    assert resolve(from_keywords(None), info(has_valid=False), RANKS).keep == "last"
 
 
 def test_the_linear_part_is_on_with_hashed_inputs_and_hidden_layers_only():
-    assert resolve(from_keywords(None), info(), Comm()).wide == "on"
-    assert resolve(from_keywords(None), info(n_sparse=0), Comm()).wide == "off"
-    assert resolve(from_keywords(None, hidden=()), info(), Comm()).wide == "off"
-    assert resolve(from_keywords(None, wide="off"), info(), Comm()).wide == "off"
+    assert resolve(from_keywords(None), info(), RANKS).wide == "on"
+    assert resolve(from_keywords(None), info(n_sparse=0), RANKS).wide == "off"
+    assert resolve(from_keywords(None, hidden=()), info(), RANKS).wide == "off"
+    assert resolve(from_keywords(None, wide="off"), info(), RANKS).wide == "off"
 
 
 def test_a_configuration_is_never_changed_once_made():
     cfg = from_keywords(None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.epochs = 3
-    resolved = resolve(cfg, info(), Comm())
+    resolved = resolve(cfg, info(), RANKS)
     assert cfg.optimizer is None and cfg.stage == "given" and resolved is not cfg

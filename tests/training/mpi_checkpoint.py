@@ -7,9 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from ranks import COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, restore_then_start, shared_dir, toy_data
+from ranks import (COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, restore_then_start, shared_dir, toy_data,
+                   write_checkpoint)
 from mpinn.batch import Batch, Layout
-from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.model import MLP
 
@@ -19,8 +19,8 @@ BATCH, FIRST, TOTAL = 12, 3, 6
 
 def trainer_on(mpi_comm, optimizer):
     model = MLP(SPEC).init_(0)
-    comm = create_communicator("allreduce", mpi_comm)
-    return make_trainer(model, make_optimizer(optimizer, model), comm, Layout(64, 3, "float64", "int64"), BATCH)
+    return make_trainer(model, make_optimizer(optimizer, model), Layout(64, 3, "float64", "int64"), BATCH,
+                        mpi_comm=mpi_comm)
 
 
 def steps(trainer, start, stop):
@@ -52,10 +52,9 @@ def test_optimizer_state_survives_a_change_of_rank_count(optimizer, how):
     sub = COMM.Split(0 if COMM.rank < first else 1, COMM.rank)
     if COMM.rank < first:
         t = trainer_on(sub, optimizer)
-        t.enable_checkpoints(os.path.join(d, "a"))
         t.start()
         steps(t, 0, FIRST)
-        t.checkpoint("step")
+        write_checkpoint(t, os.path.join(d, "a"))
         t.release_()
     sub.Free()
     # restored on `second` ranks: the state is the saved one, bit for bit; then the rest of the steps

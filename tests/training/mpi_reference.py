@@ -1,4 +1,4 @@
-"""Whole runs, wired as training wires them (mpinn.settings -> mpinn.training.wire -> Trainer.fit), equal the
+"""Whole runs, started as training starts them (mpinn.settings -> mpinn.training.Run -> Trainer.fit), equal the
 plain reference of tests/reference.py: every optimizer with warm-up, cosine decay and weight decay, with
 the optimizer state replicated on every rank, held once per node in shared memory, or sharded with the
 table over the ranks. Runs at np = 1, 2 and 3 (tests/test_mpi.py)."""
@@ -7,12 +7,13 @@ import pytest
 
 from ranks import COMM, OPTIMIZERS, agree, toy_data
 from reference import Reference, lr_at
-from mpinn.comm import create_communicator
+from mpinn.batch import Layout
 from mpinn.data import Dataset
+from mpinn.data.info import DataInfo
 from mpinn.model import MLP
 from mpinn.settings import fixed
-from mpinn.training import wire
-from mpinn.training.wiring import model_spec
+from mpinn.training import Run, open_job
+from mpinn.training.run import model_spec
 from mpinn.training.feed import epoch_order
 
 BATCH, EPOCHS, WARMUP, DECAY = 12, 6, 3, 0.01
@@ -33,9 +34,7 @@ def config(variant, mode, decay="cosine"):
 
 
 def info_of(data):
-    return {"meta": {"task": "multiclass"}, "layout": {"n_sparse": 64, "n_dense": 3, "dtype": "float64",
-                                                       "y_dtype": "int64"},
-            "fan_in": data.sparse_fan_in, "n_out": 3, "n_train": len(data), "has_valid": False}
+    return DataInfo({"task": "multiclass"}, Layout(64, 3, "float64", "int64"), 3, data.sparse_fan_in, len(data), False)
 
 
 def dataset():
@@ -45,12 +44,14 @@ def dataset():
 
 def run_mpinn(cfg):
     data = dataset()
-    comm = create_communicator("allreduce", transport=cfg.comm, sparse_threshold=cfg.sparse_threshold)
-    run = wire(cfg, comm, info_of(data))
-    run.trainer.start()
-    run.trainer.fit(data if comm.rank == 0 else None, None, cfg.epochs, progress=False)
-    params = run.trainer.final_params()
-    return None if params is None else np.array(params)
+    job = open_job()
+    trainer = Run(cfg, job, info_of(data)).start()
+    trainer.fit(data if job.rank == 0 else None, None, cfg.epochs, progress=False)
+    params = trainer.final_params()
+    params = None if params is None else np.array(params)
+    trainer.release_()
+    job.close()
+    return params
 
 
 def run_reference(cfg, variant):

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from ranks import COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, toy_data
-from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.batch import Layout
 from mpinn.batch import Batch
@@ -17,9 +16,8 @@ def run(reduce_, optimizer, faults, skip=(), steps=6, batch=7, threshold=0.25):
     spec = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5)
     model = MLP(spec).init_(0)
     opt = make_optimizer(optimizer, model)
-    comm = create_communicator(reduce_, sparse_threshold=threshold)
-    trainer = make_trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch,
-                           hooks=Hooks(faults=Faults(faults, comm.rank)))
+    trainer = make_trainer(model, opt, Layout(64, 3, "float64", "int64"), batch, reduce=reduce_,
+                           sparse_threshold=threshold, hooks=Hooks(faults=Faults(faults, COMM.rank)))
     trainer.start()
     verdicts = []
     for s in range(steps):
@@ -27,7 +25,7 @@ def run(reduce_, optimizer, faults, skip=(), steps=6, batch=7, threshold=0.25):
             continue
         rows = np.arange(s * batch, (s + 1) * batch) % len(y)
         trainer.global_step = s   # the fault is keyed on the global step
-        _, ok = trainer.step(Batch(Xs[rows], Xd[rows], y[rows]) if comm.rank == 0 else None, len(rows))
+        _, ok = trainer.step(Batch(Xs[rows], Xd[rows], y[rows]) if trainer.rank0 else None, len(rows))
         verdicts.append(ok)
     return model.params.copy(), verdicts
 

@@ -11,7 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from ranks import COMM, OPTIMIZERS, agree, restore_then_start, shared_dir
+from ranks import COMM, OPTIMIZERS, agree, restore_then_start, shared_dir, write_checkpoint
+from mpinn.comm.topology import Topology
 from mpi_sharded import data_for, make_trainer, one_process, steps
 
 HOT = np.array([7, 60, 3, 41, 22, 15, 33, 1, 50, 12], dtype=np.int64)      # "most frequent first"
@@ -42,16 +43,17 @@ def release_exchanges():
         t.comm.comm.Free()
 
 
+def cut(R, dealt, c):
+    """This job (on communicator c) cut into nodes of R ranks: consecutive, or dealt round robin."""
+    return Topology.of_nodes([r % (c.size // R) if dealt else r // R for r in range(c.size)])
+
+
 def trainer(optimizer, exchange="flat", R=None, hot=(), batch=12, sub=None, dealt=False):
-    t = make_trainer("sharded", optimizer, batch, mpi_comm=sub)
+    """A sharded trainer whose plan sees the job cut into nodes of R ranks (R None: as it is), with `exchange`
+    asked for (the plan takes the flat one where a node holds one rank) and `hot` rows."""
+    topo = cut(R, dealt, sub or COMM) if R is not None else None
+    t = make_trainer("sharded", optimizer, batch, mpi_comm=sub, shard_exchange=exchange, topology=topo, hot=hot)
     MADE.append(t)
-    if exchange == "node" or R is not None:
-        c = sub or COMM
-        node = c.Split(c.rank % (c.size // R) if dealt else c.rank // R, c.rank)
-        t.stepper.use_exchange_(exchange, node=node)
-        node.Free()
-    if len(hot):
-        t.stepper.use_hot_rows_(np.asarray(hot))
     return t
 
 
@@ -98,10 +100,8 @@ def test_node_exchange_and_hot_rows_give_the_flat_tables_bits(optimizer):
 
 
 def test_hot_rows_refuse_the_dense_update():
-    from mpinn.config import MpinnError
-    t = make_trainer("sharded", "adam-dense", 12)
-    with pytest.raises(MpinnError, match="lazy update"):
-        t.stepper.use_hot_rows_(HOT)
+    with pytest.raises(ValueError, match="lazy update"):
+        trainer("adam-dense", hot=HOT)
     agree(True)
 
 
@@ -122,17 +122,16 @@ def test_evaluation_through_the_node_exchange_and_the_replica():
 
 
 def test_uneven_nodes_are_refused_with_a_reason():
+    from mpinn.config import MpinnError
     if COMM.size < 3:
         pytest.skip("needs 3 ranks to cut unevenly")
-    node = COMM.Split(0 if COMM.rank < 2 else 1, COMM.rank)       # 2 + 1 (+ 1 at np 4: 2, 2 is even)
-    t = make_trainer("sharded", "sgd", 12)
+    topo = Topology.of_nodes([0 if r < 2 else 1 for r in range(COMM.size)])     # 2 + 1 (+ 1 at np 4: 2, 2 is even)
     uneven = COMM.size == 3
     try:
-        t.stepper.use_exchange_("node", node=node)
+        MADE.append(make_trainer("sharded", "sgd", 12, shard_exchange="node", topology=topo))
         raised = None
-    except ValueError as e:
+    except MpinnError as e:
         raised = str(e)
-    node.Free()
     agree((raised is not None and "different numbers of ranks" in raised) if uneven else raised is None, raised)
 
 
@@ -156,10 +155,9 @@ def test_checkpoint_with_hot_rows_resumes_with_another_exchange(optimizer):
         steps(t, data, 12, 0, 6)
         fewer = t.final_params()
     t = trainer(optimizer, exchange="node", R=R, hot=HOT)
-    t.enable_checkpoints(os.path.join(d, "a"))
     t.start()
     steps(t, data, 12, 0, 3)
-    t.checkpoint("step")
+    write_checkpoint(t, os.path.join(d, "a"))
     t = trainer(optimizer, hot=HOT[3:8])
     restore_then_start(t, d, optimizer)
     steps(t, data, 12, 3, 6)

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ranks import COMM, LR, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data
+from ranks import COMM, LR, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data, write_checkpoint
 from ranks import make_trainer as trainer_of
 from mpinn.batch import Batch, Layout
 from mpinn.process import resident_bytes
-from mpinn.comm import create_communicator
 from mpinn.config import ModelSpec
 from mpinn.model import MLP
 from mpinn.training.evaluate import evaluate
@@ -36,11 +35,11 @@ def data_for(n_sparse=64, only=None):
 
 def make_trainer(table, optimizer, batch, mpi_comm=None, n_sparse=64, grad_accum=1, **kw):
     spec = spec_for(n_sparse)
-    comm = create_communicator("allreduce", mpi_comm, sparse_threshold=10.0, transport="mpi")
+    c = mpi_comm or COMM
     # sharded: each rank makes only its own rows, as training does (the other rows stay zero)
-    model = MLP(spec).init_(0, rows=own_rows(comm, n_sparse) if table == "sharded" else None)
-    return trainer_of(model, make_optimizer(optimizer, model), comm, Layout(n_sparse, 3, "float64", "int64"), batch,
-                      table=table, grad_accum=grad_accum, **kw)
+    model = MLP(spec).init_(0, rows=own_rows(c.Get_size(), c.Get_rank(), n_sparse) if table == "sharded" else None)
+    return trainer_of(model, make_optimizer(optimizer, model), Layout(n_sparse, 3, "float64", "int64"), batch,
+                      mpi_comm=mpi_comm, table=table, grad_accum=grad_accum, comm="mpi", sparse_threshold=10.0, **kw)
 
 
 def steps(trainer, data, batch, start, stop, skip=()):
@@ -220,10 +219,9 @@ def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
         ref = t.final_params()
     sub.Free()
     t = make_trainer("sharded", optimizer, 12)
-    t.enable_checkpoints(os.path.join(d, "a"))
     t.start()
     steps(t, data, 12, 0, 3)
-    t.checkpoint("step")
+    write_checkpoint(t, os.path.join(d, "a"))
     sub = COMM.Split(0 if COMM.rank < second else 1, COMM.rank)
     if COMM.rank < second:
         t = make_trainer("sharded", optimizer, 12, sub)

@@ -25,12 +25,12 @@ def train_steps(comm_name, optimizer, batch, steps, sparse_threshold=0.25, weigh
             touched = model.loss_grad_(b, 1.0 / len(rows), sparse_grad=opt.sparse_ok)
             opt.step_(model.params, model.grads, touched, lr=LR)
         return model.params.copy()
-    comm = create_communicator(comm_name, sparse_threshold=sparse_threshold)
-    trainer = make_trainer(model, opt, comm, Layout(64, 3, "float64", "int64"), batch)
+    trainer = make_trainer(model, opt, Layout(64, 3, "float64", "int64"), batch, reduce=comm_name,
+                           sparse_threshold=sparse_threshold)
     trainer.start()
     for s in range(steps):
         rows = np.arange(s * batch, (s + 1) * batch) % len(y)
-        g = Batch(Xs[rows], Xd[rows], y[rows]) if comm.rank == 0 else None
+        g = Batch(Xs[rows], Xd[rows], y[rows]) if trainer.rank0 else None
         trainer.step(g, len(rows))
     return model.params.copy()
 
@@ -93,10 +93,10 @@ def test_ng_network_on_digits_reaches_97_percent():
     spec = ModelSpec(0, 64, (25,), 10, "sigmoid", "sigmoid", "float64")
     model = MLP(spec).init_(0)
     opt = create_optimizer("sgd", model.size, np)
-    comm = create_communicator("gather")            # DT42's Gather / update / Bcast pattern
-    trainer = make_trainer(model, opt, comm, Layout(0, 64, "float64", "int64"), len(y), lr=2.0)
+    # DT42's Gather / update / Bcast pattern
+    trainer = make_trainer(model, opt, Layout(0, 64, "float64", "int64"), len(y), lr=2.0, reduce="gather")
     trainer.start()
-    full = Batch(None, X, y) if comm.rank == 0 else None
+    full = Batch(None, X, y) if trainer.rank0 else None
     for _ in range(400):
         trainer.step(full, len(y))
     acc = np.mean(np.argmax(model.predict(Batch(None, X, y)), axis=1) == y)

@@ -4,26 +4,24 @@ import pytest
 
 from mpinn.comm.buffers import split_counts
 from mpinn.comm.shard import RowOwners, segment_sums
-from mpinn.config import MpinnError
 from mpinn.training.hot import pick_hot
 
 
 def test_auto_takes_the_rows_expected_four_times_in_a_ranks_share():
     counts = np.array([5, 0, 3, 3, 1, 2])
     # 10 rows counted, 16 rows per rank: expected count * 16 / 10 >= 4 <=> count >= 2.5: ids 0, 2, 3 (tie: lower id)
-    assert pick_hot("auto", counts, 10, 16, 8, 4, nodes=2).tolist() == [0, 2, 3]
-    assert pick_hot("auto", counts, 10, 20, 8, 4, nodes=2).tolist() == [0, 2, 3, 5]     # count >= 2
-    assert pick_hot("auto", counts, 10, 16, 8, 4, nodes=1).tolist() == []               # one node: off
-    assert pick_hot("auto", counts, 10, 400, 1 << 20, 4, nodes=2).tolist() == [0, 2]    # 8 MiB: 2 rows of 4 MiB
-    assert pick_hot("off", counts, 10, 16, 8, 4, nodes=2).tolist() == []
+    assert pick_hot("auto", counts, 10, 16, 8, 4).tolist() == [0, 2, 3]
+    assert pick_hot("auto", counts, 10, 20, 8, 4).tolist() == [0, 2, 3, 5]     # count >= 2
+    assert pick_hot("auto", counts, 10, 400, 1 << 20, 4).tolist() == [0, 2]    # 8 MiB: 2 rows of 4 MiB
+    assert pick_hot("off", counts, 10, 16, 8, 4).tolist() == []
+    # auto is off on one node: the plan's (tests/training/test_plan.py)
 
 
 def test_a_number_takes_the_most_frequent_rows_that_occur():
     counts = np.array([5, 0, 3, 3, 1, 2])
-    assert pick_hot("2", counts, 10, 4, 8, 4, nodes=1).tolist() == [0, 2]
-    assert pick_hot("6", counts, 10, 4, 8, 4, nodes=1).tolist() == [0, 2, 3, 5, 4]     # id 1 never occurs
-    with pytest.raises(MpinnError, match="the table has 6 rows"):
-        pick_hot("7", counts, 10, 4, 8, 4, nodes=1)
+    assert pick_hot("2", counts, 10, 4, 8, 4).tolist() == [0, 2]
+    assert pick_hot("6", counts, 10, 4, 8, 4).tolist() == [0, 2, 3, 5, 4]     # id 1 never occurs
+    # more rows than the table has: the rule hot-rows-table (tests/training/test_plan.py)
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 5])

@@ -1,0 +1,30 @@
+"""DataInfo: what every rank learns of the training data from the rank that read it (shapes, task, the hashing
+contract and the numeric transform), for the configuration's resolution, the plan and the model."""
+from dataclasses import dataclass
+
+from mpinn.batch import Layout
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    meta: dict              # task, classes, hashing contract, numeric transform, source columns (the model file's)
+    layout: Layout          # the batches' input widths and dtypes
+    n_out: int              # the model's outputs: classes (multiclass) or 1
+    fan_in: float           # mean non-zeros of a hashed row: the first layer's effective fan-in
+    n_train: int            # training rows
+    has_valid: bool         # are there held-out rows?
+
+    @property
+    def task(self):
+        return self.meta["task"]
+
+    @property
+    def n_sparse(self):
+        return self.layout.n_sparse
+
+    @classmethod
+    def of(cls, train, valid, dtype):
+        """The DataInfo of a training set (mpinn.data Rows) and its held-out rows (or None), batches in dtype."""
+        return cls({k: v for k, v in train.meta.items() if k != "numeric_stats"}, train.layout(dtype),
+                   len(train.meta["classes"]) if train.task == "multiclass" else 1, train.sparse_fan_in, len(train),
+                   valid is not None)

@@ -1,0 +1,19 @@
+"""The run's messages that tell a user which option to reach for after an outcome (a stop with nothing saved, a
+diverged run): kept here, beside the option table, so that option names live in one package."""
+
+
+def stopped_saved(signal, where, checkpoint, directory):
+    return "stopped by %s at %s: checkpoint %s written; continue with --resume %s" % (
+        signal, where, checkpoint, directory)
+
+
+def stopped_unsaved(signal, where):
+    return "stopped by %s at %s; no --checkpoint-dir, so nothing was saved (give one to resume after a stop)" % (
+        signal, where)
+
+
+def diverged(streak, step, epoch, checkpoint):
+    return ("training stopped: %d consecutive steps had a non-finite loss or gradient (last at step %d, epoch %d); "
+            "%s; try a lower --lr or check the data for huge or missing values" % (
+                streak, step, epoch, "the last good checkpoint is %s" % checkpoint if checkpoint
+                else "no checkpoint was written"))

@@ -1,0 +1,86 @@
+"""What a run's options ask of the files around it, before anything is read: its outputs can be written, a fresh
+run's --checkpoint-dir holds no earlier run, --resume names a run to continue; and whether a checkpoint continues
+this configuration (the options it was written with, against this run's)."""
+import hashlib
+import json
+import os
+
+from mpinn.config import MpinnError
+from mpinn.outputs import check_dir, check_file
+from mpinn.settings.table import OPTIONS
+
+
+def check_outputs(cfg):
+    """Every output of a training run can be written (rank 0, before any data is read)."""
+    for name in ("model_out", "metrics_out", "curve", "plot", "timeline"):
+        if getattr(cfg, name):
+            check_file(getattr(cfg, name), "--" + name.replace("_", "-"))
+    for name in ("checkpoint_dir", "resume"):
+        if getattr(cfg, name):
+            check_dir(getattr(cfg, name), "--" + name.replace("_", "-"))
+    if cfg.resume:
+        from mpinn.checkpoint import list_checkpoints
+        if not os.path.isdir(cfg.resume):
+            raise MpinnError("--resume: checkpoint directory %s does not exist" % cfg.resume)
+        if not list_checkpoints(cfg.resume):
+            raise MpinnError("--resume: no checkpoint (ckpt-*.npz) in %s" % cfg.resume)
+
+
+def own_checkpoint_dir(cfg):
+    """A fresh run (no --resume) starts in a --checkpoint-dir that holds no checkpoint, or with
+    --overwrite-checkpoints, which removes them now: another run's files are never mistaken for this one's."""
+    from mpinn.checkpoint import list_checkpoints, remove_stale_temporaries
+    if not cfg.checkpoint_dir or cfg.resume:
+        return
+    found = list_checkpoints(cfg.checkpoint_dir)
+    if found and not cfg.overwrite_checkpoints:
+        raise MpinnError("--checkpoint-dir %s holds %d checkpoint(s) of an earlier run (the newest %s): continue "
+                         "it with --resume %s, use another directory, or give --overwrite-checkpoints to delete "
+                         "them" % (cfg.checkpoint_dir, len(found), os.path.basename(found[-1][1]),
+                                   cfg.checkpoint_dir), collective=True)
+    for _, path in found:
+        os.unlink(path)
+    remove_stale_temporaries(cfg.checkpoint_dir)
+
+
+def resume_config(cfg):
+    """The options a checkpoint records and a resume must match: all but those marked resume=True in the option
+    table, as JSON values."""
+    values = cfg.options()
+    return json.loads(json.dumps({f.name: values[f.name] for f in OPTIONS if not f.metadata["resume"]}))
+
+
+def run_identity(config, spec, meta, n_train):
+    """What a checkpoint must match to continue a run, as 12 hex digits: its files carry it in their name, so that
+    a directory two runs share keeps each run's checkpoints apart."""
+    key = json.dumps({"config": config, "spec": spec.to_dict(), "hashing": meta.get("hashing"),
+                      "transform": meta.get("transform"), "n_train": n_train}, sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def check_resume(header, config, spec, meta, n_train, batch):
+    """A checkpoint continues only the run that wrote it: name the first thing that differs."""
+    path = header["path"]
+    saved = header.get("config", {})
+    for k in sorted(set(saved) | set(config)):
+        if saved.get(k) != config.get(k):
+            raise MpinnError("--resume %s: the checkpoint was written with --%s %s, this run has %s"
+                             % (path, k.replace("_", "-"), saved.get(k), config.get(k)))
+    if header.get("spec") != spec.to_dict():
+        raise MpinnError("--resume %s: the checkpoint's architecture %s does not match this run's %s"
+                         % (path, header.get("spec"), spec.to_dict()))
+    from mpinn.data.transform import check_same
+    check_same((header.get("meta") or {}).get("transform"), meta.get("transform"), "--resume %s" % path)
+    stored, wanted = (header.get("meta") or {}).get("hashing"), meta.get("hashing")
+    if stored != wanted:
+        from mpinn.hashing import check_contract
+        if stored is None or wanted is None:
+            raise MpinnError("--resume %s: the checkpoint and this run's data differ in hashing" % path)
+        check_contract(stored, wanted)
+    if header["position"]["batch_size"] != batch:
+        raise MpinnError("--resume %s: the checkpoint's global batch is %s rows, this run's is %d (with "
+                         "--batch-per-rank it changes with the number of ranks)"
+                         % (path, header["position"]["batch_size"], batch))
+    if header.get("n_train") != n_train:
+        raise MpinnError("--resume %s: the checkpoint was trained on %s rows, this data has %d"
+                         % (path, header.get("n_train"), n_train))

@@ -1,0 +1,67 @@
+"""What a run says and writes: the start-up line of what is trained and how, and at the end the model file, the
+closing lines and the metrics file (rank 0)."""
+import json
+
+from mpinn.checkpoint import save_model
+from mpinn.metrics import format_metrics
+
+
+def describe_run(run):
+    """The start-up line that says what is being trained, and how."""
+    cfg, comm, spec, schedule = run.cfg, run.comm, run.spec, run.schedule
+    epochs = "%d epoch%s" % (cfg.epochs, "" if cfg.epochs == 1 else "s")
+    return "model: %s -> %s (%s, %s head)%s, %d parameters; %d rank%s, %s, %s lr %g%s, global batch %d%s" % (
+        "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
+        spec.activation, cfg.loss, " + a linear part (--wide on)" if spec.has_wide else
+        " (linear: no hidden layers)" if not spec.hidden else "", run.model.size, comm.size, "" if comm.size == 1 else "s",
+        "--parallel tower (%s data, a replica per rank)" % cfg.towers if cfg.towers else "--reduce " + comm.name,
+        cfg.optimizer, schedule.target,
+        " (%s-scaled from %g%s)" % (cfg.lr_scaling, schedule.lr, ", %d warm-up steps" % cfg.warmup_steps
+                                    if cfg.warmup_steps else "")
+        if schedule.target != schedule.lr or cfg.warmup_steps else "",
+        cfg.batch, " in %d micro-batches per rank" % cfg.grad_accum if cfg.grad_accum > 1 else "") + (
+        "; %s%s, lr decay %s%s" % (
+            epochs, " at most (early stop after %d without a better held-out %s)" % (
+                cfg.early_stop, cfg.stop_metric) if cfg.early_stop else "", cfg.lr_decay,
+            ", keeping the best epoch" if cfg.keep == "best" else ""))
+
+
+def write_results(run, params, result, say):
+    """Rank 0, at the end: the model file, the closing lines, the metrics file."""
+    cfg, comm, trainer = run.cfg, run.comm, run.trainer
+    history, summary, final = result.history, result.summary, result.metrics
+    meta = dict(result.meta, train={"epochs": len(history), "max_epochs": cfg.epochs, "kept_epoch": summary["kept_epoch"],
+                                    "keep": cfg.keep, "stop_metric": cfg.stop_metric, "batch_size": cfg.batch,
+                                    "optimizer": cfg.optimizer, "lr": run.schedule.target,
+                                    "lr_decay": cfg.lr_decay, "ranks": comm.size, "reduce": comm.name,
+                                    "seed": cfg.seed},
+                config=cfg.options(), config_origin=dict(cfg.origin),
+                valid_metrics=final, holdout=0.0 if cfg.valid else cfg.holdout)
+    if cfg.towers:
+        weights = trainer.tower_weights or [1.0 / comm.size] * comm.size
+        meta["towers"] = {"count": comm.size, "data": cfg.towers, "mix": cfg.tower_mix, "weights": weights,
+                          "seeds": [cfg.seed + r for r in range(comm.size)]}
+        if final.get("towers"):
+            say("towers: %s; mixture (%s, weights %s): %s" % (
+                "; ".join(format_metrics(m) for m in final["towers"]), cfg.tower_mix,
+                " ".join("%.3f" % w for w in weights), format_metrics(final)))
+    save_model(cfg.model_out, params, run.spec, meta)
+    ph = summary["phase_s_mean"]
+    busy = sum(ph.values()) or 1.0
+    parts = summary.get("comm_parts_s_mean") or {}      # a sharded table's exchanges
+    say("done: %d samples in %.1f s, %.0f samples/s over %d rank%s; time split (mean over ranks): "
+        "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%%s, update %.0f%%" % (
+            summary["samples"], summary["seconds"], summary["samples_per_s"], comm.size, "" if comm.size == 1 else "s",
+            100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"], 100 * ph["compute"] / busy,
+            100 * ph["comm"] / busy, " (%s)" % ", ".join("%s %.0f%%" % (k, 100 * v / busy) for k, v in parts.items())
+            if parts else "", 100 * ph["update"] / busy))
+    if cfg.timeline:
+        say("timeline written to %s" % cfg.timeline)
+    kept = summary["kept_epoch"]
+    say("model written to %s%s" % (cfg.model_out, "" if kept == len(history) and cfg.keep == "last" else
+                                   ": the parameters of epoch %d (%s by held-out %s)%s" % (
+                                       kept, "best" if cfg.keep == "best" else "last", cfg.stop_metric,
+                                       ", " + format_metrics(final) if final else "")))
+    if cfg.metrics_out:
+        with open(cfg.metrics_out, "w") as f:
+            json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)

@@ -1,0 +1,125 @@
+"""The plan (mpinn.settings.plan.make_plan): how a run is distributed, decided once from the configuration, the
+job's topology and the model, with the reason for each choice; and the rules the job refuses. One process: the
+topologies are made by hand (Topology.of_nodes), as a probe of that job would report them."""
+import numpy as np
+import pytest
+
+from mpinn.comm.topology import Topology
+from mpinn.config import ModelSpec, MpinnError
+from mpinn.optim import create_optimizer
+from mpinn.settings import fixed, make_plan
+
+WIDE = ModelSpec(1 << 22, 4, (64,), 1, "relu", "sigmoid", "float32")     # hashed inputs: a 1 GiB table in float32
+DENSE = ModelSpec(0, 784, (256,), 10, "relu", "softmax", "float32")
+GIB = 1 << 30
+
+
+def job(nodes=1, per_node=4, free=64 * GIB, shm=None, sizes=None):
+    """nodes of per_node ranks (or of `sizes`), `free` bytes of memory, `shm` bytes of /dev/shm on each node."""
+    sizes = sizes or [per_node] * nodes
+    return Topology.of_nodes([n for n, k in enumerate(sizes) for _ in range(k)], mem_available=free,
+                             shm_room=tuple([shm] * len(sizes)))
+
+
+def plan(topo, spec=WIDE, optimizer="sgd", **options):
+    cfg = fixed(64, dtype=spec.dtype, hidden=spec.hidden, optimizer=optimizer, table=options.pop("table", "auto"),
+                **options)
+    opt = create_optimizer(optimizer, spec.n_params, np, cfg.weight_decay, (), table=(spec.n_sparse, spec.first_width),
+                           hashed_update=cfg.hashed_update)
+    return make_plan(cfg, topo, spec, opt)
+
+
+def test_auto_shards_the_table_across_nodes_and_when_replicas_do_not_fit():
+    assert plan(job(nodes=2, per_node=2)).table == "sharded"
+    assert plan(job()).table == "replicated"                            # one node, 4 GiB of 64
+    p = plan(job(free=10 * GIB), optimizer="adam")                      # 4 x 3 GiB > 5 GiB
+    assert p.table == "sharded" and "would take over half" in p.table_why
+    assert plan(job(free=10 * GIB)).table == "replicated"              # sgd: 4 x 1 GiB
+    assert plan(job(per_node=1)).table_why == "one rank"
+    assert plan(job(nodes=2), spec=DENSE).table_why == "no hashed inputs"
+    assert plan(job(nodes=2), parallel="tower").table_why == "auto, with --parallel tower"
+    assert plan(job(nodes=2), comm="shm").table_why == "auto, with --comm shm"
+    p = plan(job(), table="sharded")
+    assert (p.table, p.table_why, p.cfg.table) == ("sharded", "asked for", "sharded")
+    assert plan(job(nodes=2)).cfg.where("table") == "data"              # the job's choice, recorded in the config
+
+
+def test_gradients_travel_through_shared_memory_on_one_node_unless_it_lacks_room():
+    p = plan(job())
+    assert (p.transport, p.step, p.shared_params) == ("shm", "shared", True)
+    assert p.transport_note.startswith("summed in shared memory (every rank on one node")
+    p = plan(job(shm=1 << 20))          # a container's small /dev/shm: MPI_Allreduce, and why
+    assert p.transport == "mpi" and p.step == "reduce" and "/dev/shm has 1 MiB free" in p.transport_note
+    with pytest.raises(MpinnError, match="--comm shm: the gradient slots need"):
+        plan(job(shm=1 << 20), comm="shm")
+    assert plan(job(nodes=2, per_node=2), table="replicated").transport == "mpi"     # across nodes: MPI's own
+    p = plan(job(nodes=2, per_node=2), table="replicated", comm="shm")
+    assert p.transport == "shm" and "among the 2 nodes' first ranks" in p.transport_note
+    assert plan(job(), comm="mpi").transport_note == "MPI_Allreduce"
+    assert plan(job(), compress="fp16").transport == "mpi"
+    assert plan(job(), reduce="gather").transport == "none"
+
+
+def test_the_step_follows_the_options_and_the_job():
+    assert plan(job(), spec=DENSE).step == "reduce"                 # a dense model's SGD: its own copy
+    assert plan(job(), spec=DENSE, optimizer="adam").step == "shared"  # state held once per node
+    assert plan(job(), average_every=4).step == "local-sgd"
+    assert plan(job(), overlap=True).step == "overlap"
+    assert plan(job(), table="sharded").step == "sharded"
+    assert plan(job(sizes=[2, 1]), comm="shm", table="replicated").step == "reduce"   # a node of one rank
+    assert plan(job(), parallel="tower").step == "reduce"
+
+
+def test_the_hashed_block_always_travels_as_rows_where_the_optimizer_needs_them():
+    assert plan(job()).sparse_threshold == 0.25
+    assert plan(job(), optimizer="adam").sparse_threshold == float("inf")
+    assert plan(job(), weight_decay=0.01).sparse_threshold == float("inf")
+
+
+def test_the_sharded_tables_exchange_and_hot_rows():
+    p = plan(job(nodes=4, per_node=2))
+    assert (p.exchange, p.exchange_why) == ("node", "auto: 4 nodes of 2 ranks")
+    assert plan(job(nodes=2, per_node=2)).exchange_why == "auto: 2 nodes, under 4"
+    assert plan(job(nodes=4, per_node=1)).exchange_why == "auto: one rank per node"
+    assert plan(job(per_node=2), table="sharded", shard_exchange="node").exchange == "node"
+    assert plan(job(nodes=2, per_node=1), shard_exchange="node").exchange_why.endswith("is the flat exchange")
+    assert plan(job(sizes=[2, 1])).exchange_why.startswith("auto: the nodes hold different numbers of ranks")
+    with pytest.raises(MpinnError, match="--shard-exchange node: the nodes hold different numbers of ranks"):
+        plan(job(sizes=[2, 1]), shard_exchange="node")
+    p = plan(job(nodes=2, per_node=2), hot_rows="auto")
+    assert p.hot_rows == "auto" and p.needs_counts
+    p = plan(job(per_node=2), table="sharded", hot_rows="auto")
+    assert p.hot_rows == "off" and p.hot_why == ": one node" and not p.needs_counts
+    assert plan(job(nodes=2, per_node=2), hot_rows="auto", hashed_update="dense").hot_rows == "off"
+    with pytest.raises(MpinnError, match="--hot-rows 9: the table has 8 rows"):
+        plan(job(nodes=2, per_node=2), spec=ModelSpec(8, 1, (4,), 1, "relu", "sigmoid"), hot_rows="9")
+    assert plan(job()).exchange is None         # replicated: no exchange to plan
+
+
+def test_the_start_up_lines_come_from_the_plan():
+    p = plan(job())
+    assert p.lines(WIDE.n_sparse) == ["gradients: summed in shared memory (every rank on one node; --comm mpi for "
+                                      "MPI_Allreduce); parameters and optimizer state: one copy per node, each rank "
+                                      "steps its part; table replicated (auto: one node, with room for the replicas)"]
+    assert plan(job(per_node=1)).lines(WIDE.n_sparse) == []
+    p = plan(job(nodes=2, per_node=2))
+    assert p.lines(WIDE.n_sparse)[0].startswith("gradients: hashed table sharded by rows over 4 ranks (auto: the job "
+                                                "spans 2 nodes)")
+    assert p.hot_line(0, 0) == "sharded table: flat exchange (auto: 2 nodes, under 4); no hot rows (--hot-rows off)"
+
+
+def test_the_device_is_the_probes_answer():
+    gpus = tuple(("cupy", "gpu %d" % r, ("h", "bus%d" % r), None) for r in range(2))
+    one_short = gpus[:1] + (("numpy", "cpu (numpy): --device auto found no GPU: no driver", None, None),)
+    topo = Topology.of_nodes([0, 0], devices=gpus, cuda_aware=((False, "MPIX"),) * 2)
+    p = plan(topo, device="gpu")
+    assert p.device == "gpu" and p.transport == "staged" and "gradients by staged" in p.device_note
+    p = plan(Topology.of_nodes([0, 0], devices=one_short), device="auto")
+    assert p.device == "cpu" and "rank 1 found no GPU" in p.device_note
+    with pytest.raises(MpinnError, match="--device gpu: no usable GPU on rank 1: no driver"):
+        plan(Topology.of_nodes([0, 0], devices=gpus[:1] + ((None, "no driver", None, None),)), device="gpu")
+    with pytest.raises(MpinnError, match="--comm cuda-aware: this MPI library is not CUDA-aware"):
+        plan(topo, device="gpu", comm="cuda-aware")
+    shared = tuple(("cupy", "gpu 0", ("h", "bus0"), None) for _ in range(2))
+    with pytest.raises(MpinnError, match="ranks 0 and 1 share GPU bus0 on h"):
+        plan(Topology.of_nodes([0, 0], devices=shared), device="gpu", comm="nccl")
