@@ -64,7 +64,7 @@ def run(cfg, comm=None):
     plan (mpinn.settings.plan) resolve the rest."""
     from mpinn.comm.guard import StopSignals, world_rank_size
     from mpinn.comm.node import unwired_srun
-    from mpinn.training import open_job
+    from mpinn.comm.topology import open_job
 
     t_start = time.perf_counter()
     settings.check(cfg)
@@ -86,9 +86,6 @@ def _run(cfg, job, stop, t_start):
     """run(), once the options, the job and the outputs have passed their checks and the signals are caught."""
     from mpinn.comm.guard import NoWatchdog, Watchdog
     from mpinn.data.inputs import load_everywhere
-    from mpinn.report import Curve
-    from mpinn.training import Faults, Hooks, Run
-    from mpinn.training.results import describe_run, write_results
     rank0 = job.rank == 0
     watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
     if cfg.start_timeout > 0:
@@ -99,6 +96,11 @@ def _run(cfg, job, stop, t_start):
         from mpinn.optim import fused
         say("kernels: %s" % fused.status())       # the optimizers' compiled update, or why the numpy passes run
     train_set, valid, info = load_everywhere(cfg, job.comm, say)
+    # training's modules load once the data is read: their imports (scipy.stats among them) would add tens of MiB
+    # to rank 0's peak while it reads (a file three times a 250 MiB limit ran out of memory: tests/data)
+    from mpinn.report import Curve
+    from mpinn.training import Faults, Hooks, Run
+    from mpinn.training.results import describe_run, write_results
     cfg = settings.resolve(cfg, info, job.size)
     curve = Curve(cfg.curve, cfg.plot) if rank0 and (cfg.curve or cfg.plot) else None
     hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), job.rank), curve.add if curve else None, stop,

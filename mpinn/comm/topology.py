@@ -1,12 +1,14 @@
 """The job's shape, probed once at start-up (probe): which node each rank is on, memory and shared-memory room,
-GPUs and CUDA-aware MPI; and the node communicators built from it (node_comms). Nothing else asks MPI where a
-rank runs."""
+GPUs and CUDA-aware MPI; the node communicators built from it (node_comms); and the Job a run starts on
+(open_job). Nothing else asks MPI where a rank runs."""
 import ctypes
 import os
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
+
+from mpinn.comm.base import Communicator
 
 UNKNOWN_MEMORY = 1 << 62        # a machine that does not say how much memory it has: as good as unlimited
 SHM_SLACK = 64 << 20            # /dev/shm kept free beside a shared-memory window
@@ -197,3 +199,31 @@ def node_comms(comm, topo, peers=True, peers_by_node=False):
     if peers and topo.even:
         peer = raw.Split(topo.local_of[rank], topo.node_of[rank] if peers_by_node else rank)
     return node, leaders, peer
+
+
+@dataclass
+class Job:
+    """The ranks a run has: a communicator for the start-up's agreements (a duplicate of the one given) and the
+    job's topology, probed once."""
+    comm: Communicator
+    topology: object
+
+    @property
+    def rank(self):
+        return self.comm.rank
+
+    @property
+    def size(self):
+        return self.comm.size
+
+    def close(self):
+        """Collective, once its runs are done: the job's communicator is freed (MPI has only so many)."""
+        self.comm.free()
+
+
+def open_job(comm=None, device="cpu", nccl=False):
+    """The Job on an mpi4py communicator (default MPI_COMM_WORLD), probed for `device` (binding each rank to its GPU
+    for gpu or auto). Collective. Light on purpose: the entry points open the job before the data is read, and
+    the training modules load after it (their imports add to rank 0's peak while it reads)."""
+    job_comm = Communicator(comm)
+    return Job(job_comm, probe(job_comm, device, nccl=nccl))

@@ -1,7 +1,7 @@
 """Training: the loop and what it is made of.
 
     run        Run: one run, started one way (the plan, the parts built from it, hot rows, restore, start,
-               fit, finish), for the API, the benchmark and the doctor; open_job: the job probed once
+               fit, finish), for the API, the benchmark and the doctor (on mpinn.comm.topology.open_job's job)
     build      the plan's communicator and step, built together
     trainer    Trainer: the loop (fit), evaluation, the best epoch, summary; Hooks
     checkpoints  where checkpoints go, a run resumed from one, the stop a signal asks for
@@ -18,7 +18,7 @@
 """
 
 _LAZY = {"Faults": "mpinn.training.faults", "Hooks": "mpinn.training.trainer", "Trainer": "mpinn.training.trainer",
-         "Run": "mpinn.training.run", "open_job": "mpinn.training.run"}
+         "Run": "mpinn.training.run", "open_job": "mpinn.comm.topology"}
 
 
 def __getattr__(name):

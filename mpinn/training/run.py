@@ -1,15 +1,11 @@
 """One training run, started one way by every entry point (the API and so the command line, the benchmark, the
-doctor): the job probed once (open_job), the plan made (mpinn.settings.plan), the model, optimizer and schedule,
+doctor): on the job probed once (mpinn.comm.topology.open_job), the plan made (mpinn.settings.plan), the model, optimizer and schedule,
 the communicator and the step built from the plan, the hot rows picked, the parameters given or a checkpoint
 restored, the trainer started (Run.start); then the loop (Run.fit) and its end (Run.finish)."""
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
 from mpinn.batch import Layout
-from mpinn.comm import Communicator
-from mpinn.comm.topology import probe
 from mpinn.config import ModelSpec
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
@@ -20,33 +16,6 @@ from mpinn.training.build import build_step, communicator
 from mpinn.training.hot import count_ids, pick_hot
 from mpinn.training.sharded import own_rows
 from mpinn.training.trainer import Hooks, Trainer
-
-
-@dataclass
-class Job:
-    """The ranks a run has: a communicator for the start-up's agreements (a duplicate of the one given) and the
-    job's topology, probed once."""
-    comm: Communicator
-    topology: object
-
-    @property
-    def rank(self):
-        return self.comm.rank
-
-    def close(self):
-        """Collective, once its runs are done: the job's communicator is freed (MPI has only so many)."""
-        self.comm.free()
-
-    @property
-    def size(self):
-        return self.comm.size
-
-
-def open_job(comm=None, device="cpu", nccl=False):
-    """The Job on an mpi4py communicator (default MPI_COMM_WORLD), probed for `device` (binding each rank to its GPU
-    for gpu or auto). Collective."""
-    job_comm = Communicator(comm)
-    return Job(job_comm, probe(job_comm, device, nccl=nccl))
 
 
 def model_spec(cfg, info):
