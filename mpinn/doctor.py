@@ -17,7 +17,7 @@ from mpinn import __version__  # noqa: E402
 from mpinn.config import ModelSpec, MpinnError  # noqa: E402
 from mpinn.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
-from mpinn.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
+from mpinn.settings.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
 
 # what must be the same on every host (the rest of a rank's record may differ: host, local rank, GPU)
 COMPARED = ("python", "numpy", "scipy", "mpi4py", "mpi", "mpinn", "cupy")

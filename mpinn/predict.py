@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.settings import messages
 
 
 def build_parser():
@@ -48,12 +49,12 @@ def _read_for_model(meta, path):
     hashing = HashSpec().using(meta.get("hashing"))
     if path is None:
         if meta.get("source") != "default":
-            raise MpinnError("--data is required (the model was not trained on the embedded data)")
+            raise MpinnError(messages.predict_needs_data("the model was not trained on the embedded data"))
         from mpinn.data import load_default
         data = load_default(meta["default_rows"], meta["default_seed"], hashing)
         _, valid = data.split(meta["holdout"], meta["default_seed"])
         if valid is None:
-            raise MpinnError("the model was trained without held-out rows; give --data")
+            raise MpinnError(messages.predict_needs_data("the model was trained without held-out rows"))
         return valid
     labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False)
     columns = replace(labels, categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or ())

@@ -4,8 +4,9 @@ import os
 import sys
 
 from mpinn.config import MpinnError
+from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
-from mpinn.options import Parser, add_data_argument, positive_int
+from mpinn.settings.options import Parser, add_data_argument, positive_int
 from mpinn.settings.parse import add_options
 
 
@@ -93,7 +94,7 @@ def run(args):
         if fmt not in ("csv", "parquet", "criteo"):
             raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (args.data, fmt))
         if not label and fmt != "criteo":
-            raise MpinnError("--label COLUMN is required")
+            raise MpinnError(messages.needs_label(fmt))
     # a --like file's task, classes and transform are used as they are, as its contract is
     spec = DataSpec(task=like["task"] if like else args.task, classes=like.get("classes") if like else None,
                     positive=args.positive_class)

@@ -7,7 +7,7 @@ from mpinn.bench.workloads import WORKLOADS
 
 
 def build_parser():
-    from mpinn.options import Parser, hot_rows_spec, positive_int
+    from mpinn.settings.options import Parser, hot_rows_spec, positive_int
     p = Parser(prog="python -m mpinn.bench",
                description="mpinn's benchmark: train the peers' workloads (see the peers README) with "
                            "exactly their data, initial weights, batch order and step counts; time the "

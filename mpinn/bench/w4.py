@@ -258,7 +258,7 @@ def share(s):
 
 
 def build_parser():
-    from mpinn.options import Parser, nonneg_int, positive_float, positive_int
+    from mpinn.settings.options import Parser, nonneg_int, positive_float, positive_int
     p = Parser(
         prog="python -m mpinn.bench.w4",
         description="Generate W4, a click log shaped like the Criteo 1TB log (label, I1..I13, C1..C26), "

@@ -1,5 +1,6 @@
-"""The run's messages that tell a user which option to reach for after an outcome (a stop with nothing saved, a
-diverged run): kept here, beside the option table, so that option names live in one package."""
+"""The messages that tell a user which option to reach for after an outcome (a stop with nothing saved, a diverged
+run) or what a file turned out to need (predict's --data, prepare's --label): kept here, beside the option
+table, so that option names live in one package."""
 
 
 def stopped_saved(signal, where, checkpoint, directory):
@@ -17,3 +18,11 @@ def diverged(streak, step, epoch, checkpoint):
             "%s; try a lower --lr or check the data for huge or missing values" % (
                 streak, step, epoch, "the last good checkpoint is %s" % checkpoint if checkpoint
                 else "no checkpoint was written"))
+
+
+def predict_needs_data(why):
+    return "--data is required (%s)" % why
+
+
+def needs_label(fmt):
+    return "--label COLUMN is required (a %s file's label is one of its columns)" % fmt.upper()

@@ -6,7 +6,7 @@ import re
 from types import MappingProxyType
 
 from mpinn.config import MpinnError
-from mpinn.options import Parser
+from mpinn.settings.options import Parser
 from mpinn.settings.table import DEFAULT, GIVEN, GROUPS, OPTIONS, RunConfig
 
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
-from mpinn.options import (hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int, positive_float,
+from mpinn.settings.options import (hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int, positive_float,
                            positive_int)
 from mpinn.hashing import MAX_BITS, MAX_K, HashSpec, parse_buckets
 
