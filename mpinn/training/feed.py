@@ -58,12 +58,13 @@ class Feed:
     scatter (default): rank 0 reads the global batch (Dataset.take or a packed file's memory map)
     and scatters row slices. With prefetch, a thread on rank 0 reads batches ahead (a queue of two),
     and the next batch's Iscatterv is posted before this batch computes, so the transfer overlaps
-    the compute (MPICH progresses it inside this step's Allreduce). read_local: every rank reads its
+    the compute (MPICH progresses it inside this step's Allreduce); read_ahead=False: no thread, for rows that
+    cost nothing to read (slices of arrays in memory). read_local: every rank reads its
     own slice of the global batch from the packed file (the same rows a scatter would give it), no
     rank-0 bottleneck, no messages. replicate (tower mode's "same data"): every rank gets the whole batch."""
 
     def __init__(self, data, order, steps, start, comm, layout, batch_size, dtype, read_local=False,
-                 prefetch=True, replicate=False):
+                 prefetch=True, replicate=False, read_ahead=True):
         self.data, self.order, self.steps, self.s = data, order, steps, start
         self.comm, self.layout, self.batch_size, self.dtype = comm, layout, int(batch_size), dtype
         self.read_local, self.prefetch, self.replicate = read_local, prefetch, replicate
@@ -72,7 +73,7 @@ class Feed:
         self.queue = None
         # the reading thread only where one rank reads for all: with read_local every rank reads a
         # P-th as much, and on a machine with no spare core the thread only competed (measured)
-        if prefetch and self.s < steps and comm.rank == 0 and not read_local:
+        if prefetch and read_ahead and self.s < steps and comm.rank == 0 and not read_local:
             self.queue = queue.Queue(maxsize=2)
             threading.Thread(target=self._produce, daemon=True, name="mpinn-prefetch").start()
 
