@@ -3,9 +3,11 @@ the parser with its --help, from_argv, from_keywords, and the option reference p
 import argparse
 import os
 import re
+import sys
 from types import MappingProxyType
 
 from mpinn.config import MpinnError
+from mpinn.settings.config_file import config_toml, model_config_toml, read_config
 from mpinn.settings.options import Parser
 from mpinn.settings.table import DEFAULT, GIVEN, GROUPS, OPTIONS, RunConfig
 
@@ -54,6 +56,9 @@ def build_parser(suppress=False):
                       ". Option combinations that do not go together are refused before any data is read: see "
                       "docs/options.md.",
                argument_default=argparse.SUPPRESS if suppress else None)
+    p.add_argument("--print-config", nargs="?", const="", default=argparse.SUPPRESS, metavar="MODEL",
+                   help="print the options as a TOML file for --config, and exit: those MODEL (a model file) was "
+                        "trained with, or without MODEL this command line's")
     return add_options(p, suppress=suppress)
 
 
@@ -75,7 +80,43 @@ def from_argv(argv=None, raise_errors=False):
     parser = build_parser()
     parser.raise_errors = raise_errors
     ns = parser.parse_args(argv)
-    return _config(ns, _given(argv, raise_errors))
+    given = _given(argv, raise_errors)
+    if ns.config:
+        _merge_file(ns, given, parser)
+    cfg = _config(ns, given)
+    if hasattr(ns, "print_config"):
+        _print_config(parser, cfg, ns.print_config)
+    return cfg
+
+
+def _merge_file(ns, given, parser):
+    """--config FILE: the file's options (mpinn.settings.config_file), each one the command line does not give."""
+    quiet = build_parser(suppress=True)
+    quiet.raise_errors = True
+    try:
+        values = read_config(ns.config, quiet)
+    except MpinnError as e:
+        parser.error(str(e))
+    for name, value in values.items():
+        if name not in given:
+            setattr(ns, name, value)
+    given.update(values)
+
+
+def _print_config(parser, cfg, model):
+    """--print-config [MODEL]: a model's options, or this command line's (checked by the rules), as a TOML file for
+    --config on standard output (rank 0), then exit 0."""
+    from mpinn.settings.rules import check
+    try:
+        if model:
+            text = model_config_toml(model)
+        else:
+            check(cfg)
+            text = config_toml(cfg.options(), dict(cfg.origin), "this command line's")
+    except MpinnError as e:
+        parser.error(str(e))
+    parser._print_message(text, sys.stdout)
+    parser.exit(0)
 
 
 def options_to_argv(data, options):

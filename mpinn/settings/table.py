@@ -70,6 +70,10 @@ class RunConfig:
     origin[name] says where each value came from: given, default, or data."""
 
     # ------------------------------------------------------------------ data
+    config: Optional[str] = option(
+        None, "data", "a TOML file of options by name (epochs = 3, hidden = [64, 32], optimizer = \"adam\"); the "
+        "command line overrides it; --print-config MODEL writes the options a model was trained with as one",
+        resume=True, metavar="FILE.toml")
     data: Any = option(None, "data", ".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or .mpinn "
                        "(written by python -m mpinn.prepare); omitted: the embedded click log", metavar="FILE")
     format: str = option("auto", "data", "the data files' format: auto: by extension (.csv, .parquet, .npz, .mat, "
@@ -271,6 +275,9 @@ class RunConfig:
                              "early stop count epoch ends only", resume=True, type=nonneg_int, metavar="N")
     plot: Optional[str] = option(None, "output", "at the end, plot the loss and metric curves to PNG (needs "
                                  "matplotlib: pip install 'mpinn[plot]')", resume=True, metavar="PNG")
+    log_dir: Optional[str] = option(None, "output", "write TensorBoard event files here (rank 0): the training loss, "
+                                    "the held-out metrics and samples/s at each evaluation, the time split at the end "
+                                    "(tensorboard --logdir DIR)", resume=True, metavar="DIR")
     no_progress: bool = option(False, "output", "no progress bar", resume=True, action="store_true")
     quiet: bool = option(False, "output", "only errors", resume=True, action="store_true")
 
