@@ -8,6 +8,7 @@ import numpy as np
 
 from mpinn import __version__
 from mpinn.backend import to_host
+from mpinn.outputs import writes_fail_not_kill
 from mpinn.process import follow_umask
 from mpinn.config import ModelSpec, MpinnError
 
@@ -25,7 +26,9 @@ def save_model(path, params, spec, meta):
 
 def _write_npz_atomically(path, prefix, header, arrays):
     """header (JSON) + arrays (host copies) into path: temporary file in the same directory,
-    fsync, rename. A crash leaves the old file or the new one, and at most a stray temporary."""
+    fsync, rename. A crash leaves the old file or the new one, and at most a stray temporary; a failed write (a
+    full disk, a file-size limit) raises its OSError and leaves no temporary."""
+    writes_fail_not_kill()
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".npz", dir=os.path.dirname(os.path.abspath(path)))
     try:
         follow_umask(fd)

@@ -3,6 +3,18 @@ import numpy as np
 from scipy.stats import rankdata
 
 EPS = 1e-15
+# the confusion matrix (k x k counts) is kept up to this many classes: beyond, its k^2 counts would outweigh the
+# model in the rank sums, the metrics file and the model file's header (10,000 classes: 10^8 counts)
+MAX_CONFUSION = 100
+
+
+def has_confusion(task, k):
+    return task != "regression" and k <= MAX_CONFUSION
+
+
+def sums_length(task, k=2):
+    """The length of metric_sums' array (what the ranks add up)."""
+    return 4 + (k * k if has_confusion(task, k) else 0)
 
 
 def auc(y, p):
@@ -18,8 +30,8 @@ def auc(y, p):
 def metric_sums(task, y, pred, n_classes=2):
     """Everything the metrics need, as sums over rows, so shards can be added up across ranks
     (weighted by their row counts for free): [rows scored, rows with a non-finite prediction,
-    then correct, log-loss sum and the confusion counts (classification) or the squared-error sum
-    and element count (regression)]."""
+    then correct, log-loss sum and the confusion counts (classification, up to MAX_CONFUSION classes) or the
+    squared-error sum and element count (regression)]; sums_length(task, k) long."""
     y, pred = np.asarray(y), np.asarray(pred, dtype=np.float64)
     n = y.shape[0]
     bad = ~np.isfinite(pred.reshape(n, -1)).all(axis=1) if n else np.zeros(0, bool)
@@ -39,8 +51,11 @@ def metric_sums(task, y, pred, n_classes=2):
         p = np.clip(pred, EPS, 1 - EPS)
         truth, guess = (y > 0.5).astype(np.int64), (pred > 0.5).astype(np.int64)
         ll = -(y * np.log(p) + (1 - y) * np.log(1 - p))
-    confusion = np.bincount(truth * k + guess, minlength=k * k) if len(y) else np.zeros(k * k)
-    return np.array(head + [float(np.sum(truth == guess)), float(np.sum(ll))] + list(confusion), np.float64)
+    out = np.zeros(sums_length(task, k), np.float64)
+    out[:4] = head + [float(np.sum(truth == guess)), float(np.sum(ll))]
+    if has_confusion(task, k) and len(y):
+        out[4:] = np.bincount(truth * k + guess, minlength=k * k)
+    return out
 
 
 def metrics_from_sums(task, sums, n_classes=2, auc_value=None):
@@ -58,7 +73,8 @@ def metrics_from_sums(task, sums, n_classes=2, auc_value=None):
     out["logloss"] = float(sums[3] / n)
     if task == "binary" and auc_value is not None:
         out["auc"] = auc_value
-    out["confusion"] = np.asarray(sums[4:], dtype=np.int64).reshape(n_classes, n_classes).tolist()
+    if has_confusion(task, n_classes):
+        out["confusion"] = np.asarray(sums[4:], dtype=np.int64).reshape(n_classes, n_classes).tolist()
     return out
 
 

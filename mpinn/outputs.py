@@ -1,8 +1,23 @@
 """The files a run will write, checked before it reads anything: a training run must not end, hours later,
 in a traceback because its model file's directory cannot be made."""
 import os
+import signal
+import threading
 
 from mpinn.config import MpinnError
+
+
+def writes_fail_not_kill():
+    """A file-size limit (ulimit -f, RLIMIT_FSIZE) kills a process that writes past it with SIGXFSZ, leaving a
+    partial file; ignored, the write fails with EFBIG, an OSError the writers turn into one line and clean up
+    after. (Only the main thread may set a handler; other threads keep the default.)"""
+    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def why_not_written(e):
+    """The reason of an OSError for a message: the system's words (No space left on device, File too large)."""
+    return e.strerror or str(e) or type(e).__name__
 
 
 def _creatable_dir(path):

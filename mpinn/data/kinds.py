@@ -6,6 +6,7 @@ import csv
 import math
 
 from mpinn.config import MpinnError
+from mpinn.data import csvtext
 
 SAMPLE_ROWS = 10_000     # rows looked at
 FEW_INTEGERS = 20        # an integer column with at most this many values is numeric and categorical
@@ -76,8 +77,8 @@ def sample_csv(path, header, header_lines=1):
     """{name: [raw text of the first SAMPLE_ROWS rows]} of a CSV file (rows with a wrong field count are
     the reader's to refuse; here they are skipped)."""
     columns = {h: [] for h in header}
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
+    with csvtext.open_text(path) as f:
+        reader = csvtext.reader(f, path)
         try:
             for _ in range(header_lines):
                 next(reader)
@@ -88,8 +89,8 @@ def sample_csv(path, header, header_lines=1):
                     columns[h].append(v)
                 if len(columns[header[0]]) >= SAMPLE_ROWS:
                     break
-        except (csv.Error, UnicodeDecodeError, StopIteration):
-            pass
+        except (csv.Error, UnicodeDecodeError, StopIteration, csvtext.LineTooLong):
+            pass        # the reader names the line
     return columns
 
 
@@ -110,6 +111,13 @@ def sample_parquet(pf, header):
         else:
             columns[h] = ["" if v is None else "\x00" + str(v) for v in values]   # never a number
     return columns
+
+
+def names_shown(names, at_most=6):
+    """The first `at_most` names, each cut to 40 characters, and how many more: a bounded part of a message."""
+    shown = [n if len(n) <= 40 else n[:37] + "..." for n in names[:at_most]]
+    return ", ".join(map(repr, shown)) + (" and %d more" % (len(names) - at_most) if len(names) > at_most else "") \
+        if names else "none"
 
 
 def _names(names, at_most=6):

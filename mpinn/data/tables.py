@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mpinn.config import MpinnError
-from mpinn.data import kinds
+from mpinn.data import csvtext, kinds
 from mpinn.data.base import CHUNK_ROWS, Dataset
 from mpinn.data.chunks import TablePass
 from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
@@ -69,7 +69,7 @@ class TableSource:
         col = {h: i for i, h in enumerate(header)}
         for name in categorical + numeric + ([label] if require_label else []):
             if name not in col:
-                raise MpinnError("%s has no column %r (columns: %s)" % (path, name, ", ".join(header)))
+                raise MpinnError("%s has no column %r (columns: %s)" % (path, name, kinds.names_shown(header, 20)))
         if self.kind == "parquet":
             self._check_scalar_columns(categorical + numeric + ([label] if label in col else []))
         sample = (kinds.sample_csv(path, header, getattr(self, "header_lines", 1)) if self.kind == "csv"
@@ -88,21 +88,15 @@ class TableSource:
             self.meta["columns_chosen"] = self.kinds_note
 
     # ---- CSV
-    def _open(self):
-        try:
-            return open(self.path, newline="", encoding="utf-8")
-        except OSError as e:
-            raise MpinnError("cannot read %s: %s" % (self.path, e.strerror))
-
     def _read_header(self):
-        with self._open() as f:
-            reader = csv.reader(f)
+        with csvtext.open_text(self.path) as f:
+            reader = csvtext.reader(f, self.path)
             try:
                 header = next(reader)
             except StopIteration:
                 raise MpinnError("%s is empty (no header row)" % self.path)
             except (csv.Error, UnicodeDecodeError) as e:
-                raise MpinnError("%s line 1: %s" % (self.path, e))
+                raise csvtext.text_error(self.path, reader.line_num + 1, e)
             self.header_lines = reader.line_num
         return [h.strip() for h in header]
 
@@ -114,8 +108,8 @@ class TableSource:
     def _csv_rows(self, skip=0):
         """Chunks of (rows as lists of str, their line numbers), after `skip` data rows."""
         path, width = self.path, len(self.header)
-        with self._open() as f:
-            reader = csv.reader(f)
+        with csvtext.open_text(path) as f:
+            reader = csvtext.reader(f, path)
             rows, lines = [], []
             try:
                 next(reader)
@@ -134,7 +128,7 @@ class TableSource:
                         yield rows, lines
                         rows, lines = [], []
             except (csv.Error, UnicodeDecodeError) as e:
-                raise MpinnError("%s line %d: %s" % (path, reader.line_num, e))
+                raise csvtext.text_error(path, reader.line_num, e)
             if rows:
                 yield rows, lines
 
@@ -188,7 +182,7 @@ class TableSource:
             reader = pacsv.open_csv(
                 self.path,
                 read_options=pacsv.ReadOptions(column_names=names, skip_rows=self.header_lines,
-                                               block_size=max(1 << 20, min(64 << 20, self.chunk_rows * 64))),
+                                               block_size=max(1 << 20, min(csvtext.MAX_LINE, self.chunk_rows * 64))),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
                                                      null_values=list(MISSING_NUMBERS),
@@ -356,8 +350,8 @@ def read_column(path, name):
             raise MpinnError("%s has no column %r for --holdout-by" % (path, name))
         return ["" if v is None else v for v in pf.read(columns=[name]).column(0).to_pylist()]
     out = []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
+    with csvtext.open_text(path) as f:
+        reader = csvtext.reader(f, path)
         try:
             header = [h.strip() for h in next(reader)]
             if name not in header:
@@ -367,5 +361,5 @@ def read_column(path, name):
                 if row:                     # the readers skip empty lines too
                     out.append(row[j] if j < len(row) else "")
         except (csv.Error, UnicodeDecodeError, StopIteration) as e:
-            raise MpinnError("%s line %d: %s" % (path, reader.line_num, e))
+            raise csvtext.text_error(path, reader.line_num, e)
     return out

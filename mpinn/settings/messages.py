@@ -26,3 +26,21 @@ def predict_needs_data(why):
 
 def needs_label(fmt):
     return "--label COLUMN is required (a %s file's label is one of its columns)" % fmt.upper()
+
+
+def checkpoint_not_written(step, directory, why, last):
+    return "the checkpoint of step %d could not be written to %s (%s): %s" % (
+        step, directory, why, "the earlier checkpoints are intact; free some space and continue from the newest, "
+        "%s, with --resume %s" % (last, directory) if last else "no checkpoint of this run was written")
+
+
+def model_not_written(path, why, existed, fallback, checkpoint):
+    """The model file could not be written at the end of a run: where the trained parameters are."""
+    kept = "; the file there is as it was" if existed else ""
+    if fallback:
+        where = "the trained model was written to %s instead" % fallback
+    elif checkpoint:
+        where = "nor to a fallback file; the last checkpoint, %s, holds the trained parameters" % checkpoint
+    else:
+        where = "nor to a fallback file: the trained parameters are lost (--checkpoint-dir keeps them)"
+    return "the model could not be written to %s (%s)%s; %s" % (path, why, kept, where)

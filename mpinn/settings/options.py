@@ -26,6 +26,12 @@ class Parser(argparse.ArgumentParser):
         """The data file may be given as --data FILE (the documented form, as in predict and prepare)
         or as the first positional argument: one `data` either way, and both at once is an error."""
         ns, rest = super().parse_known_args(args, namespace)
+        unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") and a not in ("-", "--")]
+        if unknown:     # named before anything else: its value may have been taken for the data file
+            import difflib
+            close = difflib.get_close_matches(unknown[0], [o for o in self._option_string_actions
+                                                           if o.startswith("--")], n=1, cutoff=0.75)
+            self.error("unknown option %s%s" % (unknown[0], " (did you mean %s?)" % close[0] if close else ""))
         if hasattr(ns, "data_positional"):
             given = ns.__dict__.pop("data_positional")
             if given is not None:

@@ -2,7 +2,8 @@
 stop a signal asks for (a checkpoint of this exact position, then the run ends, resumable). The trainer's loop
 calls them at its step boundaries; this is the one seam of training that touches files."""
 from mpinn.checkpoint import clear_stopped, load_checkpoint, mark_stopped, save_checkpoint
-from mpinn.config import Stopped
+from mpinn.config import MpinnError, Stopped
+from mpinn.outputs import why_not_written
 from mpinn.settings import messages
 from mpinn.settings.resume import check_resume, resume_config, run_identity
 
@@ -27,14 +28,21 @@ class Checkpoints:
         comm = trainer.comm
         trainer.watchdog.arm("checkpoint at step %d" % trainer.global_step)
         arrays = trainer.stepper.saved_arrays()         # collective: a sharded table is gathered to rank 0
+        failed = None
         if comm.rank == 0:
             if trainer.best_params is not None:
                 arrays["best_params"] = trainer.best_params
             header = dict(self.meta, position=trainer.position(), why=why, ranks=comm.size)
-            self.last = save_checkpoint(self.directory, trainer.global_step, arrays, header, self.keep,
-                                        run=self.meta.get("run"))
-        self.last = comm.bcast_obj(self.last)
+            try:
+                self.last = save_checkpoint(self.directory, trainer.global_step, arrays, header, self.keep,
+                                            run=self.meta.get("run"))
+            except OSError as e:        # a full disk, a file-size limit: the earlier checkpoints are intact
+                failed = messages.checkpoint_not_written(trainer.global_step, self.directory, why_not_written(e),
+                                                         self.last)
+        self.last, failed = comm.bcast_obj((self.last, failed))
         trainer.watchdog.disarm()
+        if failed:
+            raise MpinnError(failed, collective=True)
 
 
 def restore(trainer, arrays, header):

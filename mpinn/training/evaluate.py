@@ -3,7 +3,7 @@
 import numpy as np
 
 from mpinn.comm import split_counts
-from mpinn.metrics import auc, compute_metrics, metric_sums, metrics_from_sums
+from mpinn.metrics import auc, compute_metrics, metric_sums, metrics_from_sums, sums_length
 from mpinn.training.towers import fit_weights, mix
 
 
@@ -26,7 +26,7 @@ def evaluate(model, comm, layout, data, chunk=65536, predict=None):
     task = task_of(model.spec)
     k = model.spec.n_out if task == "multiclass" else 2
     n = comm.bcast_obj(len(data) if rank0 else None)
-    sums = np.zeros(4 if task == "regression" else 4 + k * k)   # the layout of metric_sums
+    sums = np.zeros(sums_length(task, k))
     preds = []
     for s in range(0, n, chunk):
         rows = np.arange(s, min(s + chunk, n))

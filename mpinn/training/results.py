@@ -1,9 +1,15 @@
 """What a run says and writes: the start-up line of what is trained and how, and at the end the model file, the
 closing lines and the metrics file (rank 0)."""
 import json
+import os
+import tempfile
+import time
 
 from mpinn.checkpoint import save_model
+from mpinn.config import MpinnError
 from mpinn.metrics import format_metrics
+from mpinn.outputs import why_not_written
+from mpinn.settings import messages
 
 
 def describe_run(run):
@@ -45,7 +51,7 @@ def write_results(run, params, result, say):
             say("towers: %s; mixture (%s, weights %s): %s" % (
                 "; ".join(format_metrics(m) for m in final["towers"]), cfg.tower_mix,
                 " ".join("%.3f" % w for w in weights), format_metrics(final)))
-    save_model(cfg.model_out, params, run.spec, meta)
+    replaced = save_model_or_say_where(cfg.model_out, params, run.spec, meta, trainer)
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
     parts = summary.get("comm_parts_s_mean") or {}      # a sharded table's exchanges
@@ -58,10 +64,34 @@ def write_results(run, params, result, say):
     if cfg.timeline:
         say("timeline written to %s" % cfg.timeline)
     kept = summary["kept_epoch"]
-    say("model written to %s%s" % (cfg.model_out, "" if kept == len(history) and cfg.keep == "last" else
+    say("model written to %s%s%s" % (cfg.model_out, " (replacing the file there)" if replaced else "", "" if kept == len(history) and cfg.keep == "last" else
                                    ": the parameters of epoch %d (%s by held-out %s)%s" % (
                                        kept, "best" if cfg.keep == "best" else "last", cfg.stop_metric,
                                        ", " + format_metrics(final) if final else "")))
     if cfg.metrics_out:
-        with open(cfg.metrics_out, "w") as f:
-            json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)
+        try:
+            with open(cfg.metrics_out, "w") as f:
+                json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)
+        except OSError as e:
+            raise MpinnError("the metrics could not be written to %s (%s); the model was written to %s"
+                             % (cfg.metrics_out, why_not_written(e), cfg.model_out))
+
+
+def save_model_or_say_where(path, params, spec, meta, trainer):
+    """The model file written (atomically); whether it replaced one. A write that fails (a full disk, a file-size
+    limit) leaves the file there as it was, and the model goes to a fallback file in the temporary directory
+    ($TMPDIR), or the error names the last checkpoint: one line either way, and the parameters are kept."""
+    existed = os.path.exists(path)
+    try:
+        save_model(path, params, spec, meta)
+        return existed
+    except OSError as e:
+        why = why_not_written(e)
+    fallback = os.path.join(tempfile.gettempdir(), "mpinn-model-%s-%d.npz" % (time.strftime("%Y%m%d-%H%M%S"),
+                                                                               os.getpid()))
+    try:
+        save_model(fallback, params, spec, meta)
+    except OSError:
+        fallback = None
+    checkpoint = trainer.checkpoints.last if trainer.checkpoints is not None else None
+    raise MpinnError(messages.model_not_written(path, why, existed, fallback, checkpoint), collective=True)

@@ -1,0 +1,71 @@
+"""The text of a CSV file: opened as UTF-8 (a byte-order mark skipped), read a line at a time with each line
+bounded to MAX_LINE characters (a header line of a gigabyte is one error, not a gigabyte of fields in memory),
+and a byte that is not UTF-8 named at its own line (the decoder reads ahead in blocks, so the line the csv
+module is on when it fails can be an earlier one)."""
+import csv
+
+from mpinn.config import MpinnError
+
+MAX_LINE = 1 << 24      # characters in one line of a CSV file (16 Mi): the header, and every data line
+ENCODING = "utf-8-sig"  # UTF-8; a byte-order mark at the start is not part of the first column's name
+
+
+class LineTooLong(MpinnError):
+    """A line longer than MAX_LINE characters."""
+
+
+def open_text(path):
+    """A CSV file as text, for the csv module (newline="" keeps quoted newlines inside their fields)."""
+    try:
+        return open(path, newline="", encoding=ENCODING)
+    except OSError as e:
+        raise MpinnError("cannot read %s: %s" % (path, e.strerror))
+
+
+def bounded_lines(f, path, limit=MAX_LINE):
+    """The lines of text file f, each at most `limit` characters; a longer one raises LineTooLong naming it."""
+    number = 0
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit:
+            raise LineTooLong("%s line %d is longer than %d characters (at most %d in a line of a CSV file, the "
+                              "header included): is it a CSV file?" % (path, number, limit, limit))
+        yield line
+
+
+def reader(f, path, **kwargs):
+    """csv.reader over bounded_lines(f)."""
+    return csv.reader(bounded_lines(f, path), **kwargs)
+
+
+def text_error(path, line, e):
+    """The MpinnError for an error the csv module or the decoder raised at (or after) `line`: a byte that is
+    not UTF-8 is named at the line that holds it."""
+    if isinstance(e, UnicodeDecodeError):
+        found = undecodable_line(path)
+        if found is not None:
+            line, column, byte = found
+            return MpinnError("%s line %d: byte 0x%02x (character %d of the line) is not UTF-8 text; save the file "
+                              "as UTF-8" % (path, line, byte, column))
+    return MpinnError("%s line %d: %s" % (path, line, e))
+
+
+def undecodable_line(path, limit=MAX_LINE):
+    """(line, character, byte) of the first byte of `path` that is not UTF-8, or None: read a line at a time, in
+    bytes (each bounded as the text's are)."""
+    with open(path, "rb") as f:
+        number = 0
+        while True:
+            raw = f.readline(4 * limit + 4)
+            if not raw:
+                return None
+            number += 1
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return number, len(raw[:e.start].decode("utf-8")) + 1, raw[e.start]
