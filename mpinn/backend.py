@@ -10,6 +10,7 @@ class Backend:
     every transfer is the identity, so the CPU path does exactly the arithmetic it did before."""
 
     device = None            # the GPU this process computes on (None: the host)
+    syncs = 0                # host waits on the device so far (mpinn.training.timeline counts them per step)
 
     def __init__(self, name, xp, sparse):
         self.name, self.xp, self.sparse = name, xp, sparse
@@ -31,6 +32,19 @@ class Backend:
     def synchronize(self):
         """Wait until the device has finished the work queued so far (nothing to wait for here)."""
 
+    # ---------------------------------------------------------------- the hashed block's products
+    def sparse_matmul(self, X, W):
+        """X @ W: X a batch's CSR rows, W the dense block they select rows of."""
+        return X @ W
+
+    def sparse_t_matmul(self, X, D):
+        """X^T @ D: the gradient rows of the block X selects, D the rows' deltas."""
+        return X.T @ D
+
+    def canonical_like_(self, compact, X):
+        """compact (X with its columns renumbered in order) is canonical CSR where X is; nothing to say here."""
+        return compact
+
     def describe(self):
         return "cpu (numpy)"
 
@@ -46,6 +60,7 @@ class CupyBackend(Backend):
     def __init__(self, cupy, cupyx_sparse, device):
         super().__init__("cupy", cupy, cupyx_sparse)
         self.cupy, self.device = cupy, int(device)
+        self.syncs = 0
 
     def is_device_array(self, a):
         return isinstance(a, self.cupy.ndarray)
@@ -57,13 +72,49 @@ class CupyBackend(Backend):
         if not on_host and (batch.Xs is None or self.sparse.issparse(batch.Xs)):
             return batch
         cp = self.cupy
+        Xs = batch.Xs
+        if Xs is not None and not self.sparse.issparse(Xs):     # canonical on the host, once (see sparse_matmul)
+            Xs = self.sparse.csr_matrix(canonical_csr(Xs))
+            Xs.has_canonical_format = True
         return dataclasses.replace(
-            batch, Xs=self.sparse.csr_matrix(batch.Xs) if batch.Xs is not None else None,
-            Xd=cp.asarray(batch.Xd) if batch.Xd is not None else None,
+            batch, Xs=Xs, Xd=cp.asarray(batch.Xd) if batch.Xd is not None else None,
             y=cp.asarray(batch.y) if batch.y is not None else None)
 
     def synchronize(self):
+        self.syncs += 1
         self.cupy.cuda.get_current_stream().synchronize()
+
+    def asnumpy(self, a):
+        if self.is_device_array(a):
+            self.syncs += 1
+        return to_host(a)
+
+    # ---------------------------------------------------------------- the hashed block's products (cuSPARSE SpMM)
+    def sparse_matmul(self, X, W):
+        """X @ W by cuSPARSE SpMM on W's transposed view (W C-contiguous, so W.T is the Fortran-ordered matrix SpMM
+        reads, with op(B) = transpose): cupyx's X @ W copies the whole of W to Fortran order first, every forward
+        (the hashed block: 262144 x 65 for the click log). X is sorted and summed only when not canonical (the
+        device feed canonicalised it on the host and said so: mpinn.training.staging)."""
+        if not (W.flags.c_contiguous and W.dtype == X.dtype):
+            return X @ W
+        X.sum_duplicates()
+        from cupyx import cusparse
+        return cusparse.spmm(X, W.T, transb=True)
+
+    def sparse_t_matmul(self, X, D):
+        """X^T @ D by SpMM with op(A) and op(B) transposed (D C-contiguous): no copy of D, no csc matrix made."""
+        if not (D.flags.c_contiguous and D.dtype == X.dtype):
+            return X.T @ D
+        X.sum_duplicates()
+        from cupyx import cusparse
+        return cusparse.spmm(X, D.T, transa=True, transb=True)
+
+    def canonical_like_(self, compact, X):
+        """compact is X with its columns renumbered in increasing order (model.compact_csr): canonical where X is
+        known to be, which spares cupyx its check (a kernel and a host wait) and its sort."""
+        if getattr(X, "_has_canonical_format", None) is True:
+            compact.has_canonical_format = True
+        return compact
 
     def describe(self):
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device)
@@ -85,11 +136,33 @@ class CupyBackend(Backend):
         # non_blocking: the copy stream does not serialise with the legacy default stream
         return self.cupy.cuda.Stream(non_blocking=True)
 
-    def new_event(self):
-        return self.cupy.cuda.Event(disable_timing=True)
+    def new_event(self, timing=False):
+        """An event; timing=True: one whose elapsed time to another can be read (the timeline's phase boundaries)."""
+        return self.cupy.cuda.Event(disable_timing=not timing)
+
+    def event_done(self, event):
+        """Has the device passed event? (cudaEventQuery: the host does not wait.)"""
+        return event.done
+
+    def host_wait(self, event):
+        """The host waits until the device has passed event (counted only where it had not yet)."""
+        if not event.done:
+            self.syncs += 1
+            event.synchronize()
+
+    def elapsed_ms(self, start, end):
+        """Milliseconds of device time between two timing events the device has passed."""
+        return self.cupy.cuda.get_elapsed_time(start, end)
 
     def current_stream(self):
         return self.cupy.cuda.get_current_stream()
+
+    def device_csr(self, data, indices, indptr, shape, canonical):
+        """A CSR matrix over device arrays; canonical: the caller knows its rows hold sorted, unique columns."""
+        X = self.sparse.csr_matrix((data, indices, indptr), shape=shape)
+        if canonical:
+            X.has_canonical_format = True
+        return X
 
     def copy_to_device_async(self, dst, src, stream):
         """dst (device, 1-d) <- src (pinned host, 1-d, same length), queued on stream."""
@@ -97,6 +170,7 @@ class CupyBackend(Backend):
 
     def copy_to_host_(self, src, out):
         """out (host) <- src (device), synchronous: the data is there when this returns."""
+        self.syncs += 1
         src.get(out=out)
         return out
 
@@ -116,6 +190,17 @@ class CupyBackend(Backend):
         """(host, PCI bus id) of this process's GPU: two ranks with the same key share one GPU."""
         import socket
         return socket.gethostname(), self.cupy.cuda.Device(self.device).pci_bus_id
+
+
+def canonical_csr(X):
+    """X (a scipy CSR matrix) with every row's columns sorted and unique, duplicates summed: X itself where it is
+    already, else a canonical copy (X, a received batch or a data set's rows, is left as it was). Hashed rows are
+    neither: a row's ids come in its columns' order and two values may hash to one id."""
+    if X.has_canonical_format:
+        return X
+    X = X.copy()
+    X.sum_duplicates()
+    return X
 
 
 def to_host(a):

@@ -160,7 +160,7 @@ class MLP:
         n = batch.n
         z = xp.zeros((n, spec.first_width), dtype=self.dtype)
         if spec.n_sparse:
-            z += batch.Xs @ (self.W[0][:spec.n_sparse] if table is None else table)
+            z += self.backend.sparse_matmul(batch.Xs, self.W[0][:spec.n_sparse] if table is None else table)
         if spec.n_dense:
             z += self.dense_inputs(batch) @ self.W[0][spec.n_sparse:]
         z += self.b[0]
@@ -244,7 +244,8 @@ class MLP:
         if table is not None:       # the columns are the rows already: X^T d, as sparse_rows_grad's
             if on_ready is not None:
                 on_ready(self.dense_start)
-            return SparseRows(xp.arange(table.shape[0]), xp.ascontiguousarray(batch.Xs.T @ d), spec.n_sparse)
+            grad = self.backend.sparse_t_matmul(batch.Xs, d)
+            return SparseRows(xp.arange(table.shape[0]), xp.ascontiguousarray(grad), spec.n_sparse)
         rows = sparse_rows_grad(self.backend, batch.Xs, d, spec.n_sparse)
         if sparse_grad:
             if on_ready is not None:
@@ -271,7 +272,8 @@ def compact_csr(xp, sparse, Xs):
 def sparse_rows_grad(backend, Xs, d, n_rows):
     """X^T d restricted to the columns X touches, without a dense (n_rows, width) temporary."""
     ids, compact = compact_csr(backend.xp, backend.sparse, Xs)
-    return SparseRows(ids, backend.xp.ascontiguousarray(compact.T @ d), n_rows)
+    compact = backend.canonical_like_(compact, Xs)
+    return SparseRows(ids, backend.xp.ascontiguousarray(backend.sparse_t_matmul(compact, d)), n_rows)
 
 
 def head_output(loss, xp, z):

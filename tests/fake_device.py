@@ -1,6 +1,21 @@
-"""A host-memory stand-in for a GPU backend whose copies really are asynchronous: a copy queued on
-a stream runs only when an event recorded after it is synchronised or waited on. Code that reads a
-staged buffer without waiting, or refills a pinned buffer before its copy ran, sees wrong data."""
+"""A host-memory stand-in for a GPU backend with a GPU's ordering rules: numpy arithmetic (results compare bit for
+bit with the CPU), streams whose work runs only when something waits for it, events, a device clock, and a count
+of the host's waits.
+
+- A copy queued on a stream has not happened until an event recorded after it is synchronised by the host or
+  waited on by another stream (which runs it first). Code that reads a staged buffer without waiting, refills a
+  pinned buffer before its copy ran, or overwrites a device buffer that queued work still reads, sees wrong data.
+- The compute stream runs what it is given at once (numpy computes on the host as it is called), unless the fake
+  is made with lazy_compute=True: then "kernels" a test queues on it (FakeStream.enqueue) run as late as the
+  events allow, the order a GPU is free to choose.
+- The device clock: work queued with a duration (FakeBackend.launch: a kernel that takes time asynchronously)
+  ends at max(when queued, the stream's previous work, the events it waits for) + its seconds; an event is
+  reached when the work before it ends; the host, waiting for an event, sleeps until then.
+- Every wait of the host on the device counts (FakeBackend.syncs): a stream's or an event's synchronize (an
+  event already passed costs nothing), a copy to the host, asnumpy. Reading a value out of a device array
+  directly (float(a.sum())) is not seen: those arrays are numpy's here."""
+import time
+
 import numpy as np
 import scipy.sparse
 
@@ -8,35 +23,59 @@ from mpinn.backend import Backend
 
 
 class FakeStream:
-    def __init__(self, immediate=False):
-        self.ops, self.done, self.immediate = [], 0, immediate
+    def __init__(self, device, immediate=False):
+        self.device, self.immediate = device, immediate
+        self.ops, self.done = [], 0     # queued operations; how many have run
+        self.busy_until = 0.0           # device clock (perf_counter seconds): when the work queued so far ends
 
-    def enqueue(self, op):
+    def enqueue(self, op, seconds=0.0):
+        self.busy_until = max(self.busy_until, time.perf_counter()) + seconds
+        self.ops.append(op)
         if self.immediate:
-            op()
-        else:
-            self.ops.append(op)
+            self.run_until(len(self.ops))
 
     def run_until(self, mark):
         while self.done < mark:
-            self.ops[self.done]()
-            self.done += 1
+            op = self.ops[self.done]
+            self.done += 1          # first: an op that waits may come back here through another stream
+            op()
 
     def wait_event(self, event):
-        # the compute stream runs synchronously, so waiting means: the event's work is done now
-        event.synchronize()
+        """The stream's later work starts after event (on the device: the host does not wait)."""
+        if event.stream is None:
+            return
+        self.busy_until = max(self.busy_until, event.time)
+        self.enqueue(lambda: event.stream.run_until(event.mark))
+
+    def synchronize(self):
+        self.device.syncs += 1
+        self.run_until(len(self.ops))
+        _sleep_until(self.busy_until)
 
 
 class FakeEvent:
-    def __init__(self):
-        self.stream, self.mark = None, 0
+    def __init__(self, timing=False):
+        self.timing = timing
+        self.stream, self.mark, self.time = None, 0, 0.0
 
     def record(self, stream):
         self.stream, self.mark = stream, len(stream.ops)
+        self.time = max(stream.busy_until, time.perf_counter())
+
+    @property
+    def done(self):
+        """Passed: its work has run (only a wait makes it run here) and the device clock has reached it."""
+        return self.stream is None or (self.stream.done >= self.mark and time.perf_counter() >= self.time)
 
     def synchronize(self):
         if self.stream is not None:
             self.stream.run_until(self.mark)
+            _sleep_until(self.time)
+
+
+def _sleep_until(t):
+    while time.perf_counter() < t:
+        time.sleep(max(t - time.perf_counter(), 0.0))
 
 
 class FakeBackend(Backend):
@@ -44,16 +83,29 @@ class FakeBackend(Backend):
 
     device = "fake"
 
-    def __init__(self):
+    def __init__(self, lazy_compute=False):
         super().__init__("fake", np, scipy.sparse)
-        self.compute = FakeStream(immediate=True)
+        self.syncs = 0
+        self.compute = FakeStream(self, immediate=not lazy_compute)
         self.copies = 0
 
     def is_device_array(self, a):
         return isinstance(a, np.ndarray)
 
     def asnumpy(self, a):
+        self.synchronize()          # a copy to the host waits for the work queued before it
         return np.array(a)
+
+    def synchronize(self):
+        self.compute.synchronize()
+
+    def launch(self, seconds, op=lambda: None):
+        """A kernel on the compute stream that takes `seconds` of device time; the host goes on at once."""
+        self.compute.enqueue(op, seconds)
+
+    def drain(self):
+        """Everything queued on the compute stream (and what it waits for) run: the end of the test's "GPU"."""
+        self.compute.run_until(len(self.compute.ops))
 
     def pinned_empty(self, n, dtype):
         return np.empty(n, dtype)
@@ -64,13 +116,34 @@ class FakeBackend(Backend):
         return np.full(n, np.nan if dtype.kind == "f" else np.iinfo(dtype).max // 2, dtype)
 
     def new_stream(self):
-        return FakeStream()
+        return FakeStream(self)
 
-    def new_event(self):
-        return FakeEvent()
+    def new_event(self, timing=False):
+        return FakeEvent(timing)
+
+    def event_done(self, event):
+        return event.done
+
+    def host_wait(self, event):
+        if not event.done:
+            self.syncs += 1
+            event.synchronize()
+
+    def elapsed_ms(self, start, end):
+        assert start.timing and end.timing, "elapsed time between events made without timing"
+        assert start.done and end.done, "elapsed time read before the device passed the events"
+        return (end.time - start.time) * 1e3
 
     def current_stream(self):
         return self.compute
+
+    def device_csr(self, data, indices, indptr, shape, canonical):
+        # the arrays put in place unread: their copies may not have run yet (scipy's constructor reads indptr)
+        X = scipy.sparse.csr_matrix(shape, dtype=data.dtype)
+        X.data, X.indices, X.indptr = data, indices, indptr
+        if canonical:
+            X.has_canonical_format = True
+        return X
 
     def copy_to_device_async(self, dst, src, stream):
         assert dst.shape == src.shape and dst.dtype == src.dtype
@@ -78,6 +151,7 @@ class FakeBackend(Backend):
         stream.enqueue(lambda: np.copyto(dst, src))
 
     def copy_to_host_(self, src, out):
+        self.synchronize()
         np.copyto(out, src)
         return out
 

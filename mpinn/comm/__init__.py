@@ -24,13 +24,15 @@ def create_communicator(name="allreduce", comm=None, transport="mpi", sparse_thr
                         topology=None, backend=None, dup=True):
     """The communicator `name` (allreduce, gather, null, tower) over a duplicate of comm (default MPI_COMM_WORLD),
     its gradients moved by `transport`: mpi or shm (a shared-memory window per node, built from `topology`, see
-    mpinn.comm.topology) for host buffers; nccl, cuda-aware or staged for the GPU `backend` (bound by the probe).
+    mpinn.comm.topology) for host buffers; nccl, cuda-aware or staged for the GPU `backend` (bound by the probe),
+    none for one rank's GPU (nothing travels).
     dup=False: comm is mpinn's own already (a job's duplicate), used as it is. Nothing is decided here:
     mpinn.settings.plan decides, and mpinn.training.build asks for what it decided."""
     from mpinn.backend import get_backend
     if name not in STRATEGIES:
         raise ValueError("no communicator %r (one of %s)" % (name, ", ".join(STRATEGIES)))
-    if transport in ("nccl", "cuda-aware", "staged"):
+    if transport in ("nccl", "cuda-aware", "staged") or (transport == "none" and backend is not None
+                                                          and backend.device is not None):
         from mpinn.comm.gpu import DeviceAllreduceCommunicator
         return DeviceAllreduceCommunicator(comm, backend or get_backend("cupy"), transport,
                                            sparse_threshold=sparse_threshold, dup=dup)

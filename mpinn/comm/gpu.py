@@ -14,11 +14,14 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
     the other ranks by one of three transports: nccl (NCCL collectives on the compute stream, the
     unique id broadcast over MPI), cuda-aware (the cupy array handed to mpi4py, which reads
     its __cuda_array_interface__), staged (device -> pinned host buffer, MPI on the host buffer,
-    host -> device). Host buffers (verdicts, counts, restored optimizer state) take the plain MPI
-    path. The sparse-row exchange always goes through the host (its coalescing is host code)."""
+    host -> device); none, for one rank: nothing travels, nothing waits. Host buffers (verdicts, counts,
+    restored optimizer state) take the plain MPI path. The sparse-row exchange always goes through the host
+    (its coalescing is host code), in one copy there."""
 
     def __init__(self, comm=None, backend=None, transport="staged", **kw):
         super().__init__(comm, **kw)
+        if transport == "none" and self.size > 1:
+            raise ValueError("transport none moves nothing, for one rank; this communicator has %d" % self.size)
         self.backend, self.transport = backend, transport
         self._pinned = {}
         self.nccl = self._nccl_types = None
@@ -53,6 +56,8 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
     def Bcast_(self, buf, root=0, what="Bcast buffer"):
         if not self.backend.is_device_array(buf):
             return super().Bcast_(buf, root, what)
+        if self.size == 1:          # one rank: the buffer is everyone's already (no copy to the host, no wait)
+            return buf
         if self.nccl is not None:
             ptr, n, kind, stream = self._nccl_args(buf, what)
             self.nccl.bcast(ptr, n, kind, root, stream)
@@ -71,6 +76,8 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
     def Allreduce_sum_(self, buf, what="Allreduce buffer"):
         if not self.backend.is_device_array(buf):
             return super().Allreduce_sum_(buf, what)
+        if self.size == 1:          # one rank: the sum is the buffer
+            return buf
         if self.nccl is not None:
             ptr, n, kind, stream = self._nccl_args(buf, what)
             self.nccl.allReduce(ptr, ptr, n, kind, self._nccl_sum, stream)
@@ -89,12 +96,22 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
         """The host exchange on host copies of the rows, coalesced there, the result moved back."""
         if self.size == 1 or not self.backend.is_device_array(sparse.rows):
             return super().exchange_rows(sparse)
-        to_host = self.backend.asnumpy
-        out = super().exchange_rows(dataclasses.replace(sparse, ids=to_host(sparse.ids),
-                                                        rows=to_host(sparse.rows)))
+        ids, rows = self._rows_to_host(sparse)
+        out = super().exchange_rows(dataclasses.replace(sparse, ids=ids, rows=rows))
         if out is None:
             return None
         if hasattr(out, "coalesced"):        # segmented rows: coalesce on the host, where that code is
             out = out.coalesced()
         xp = self.backend.xp
         return dataclasses.replace(out, ids=xp.asarray(out.ids), rows=xp.asarray(out.rows))
+
+    def _rows_to_host(self, sparse):
+        """(ids as int64, rows) on the host from ONE copy, so one wait on the device and not two: both viewed as
+        bytes and laid end to end in a device buffer, split again on the host (the same bits)."""
+        xp = self.backend.xp
+        ids = xp.ascontiguousarray(sparse.ids, dtype=np.int64)
+        rows = xp.ascontiguousarray(sparse.rows)
+        packed = self.backend.asnumpy(xp.concatenate([ids.reshape(-1).view(np.uint8),
+                                                      rows.reshape(-1).view(np.uint8)]))
+        cut = ids.size * 8
+        return packed[:cut].view(np.int64), packed[cut:].view(rows.dtype).reshape(rows.shape)

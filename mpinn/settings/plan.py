@@ -151,14 +151,19 @@ def aware_how(topo):
 
 
 def choose_gpu_transport(cfg, topo):
-    """How GPU gradients reach the other ranks: nccl only when asked for; auto takes CUDA-aware MPI when every
-    rank's library says it is, else stages through pinned host buffers."""
+    """How GPU gradients reach the other ranks: auto moves nothing for one rank (none: the gradient stays on the
+    GPU; staging it through the host was a copy out and back every step for nothing), takes CUDA-aware MPI when
+    every rank's library says it is, else stages through pinned host buffers; nccl only when asked for."""
     if cfg.comm == "auto":
+        if topo.size == 1:
+            return "none"
         return "cuda-aware" if aware_how(topo)[0] else "staged"
     return cfg.comm
 
 
 def gpu_note(note, transport, topo):
+    if transport == "none":
+        return "%s; gradients stay on the GPU (one rank: nothing to exchange)" % note
     how = aware_how(topo)[1]
     return "%s; gradients by %s%s" % (note, transport, {
         "nccl": " (NCCL)", "cuda-aware": " (CUDA-aware MPI: %s)" % how,

@@ -23,10 +23,11 @@ def communicator(plan, comm=None, backend=None, dup=True):
 def build_step(plan, comm, model, optimizer, faults=None, timeline=None, hot=()):
     """The plan's step over communicator comm (made by communicator(plan)), for model and optimizer (made, its
     state not yet allocated); faults: the test hooks (MPINN_FAULT); timeline: where its phases go (default: kept
-    for --timeline); hot: a sharded table's hot rows (training.hot.pick_hot). Collective."""
+    for --timeline, its phase boundaries taken on the model's device); hot: a sharded table's hot rows
+    (training.hot.pick_hot). Collective."""
     cfg = plan.cfg
-    kw = dict(faults=faults or Faults(), timeline=timeline or Timeline(keep=bool(cfg.timeline)),
-              grad_accum=cfg.grad_accum, towers=cfg.towers)
+    timeline = timeline or Timeline(keep=bool(cfg.timeline), backend=model.backend)
+    kw = dict(faults=faults or Faults(), timeline=timeline, grad_accum=cfg.grad_accum, towers=cfg.towers)
     if plan.step == "sharded":
         return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, plan.topology, plan.exchange,
                            plan.exchange_why, hot, **kw)

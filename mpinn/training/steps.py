@@ -10,7 +10,6 @@ object per way of doing it, chosen once (choose_step) so the trainer's loop has 
 Every strategy returns (mean loss, ok); ok is False when the step was skipped for a non-finite loss or
 gradient on some rank, and every rank reaches the same verdict, so a skipped step changes nothing. Which one a
 run takes is its plan's (mpinn.settings.plan); mpinn.training.build makes it."""
-import time
 
 import numpy as np
 
@@ -24,20 +23,20 @@ class ReduceStep(Step):
 
     def __call__(self, local, n_global, step, lr):
         model, comm, opt = self.model, self.comm, self.optimizer
-        t1 = time.perf_counter()
+        t1 = self.timeline.now()
         # data parallel: a row's share of the global mean; a tower: of its own rows' mean
         n_mean = (local.n if self.towers else n_global) or 1
         t2, reduced = self.gradient(local, 1.0 / n_mean, step)
         ok = comm.agree_(self.finite(reduced) if comm.updates_here else True)
-        t3 = time.perf_counter()
+        t3 = self.timeline.now()
         if comm.updates_here and ok and (local.n or not self.towers):   # a tower with no rows has no step
             if reduced is not None and not opt.sparse_ok:
                 model.densify_(reduced)
                 reduced = None
             opt.step_(model.params, model.grads, reduced, lr=lr)
-        t4 = time.perf_counter()
+        t4 = self.timeline.now()
         comm.sync_params_(model.params)
-        self.account(step, t1, t2, t3, t4, time.perf_counter())
+        self.account(step, t1, t2, t3, t4, self.timeline.now())
         return float(model.grad_buffer[-1]) / n_mean, ok  # the mean loss is right on rank 0 for every strategy
 
     def gradient(self, local, scale, step):
@@ -45,7 +44,7 @@ class ReduceStep(Step):
         model = self.model
         sparse = self.local_gradient(local, scale, self.want_rows)
         self.faults.fire(step, model.grad_buffer)
-        t2 = time.perf_counter()
+        t2 = self.timeline.now()
         return t2, self.comm.reduce_gradients_(model.grad_buffer, sparse)
 
 
@@ -68,7 +67,7 @@ class OverlapStep(ReduceStep):
         sparse = model.loss_grad_(local, scale, sparse_grad=self.want_rows, on_ready=ready)
         if not fired:
             self.faults.fire(step, model.grad_buffer)
-        t2 = time.perf_counter()
+        t2 = self.timeline.now()
         return t2, overlap.finish(sparse)
 
 
@@ -95,11 +94,11 @@ class SharedStep(Step):
 
     def __call__(self, local, n_global, step, lr):
         model, comm, opt = self.model, self.comm, self.optimizer
-        t1 = time.perf_counter()
+        t1 = self.timeline.now()
         n_mean = n_global or 1
         sparse = self.local_gradient(local, 1.0 / n_mean, self.want_rows and opt.sparse_ok)
         self.faults.fire(step, model.grad_buffer)
-        t2 = time.perf_counter()
+        t2 = self.timeline.now()
         loss = float(model.grad_buffer[-1])
         start, mine, block = 0, [], (0, 0)
         if sparse is not None:
@@ -116,13 +115,13 @@ class SharedStep(Step):
         lo, hi = self.shared.sum_own_(start)
         ok_here = all_finite(model.grad_buffer[lo:hi]) and all(all_finite(r) for _, r in mine)
         ok, loss = agree_on(comm, ok_here, loss)
-        t3 = time.perf_counter()
+        t3 = self.timeline.now()
         if ok:
             rows = RowParts(mine, *block) if block[0] else None
             opt.step_(model.params, model.grads, rows, lo=lo, hi=min(hi, model.size), lr=lr)
-        t4 = time.perf_counter()
+        t4 = self.timeline.now()
         self.shared.fence_params()
-        self.account(step, t1, t2, t3, t4, time.perf_counter())
+        self.account(step, t1, t2, t3, t4, self.timeline.now())
         return loss / n_mean, ok
 
 
@@ -141,18 +140,18 @@ class LocalSGDStep(Step):
 
     def __call__(self, local, n_global, step, lr):
         model, comm, opt, rec = self.model, self.comm, self.optimizer, self.timeline.add
-        t1 = time.perf_counter()
+        t1 = self.timeline.now()
         rows = self.local_gradient(local, comm.size / (n_global or 1), self.want_rows)
         self.faults.fire(step, model.grad_buffer)
-        t2 = time.perf_counter()
+        t2 = self.timeline.now()
         ok, loss = agree_on(comm, self.finite(rows), float(model.grad_buffer[-1]))
-        t3 = time.perf_counter()
+        t3 = self.timeline.now()
         if ok:
             if rows is not None and not opt.sparse_ok:
                 model.densify_(rows)
                 rows = None
             opt.step_(model.params, model.grads, rows, lr=lr)
-        t4 = time.perf_counter()
+        t4 = self.timeline.now()
         rec("compute", t1, t2, step)
         rec("comm", t2, t3, step)
         rec("update", t3, t4, step)
@@ -168,9 +167,9 @@ class LocalSGDStep(Step):
 
     def average_params_(self, step):
         """Every rank's parameters become their mean (one Allreduce of the parameters)."""
-        t0 = time.perf_counter()
+        t0 = self.timeline.now()
         self.comm.Allreduce_sum_(self.model.params, "parameters")
         if self.comm.size > 1:
             self.model.params /= self.comm.size
         self.local_steps = 0
-        self.timeline.add("comm", t0, time.perf_counter(), step)
+        self.timeline.add("comm", t0, self.timeline.now(), step)
