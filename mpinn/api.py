@@ -5,7 +5,8 @@
     print(result.metrics["auc"])
 
 Run a script that calls it under `mpirun -np N python -m mpi4py script.py`: every rank makes the
-same call; `-m mpi4py` turns an unhandled exception on one rank into an abort of the whole job."""
+same call; `-m mpi4py` turns an unhandled exception on one rank into an abort of the whole job. Only rank 0
+prints (nothing with quiet=True), and train() writes a model file only when model_out names one."""
 import os
 import time
 from dataclasses import dataclass
@@ -25,18 +26,22 @@ class TrainResult:
     metrics: dict          # the kept epoch's held-out metrics ({} without held-out rows)
     summary: dict          # samples/s, time split, steps, skipped steps
     model: object          # the trained mpinn.model.MLP (on every rank; tower mode: this rank's tower)
-    model_path: str        # where the model file was written (by rank 0)
+    model_path: str        # where the model file was written (by rank 0); None: none was asked for
     spec: ModelSpec
     meta: dict             # task, classes, hashing contract, source columns
     rank: int              # this process's rank (print on rank 0 only)
     config: object = None  # the resolved mpinn.settings.RunConfig
+    params: object = None  # the kept parameters, whole, as a host array: on rank 0 (on every rank with
+    #                        params_everywhere); tower mode: every tower's, stacked
 
 
 def train(data=None, comm=None, **options):
     """Train on `data` (a .csv/.parquet/.npz/.mat/.mpinn path, an in-memory mpinn.data.Dataset, or
     None for the embedded click log) with the options of python -m mpinn.train as keywords
-    (hidden=(64,), epochs=3, batch_size=1024, reduce="allreduce", model_out="m.npz", quiet=True...).
-    Collective over `comm` (default MPI_COMM_WORLD). Raises MpinnError for bad input."""
+    (hidden=(64,), epochs=3, batch_size=1024, reduce="allreduce", model_out="m.npz", quiet=True...), or
+    config="run.toml" (a file of them, the keywords overriding it). Collective over `comm` (default
+    MPI_COMM_WORLD). Rank 0 alone prints; a model file is written only when model_out names one (the
+    command line writes mpinn-model.npz by default, the API nothing). Raises MpinnError for bad input."""
     return run(settings.from_keywords(data, **options), comm)
 
 
@@ -55,9 +60,10 @@ def arrays(X, y, task="auto"):
     return dense_xy(X, y, "arrays", task, None, True)
 
 
-def run(cfg, comm=None):
+def run(cfg, comm=None, params_everywhere=False):
     """Train as `python -m mpinn.train` does, from a RunConfig (mpinn.settings.from_argv/from_keywords).
-    Collective: every rank calls it. Returns a TrainResult on every rank.
+    Collective: every rank calls it. Returns a TrainResult on every rank (with the kept parameters on every
+    rank, broadcast from rank 0, when params_everywhere; on rank 0 alone otherwise).
 
     The options are checked against the rule table before anything else (no data file is opened until
     they pass), again once the job is probed (its nodes, memory, GPUs), and again when the data and the
@@ -77,12 +83,12 @@ def run(cfg, comm=None):
     job.comm.root_call(lambda: (settings.check_outputs(cfg), settings.own_checkpoint_dir(cfg)))  # nothing read yet
     stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
     try:
-        return _run(cfg, job, stop, t_start)
+        return _run(cfg, job, stop, t_start, params_everywhere)
     finally:
         stop.uninstall()
 
 
-def _run(cfg, job, stop, t_start):
+def _run(cfg, job, stop, t_start, params_everywhere):
     """run(), once the options, the job and the outputs have passed their checks and the signals are caught."""
     from mpinn.comm.guard import NoWatchdog, Watchdog
     from mpinn.data.inputs import load_everywhere
@@ -102,7 +108,7 @@ def _run(cfg, job, stop, t_start):
     from mpinn.training import Faults, Hooks, Run
     from mpinn.training.results import describe_run, write_results
     cfg = settings.resolve(cfg, info, job.size)
-    curve = Curve(cfg.curve, cfg.plot) if rank0 and (cfg.curve or cfg.plot) else None
+    curve = Curve(cfg.curve, cfg.plot, cfg.log_dir) if rank0 and (cfg.curve or cfg.plot or cfg.log_dir) else None
     hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), job.rank), curve.add if curve else None, stop,
                   curve.add if curve else None)
     run = Run(cfg, job, info, hooks)
@@ -113,14 +119,29 @@ def _run(cfg, job, stop, t_start):
     watchdog.disarm()
     say(describe_run(run))
     say(settings.describe(run.cfg))
+    if curve is not None:
+        curve.begin(trainer.samples, time.perf_counter() - t_start, trainer.eval_seconds)
     history = trainer.fit(train_set, valid, cfg.epochs, progress=not (cfg.no_progress or cfg.quiet))
     watchdog.stop()
     params, summary = run.finish()
     final = next((r.get("valid", {}) for r in history if r["epoch"] == summary["kept_epoch"]), {})
-    result = TrainResult(history, final, summary, run.model, cfg.model_out, run.spec, info.meta, job.rank, run.cfg)
+    if params is not None:
+        params = run.model.backend.asnumpy(params)
+    if params_everywhere:
+        params = _bcast_array(job.comm, params)
+    result = TrainResult(history, final, summary, run.model, cfg.model_out, run.spec, info.meta, job.rank, run.cfg,
+                         params)
     if rank0:
         write_results(run, params, result, say)
         if curve is not None:
-            curve.finish(say)       # the curve file and the --plot PNG, rank 0 only
+            curve.finish(say, summary)       # the curve file, the event file and the --plot PNG, rank 0 only
     job.close()
     return result
+
+
+def _bcast_array(comm, a):
+    """Rank 0's array on every rank (its shape and dtype first, then the buffer)."""
+    import numpy as np
+    shape, dtype = comm.bcast_obj((a.shape, a.dtype.str) if comm.rank == 0 else None)
+    buf = np.ascontiguousarray(a) if comm.rank == 0 else np.empty(shape, dtype)
+    return comm.Bcast_(buf, root=0, what="the kept parameters")

@@ -1,4 +1,5 @@
-"""Training curves: one line per epoch to CSV or JSON lines, and a PNG plot at the end (matplotlib)."""
+"""Training curves: one line per epoch to CSV or JSON lines, TensorBoard scalars (--log-dir), and a PNG plot at the end
+(matplotlib)."""
 import json
 import os
 
@@ -33,17 +34,51 @@ def cell(key, v):
     return ("%.3f" if key == "time" else "%.6g") % v if isinstance(v, float) else str(v)
 
 
-class Curve:
-    """Rank 0 appends each epoch as it ends (so a crashed run keeps its curve so far)."""
+def scalars(row, since):
+    """The TensorBoard scalars of a curve row: the training loss, the held-out metrics, and the rows trained per second
+    of training (evaluations left out) since `since`, the row before it (or where training started)."""
+    out = {"train/loss": row.get("train_loss")}
+    out.update({"valid/" + k: row["valid_" + k] for k in METRICS if "valid_" + k in row})
+    seconds = (row["elapsed"] - since["elapsed"]) - (row["eval_seconds"] - since["eval_seconds"])
+    if seconds > 0:
+        out["train/samples_per_s"] = (row["samples"] - since["samples"]) / seconds
+    return out
 
-    def __init__(self, path=None, plot=None):
+
+def time_split(summary):
+    """The end-of-run scalars: samples/s over the run and the share of each phase of a step (mean over ranks)."""
+    phases = summary["phase_s_mean"]
+    busy = sum(phases.values()) or 1.0
+    out = {"run/samples_per_s": summary["samples_per_s"]}
+    names = {"data": "data_wait", "comm": "communication"}
+    out.update({"time/" + names.get(k, k): v / busy for k, v in phases.items()})
+    return out
+
+
+class Curve:
+    """Rank 0 appends each epoch as it ends (so a crashed run keeps its curve so far): to the curve file, and as
+    TensorBoard scalars at the global step to an event file in log_dir."""
+
+    def __init__(self, path=None, plot=None, log_dir=None):
         self.path, self.plot, self.rows = path, plot, []
         if path:
             open(path, "w").close()
+        self.events = None
+        if log_dir:
+            from mpinn.events import EventWriter
+            self.events = EventWriter(log_dir)
+        self.since = None
+
+    def begin(self, samples, elapsed, eval_seconds):
+        """Where training starts (a resumed run: where its checkpoint stood), for the first samples/s."""
+        self.since = {"samples": samples, "elapsed": elapsed, "eval_seconds": eval_seconds}
 
     def add(self, record):
         row = flatten(record)
         self.rows.append(row)
+        if self.events is not None:
+            self.events.scalars(row["step"], scalars(row, self.since or row), wall_time=row["time"])
+            self.since = row
         if not self.path:
             return
         with open(self.path, "a") as f:
@@ -54,9 +89,14 @@ class Curve:
             else:
                 f.write(json.dumps(row) + "\n")
 
-    def finish(self, say=print):
+    def finish(self, say=print, summary=None):
         if self.path:
             say("curve written to %s" % self.path)
+        if self.events is not None:
+            if summary is not None:
+                self.events.scalars(summary["global_steps"], time_split(summary))
+            self.events.close()
+            say("TensorBoard events written to %s" % self.events.path)
         if self.plot and self.rows:
             plot_curve(self.rows, self.plot)
             say("plot written to %s" % self.plot)

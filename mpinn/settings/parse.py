@@ -136,15 +136,18 @@ def options_to_argv(data, options):
 
 def from_keywords(data=None, **options):
     """The RunConfig of the Python API's keywords: the CLI's names, types, defaults and messages (as
-    MpinnError). data: a path, an in-memory data set (mpinn.data Rows), or None."""
+    MpinnError), but no model file unless model_out names one. data: a path, an in-memory data set (mpinn.data
+    Rows), or None."""
     known = {f.name for f in OPTIONS}
     for key in options:
         if key not in known or key == "data":
             raise TypeError("mpinn.api.train() got an unknown option %r (see python -m mpinn.train --help)" % key)
     argv = options_to_argv(data, options)
     cfg = from_argv(argv, raise_errors=True)
+    from dataclasses import replace
+    if cfg.where("model_out") != GIVEN:      # the command line's default file is the command line's
+        cfg = replace(cfg, model_out=None)
     if data is not None and not isinstance(data, (str, os.PathLike)):
-        from dataclasses import replace
         cfg = replace(cfg, data=data, origin=MappingProxyType(dict(cfg.origin, data=GIVEN)))
     return cfg
 

@@ -15,7 +15,7 @@ def check_outputs(cfg):
     for name in ("model_out", "metrics_out", "curve", "plot", "timeline"):
         if getattr(cfg, name):
             check_file(getattr(cfg, name), "--" + name.replace("_", "-"))
-    for name in ("checkpoint_dir", "resume"):
+    for name in ("checkpoint_dir", "resume", "log_dir"):
         if getattr(cfg, name):
             check_dir(getattr(cfg, name), "--" + name.replace("_", "-"))
     if cfg.resume:

@@ -51,7 +51,8 @@ def write_results(run, params, result, say):
             say("towers: %s; mixture (%s, weights %s): %s" % (
                 "; ".join(format_metrics(m) for m in final["towers"]), cfg.tower_mix,
                 " ".join("%.3f" % w for w in weights), format_metrics(final)))
-    replaced = save_model_or_say_where(cfg.model_out, params, run.spec, meta, trainer)
+    replaced = save_model_or_say_where(cfg.model_out, params, run.spec, meta, trainer) if cfg.model_out else False
+    say_model = say if cfg.model_out else (lambda line: None)      # the Python API writes a model file when asked
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
     parts = summary.get("comm_parts_s_mean") or {}      # a sharded table's exchanges
@@ -64,7 +65,7 @@ def write_results(run, params, result, say):
     if cfg.timeline:
         say("timeline written to %s" % cfg.timeline)
     kept = summary["kept_epoch"]
-    say("model written to %s%s%s" % (cfg.model_out, " (replacing the file there)" if replaced else "", "" if kept == len(history) and cfg.keep == "last" else
+    say_model("model written to %s%s%s" % (cfg.model_out, " (replacing the file there)" if replaced else "", "" if kept == len(history) and cfg.keep == "last" else
                                    ": the parameters of epoch %d (%s by held-out %s)%s" % (
                                        kept, "best" if cfg.keep == "best" else "last", cfg.stop_metric,
                                        ", " + format_metrics(final) if final else "")))

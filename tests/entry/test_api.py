@@ -36,3 +36,36 @@ def test_the_readme_example_runs_under_mpi(tmp_path, n, launcher):
     new = float(lines[2].split("accuracy ")[1])
     assert auc > 0.68 and acc > 0.9 and new > 0.9, r.stdout     # measured 0.721, 0.965, 0.970 at np=2
     assert (tmp_path / "clicks.npz").exists() and (tmp_path / "xor.npz").exists()
+
+
+SCRIPT = '''
+import sys
+import numpy as np
+import mpinn.api as mp
+from mpinn import settings
+rng = np.random.default_rng(0)
+X = rng.standard_normal((600, 3))
+y = np.where(X[:, 0] > 0, "yes", "no")
+r = mp.train(mp.arrays(X, y), hidden=(4,), epochs=2, no_progress=True)
+assert r.model_path is None and (r.params is not None) == (r.rank == 0)
+kept = mp.run(settings.from_keywords(mp.arrays(X, y), hidden=(4,), epochs=2, quiet=True, model_out="asked.npz"),
+              params_everywhere=True)
+np.save("params-%d.npy" % kept.rank, kept.params)
+'''
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_api_prints_on_rank_0_and_writes_a_model_only_when_asked(tmp_path, n, launcher):
+    import numpy as np
+    (tmp_path / "script.py").write_text(SCRIPT)
+    r = mpirun(n, ["-m", "mpi4py", "script.py"], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert sum(line.startswith("done: ") for line in lines) == 1 and len(lines) == len(set(lines)), r.stdout
+    assert not any(line.startswith("model written") for line in lines)
+    assert sorted(p.name for p in tmp_path.glob("*.npz")) == ["asked.npz"]      # no ./mpinn-model.npz
+    with np.load(tmp_path / "asked.npz") as z:
+        stored = z["params"]
+    for rank in range(n):       # the kept parameters on every rank: the model file's
+        assert np.array_equal(np.load(tmp_path / ("params-%d.npy" % rank)), stored)

@@ -1,0 +1,76 @@
+"""--log-dir: the event files mpinn writes itself, read back by TensorBoard's own reader (which checks every record's
+CRC-32C), hold the curve's values and the run's summary."""
+import glob
+import json
+
+import numpy as np
+import pytest
+
+from conftest import mpirun
+from mpinn.events import EventWriter, crc32c
+
+
+def read_scalars(log_dir):
+    """{tag: [(step, value)]} of the event files in log_dir, by TensorBoard's EventAccumulator."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(log_dir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def f32(v):
+    return float(np.float32(v))
+
+
+def test_crc32c_is_castagnolis():
+    assert crc32c(b"123456789") == 0xE3069283       # the polynomial's published check value
+    assert crc32c(b"") == 0
+
+
+def test_tensorboard_reads_back_what_the_writer_wrote(tmp_path):
+    w = EventWriter(str(tmp_path))
+    w.scalars(1, {"a/x": 0.5, "a/y": -3.25, "skipped": float("nan")})
+    w.scalars(2**40, {"a/x": 1e-30})
+    w.close()
+    got = read_scalars(tmp_path)
+    assert got == {"a/x": [(1, 0.5), (2**40, f32(1e-30))], "a/y": [(1, -3.25)]}
+
+
+def test_a_damaged_record_is_refused_by_tensorboard(tmp_path):
+    """The reader checks the checksums: flipping one byte of a value loses that event (the test above is not blind)."""
+    w = EventWriter(str(tmp_path))
+    w.scalars(1, {"x": 0.5})
+    w.close()
+    data = bytearray(open(w.path, "rb").read())
+    data[-6] ^= 0xFF            # inside the last event's float
+    open(w.path, "wb").write(bytes(data))
+    assert "x" not in read_scalars(tmp_path)
+
+
+@pytest.mark.mpi
+def test_log_dir_holds_the_curve_and_the_summary(tmp_path, launcher):
+    tb, curve, metrics = tmp_path / "tb", tmp_path / "curve.jsonl", tmp_path / "m.json"
+    r = mpirun(2, ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "3", "--hidden", "8", "--hash-bits", "12",
+                   "--eval-every", "10", "--no-progress", "--model-out", str(tmp_path / "m.npz"), "--curve",
+                   str(curve), "--metrics-out", str(metrics), "--log-dir", str(tb)], timeout=180)
+    assert r.returncode == 0, r.stderr
+    files = glob.glob(str(tb / "events.out.tfevents.*"))
+    assert len(files) == 1 and "TensorBoard events written to %s" % files[0] in r.stdout
+    got = read_scalars(tb)
+    rows = [json.loads(line) for line in curve.read_text().splitlines()]
+    assert len(rows) > 3 and any(row["at"] == "step" for row in rows)          # the --eval-every points too
+    assert got["train/loss"] == [(row["step"], f32(row["train_loss"])) for row in rows]
+    for k in ("accuracy", "logloss", "auc"):
+        assert got["valid/" + k] == [(row["step"], f32(row["valid_" + k])) for row in rows]
+    # rows trained per second of training between two points (their held-out evaluations left out)
+    rates = got["train/samples_per_s"]
+    assert [s for s, _ in rates] == [row["step"] for row in rows]
+    for (_, rate), a, b in zip(rates[1:], rows, rows[1:]):
+        expected = (b["samples"] - a["samples"]) / ((b["elapsed"] - a["elapsed"]) - (b["eval_seconds"] - a["eval_seconds"]))
+        assert rate == f32(expected)
+    summary = json.load(open(metrics))["summary"]
+    phases = summary["phase_s_mean"]
+    last = summary["global_steps"]
+    assert got["run/samples_per_s"] == [(last, f32(summary["samples_per_s"]))]
+    for tag, k in (("data_wait", "data"), ("compute", "compute"), ("communication", "comm"), ("update", "update")):
+        assert got["time/" + tag] == [(last, f32(phases[k] / sum(phases.values())))]
