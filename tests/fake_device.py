@@ -158,3 +158,27 @@ class FakeBackend(Backend):
     def copy_to_device_(self, src, out):
         np.copyto(out, src)
         return out
+
+
+def messy_csr(n, cols, rng, dtype=np.float32, per_row=6):
+    """Hashed rows as they come (data/, hashing/): a row's column ids unsorted, and in every row of two or more,
+    one id twice (two values hashed to one column): CSR, but not canonical."""
+    lengths = rng.integers(0, per_row, n)
+    indices = rng.integers(0, cols, int(lengths.sum())).astype(np.int32)
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    twice = starts[lengths >= 2]
+    indices[twice + 1] = indices[twice]
+    indptr = np.r_[0, np.cumsum(lengths)].astype(np.int32)
+    return scipy.sparse.csr_matrix((rng.standard_normal(indices.size).astype(dtype), indices, indptr),
+                                   shape=(n, cols))
+
+
+class ListFeed:
+    """The trainer Feed's interface over a list of batches: next(), and s / steps."""
+
+    def __init__(self, items):
+        self.items, self.s, self.steps = items, 0, len(items)
+
+    def next(self):
+        self.s += 1
+        return self.items[self.s - 1]

@@ -5,8 +5,9 @@ import dataclasses
 import numpy as np
 from mpi4py import MPI
 
+from mpinn.batch import SparseRows
 from mpinn.comm.allreduce import AllreduceCommunicator
-from mpinn.comm.buffers import check_buffer, check_device_buffer
+from mpinn.comm.buffers import check_buffer, check_device_buffer, displs
 
 
 class DeviceAllreduceCommunicator(AllreduceCommunicator):
@@ -93,15 +94,22 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
         return buf
 
     def exchange_rows(self, sparse):
-        """The host exchange on host copies of the rows, coalesced there, the result moved back."""
+        """Communicator.exchange_rows (the same collectives in the same order) with the rows copied to the host only
+        once the density rule says they travel as rows, in one copy; coalesced on the host, the result moved back."""
         if self.size == 1 or not self.backend.is_device_array(sparse.rows):
             return super().exchange_rows(sparse)
-        ids, rows = self._rows_to_host(sparse)
-        out = super().exchange_rows(dataclasses.replace(sparse, ids=ids, rows=rows))
-        if out is None:
+        counts = self.Allgatherv_(np.array([len(sparse)], dtype=np.int64), np.ones(self.size, dtype=np.int64),
+                                  np.empty(self.size, dtype=np.int64), "sparse row counts")
+        total = int(counts.sum())
+        if total > self.sparse_threshold * sparse.n_rows:
+            self.last_exchange = "dense"
             return None
-        if hasattr(out, "coalesced"):        # segmented rows: coalesce on the host, where that code is
-            out = out.coalesced()
+        self.last_exchange = "sparse"
+        mine_ids, mine = self._rows_to_host(sparse)
+        ids = self.Allgatherv_(mine_ids, counts, np.empty(total, dtype=np.int64), "sparse row ids")
+        rows = np.empty((total, sparse.width), dtype=mine.dtype)
+        self.Allgatherv_(mine, counts * sparse.width, rows, "sparse rows")
+        out = SparseRows(ids, rows, sparse.n_rows, displs(np.r_[counts, 0])).coalesced()
         xp = self.backend.xp
         return dataclasses.replace(out, ids=xp.asarray(out.ids), rows=xp.asarray(out.rows))
 

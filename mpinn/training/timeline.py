@@ -16,8 +16,9 @@ class Timeline:
     the host moves on count in the phase that queued them, not in the next one that waits for them (the
     communication). Marks cost the host no wait: a record waits in `pending` until the GPU has passed its end
     (asked without waiting after each step), and the totals, parts and trace wait once for what is left.
-    `syncs` counts, per step, the host's waits on the device the backend saw (Backend.syncs; each record carries
-    its own in the trace), the timeline's own included."""
+    `syncs` counts, per step, the host's waits on the device the backend saw (Backend.syncs) between a phase's
+    marks (each record carries its own in the trace): a step's, from its first boundary to its last; not the
+    data wait's, timed on the host, nor an evaluation's between steps."""
 
     def __init__(self, keep=False, backend=None):
         self.keep = keep
@@ -31,7 +32,6 @@ class Timeline:
         self._events = []
         self.pending = []       # records whose marks the device has not passed yet
         self.syncs = {}         # step -> the host's waits on the device during it
-        self._seen = self.backend.syncs if self.backend is not None else 0
         self.origin = time.perf_counter()
 
     def now(self):
@@ -42,8 +42,8 @@ class Timeline:
         """A record of phase; name: which part of it (its own totals in .parts, its own name in the trace).
         start, end: host times (time.perf_counter) or marks (now())."""
         syncs = 0
-        if self.backend is not None and self.backend.syncs != self._seen:
-            syncs, self._seen = self.backend.syncs - self._seen, self.backend.syncs
+        if isinstance(start, Mark) and isinstance(end, Mark):
+            syncs = end.syncs - start.syncs
             self.syncs[step] = self.syncs.get(step, 0) + syncs
         if isinstance(start, float) and isinstance(end, float) and not self.pending:
             self._record(phase, start, end, step, name, syncs)
@@ -95,6 +95,14 @@ class Timeline:
         return out
 
 
+class Mark:
+    """A phase boundary on a GPU: the event recorded there and the backend's count of host waits then."""
+    __slots__ = ("event", "syncs")
+
+    def __init__(self, event, syncs):
+        self.event, self.syncs = event, syncs
+
+
 class DeviceClock:
     """Phase boundaries on a GPU: at each, a timing event recorded on the compute stream (the host does not wait).
     A mark's time is when the GPU passed it, on the host's clock: the anchor (the host's time when the first
@@ -115,15 +123,15 @@ class DeviceClock:
             self.b.synchronize()
             event = self._event()
             self.anchor = (time.perf_counter(), event)
-        return self._event()
+        return Mark(self._event(), self.b.syncs)
 
     def ready(self, mark):
-        return self.b.event_done(mark)
+        return self.b.event_done(mark.event)
 
     def seconds(self, mark):
-        self.b.host_wait(mark)
+        self.b.host_wait(mark.event)
         host, event = self.anchor
-        return host + self.b.elapsed_ms(event, mark) / 1e3
+        return host + self.b.elapsed_ms(event, mark.event) / 1e3
 
 
 class ProgressBar:

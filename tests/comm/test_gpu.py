@@ -1,5 +1,7 @@
-"""--device: the CPU side runs everywhere (selection, fallbacks, errors, staging logic on a fake
-device); the numpy-vs-cupy oracle runs only where cupy finds a GPU (marked gpu, skipped otherwise)."""
+"""--device: the CPU side runs everywhere (selection, fallbacks, errors); the numpy oracles run on two devices:
+the fake one of tests/fake_device.py (numpy arithmetic through the GPU path: the device feed, canonical CSR,
+the backend's products), here, and cupy on a GPU (marked gpu, skipped where cupy finds none). The device
+feed's own tests are tests/training/test_staging.py; end to end on the command line, test_gpu_cli.py."""
 import sys
 
 import numpy as np
@@ -7,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import run
-from fake_device import FakeBackend
+from fake_device import FakeBackend, ListFeed, messy_csr
 from mpinn.backend import gpu_probe, select_backend
 from mpinn.comm.buffers import check_buffer, check_device_buffer
 from mpinn.comm.topology import Topology
@@ -15,7 +17,7 @@ from mpinn.config import ModelSpec, MpinnError
 from mpinn.settings import fixed, from_keywords
 from mpinn.settings.plan import choose_gpu_transport
 from mpinn.settings.rules import check_job
-from mpinn.training.staging import DeviceFeed, _Slot, device_feed
+from mpinn.training.staging import DeviceFeed
 from mpinn.batch import Batch
 
 GPUS, NO_GPU = gpu_probe()
@@ -96,17 +98,24 @@ def test_select_backend_binds_nothing_without_a_gpu():
         select_backend("tpu", 0, no_gpu)
 
 
-@pytest.mark.parametrize("requested, aware, expected", [
-    ("auto", True, "cuda-aware"), ("auto", False, "staged"), ("nccl", False, "nccl"), ("nccl", True, "nccl"),
-    ("staged", True, "staged"), ("cuda-aware", True, "cuda-aware")])
-def test_choose_transport(requested, aware, expected):
-    assert choose_gpu_transport(fixed(8, device="gpu", comm=requested), one_gpu(aware)) == expected
+@pytest.mark.parametrize("ranks, requested, aware, expected", [
+    (2, "auto", True, "cuda-aware"), (2, "auto", False, "staged"), (2, "nccl", False, "nccl"), (2, "nccl", True, "nccl"),
+    (2, "staged", True, "staged"), (2, "cuda-aware", True, "cuda-aware"),
+    (1, "auto", True, "none"), (1, "auto", False, "none"), (1, "staged", False, "staged")])
+def test_choose_transport(ranks, requested, aware, expected):
+    """auto at one rank moves nothing (the gradient staged through the host every step was a copy out and back
+    for nothing); what is asked for is what runs."""
+    assert choose_gpu_transport(fixed(8, device="gpu", comm=requested), gpus(ranks, aware)) == expected
+
+
+def gpus(n, aware, how="MPIX_Query_cuda_support()"):
+    """The probe's answer for n ranks on one host, each with its own GPU, their MPI CUDA-aware or not."""
+    return Topology.of_nodes([0] * n, devices=tuple(("cupy", "gpu %d of %d" % (r, n), ("h", "0000:0%d:00.0" % r), None)
+                                                    for r in range(n)), cuda_aware=((aware, how),) * n)
 
 
 def one_gpu(aware, how="MPIX_Query_cuda_support()"):
-    """The probe's answer for one rank with a GPU, its MPI CUDA-aware or not."""
-    return Topology.of_nodes([0], devices=(("cupy", "gpu 0 of 1", ("h", "0000:01:00.0"), None),),
-                             cuda_aware=((aware, how),))
+    return gpus(1, aware, how)
 
 
 def test_cuda_aware_requested_but_not_there_is_a_user_error():
@@ -153,157 +162,139 @@ def test_check_buffer_refuses_a_bad_gpu_buffer(buf, dtype, length, message):
         check_device_buffer(buf, dtype, length, "gradient buffer")
 
 
-# ---------------------------------------------------------------- staging on a fake device
-def batches(n_batches=7, seed=1):
-    """Host batches of changing sizes (so the staging buffers grow), some with no rows."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n_batches):
-        n = [3, 9, 0, 5, 40, 2, 17][i % 7]
-        X = sp.random(n, 50, density=0.1, format="csr", random_state=i, dtype=np.float32)
-        X.indices = X.indices.astype(np.int32)
-        X.indptr = X.indptr.astype(np.int32)
-        out.append(Batch(X, rng.standard_normal((n, 3)).astype(np.float32), rng.integers(0, 4, n)))
-    return out
+# ---------------------------------------------------------------- numpy oracles: the fake device here, cupy on a GPU
+DEVICES = [pytest.param("fake"), pytest.param("cupy", marks=[pytest.mark.gpu, needs_gpu])]
+SPECS = [ModelSpec(50, 3, (8, 6), 4, act, loss, dtype, sparse_fan_in=5.0, wide=wide)
+         for act, loss, dtype, wide in (("relu", "softmax", "float64", False), ("tanh", "sigmoid", "float64", True),
+                                        ("sigmoid", "softmax", "float32", True), ("relu", "sigmoid", "float32", False),
+                                        ("tanh", "softmax", "float32", False), ("sigmoid", "sigmoid", "float64", False))] + \
+        [ModelSpec(0, 3, (5,), 2, "tanh", "squared", "float64"), ModelSpec(50, 0, (7,), 1, "relu", "sigmoid", "float32"),
+         ModelSpec(50, 0, (7,), 1, "relu", "sigmoid", "float64", wide=True)]
+W2_SPEC = ModelSpec(1 << 18, 0, (64,), 1, "relu", "sigmoid", "float32", sparse_fan_in=20.0, wide=True)   # W2's block
 
 
-class ListFeed:
-    """The trainer Feed's interface: next(), and s / steps."""
-
-    def __init__(self, items):
-        self.items, self.s, self.steps = items, 0, len(items)
-
-    def next(self):
-        self.s += 1
-        return self.items[self.s - 1]
-
-
-def same_batch(a, b):
-    return ((a.Xs != b.Xs).nnz == 0 and a.Xs.shape == b.Xs.shape and np.array_equal(a.Xd, b.Xd)
-            and np.array_equal(a.y, b.y) and a.y.dtype == b.y.dtype)
-
-
-def test_device_feed_hands_out_every_batch_exactly():
-    host = batches()
-    fake = FakeBackend()
-    feed = DeviceFeed(ListFeed(host), fake)
-    for want in host:
-        got = feed.next()
-        assert same_batch(got, want)
-        assert got.Xd is not want.Xd      # it went through the staging buffers
-    assert fake.copies == 5 * len(host)
-
-
-def test_device_feed_stays_one_batch_ahead():
-    host = batches()
-    feed = DeviceFeed(ListFeed(host), FakeBackend())
-    feed.next()
-    assert feed.feed.s == 2              # batch 1 was received, and its copy queued
-    slot, _, parts, _ = feed.ahead
-    # the copy is queued, not done: the fake runs it only once someone waits for it
-    assert np.isnan(parts["Xd"]).all() and np.array_equal(slot.host["y"][:parts["y"].size], host[1].y)
-    assert same_batch(feed.next(), host[1])
-    for _ in host[2:]:
-        feed.next()
-    assert feed.ahead is None            # nothing is staged past the last step
-
-
-def test_device_feed_with_dense_input_only():
-    host = [Batch(None, b.Xd, b.y.astype(np.float64)) for b in batches()]
-    feed = DeviceFeed(ListFeed(host), FakeBackend())
-    for want in host:
-        got = feed.next()
-        assert got.Xs is None and np.array_equal(got.Xd, want.Xd) and np.array_equal(got.y, want.y)
-
-
-def test_the_fake_device_catches_a_missing_wait():
-    """The tests above mean something: staging without waiting for the copy gives garbage."""
-    fake = FakeBackend()
-    slot = _Slot(fake)
-    pinned, dev = slot.buffers("x", 4, np.float32)
-    pinned[...] = 1
-    fake.copy_to_device_async(dev, pinned, fake.new_stream())
-    assert np.isnan(dev).all()
-
-
-def test_device_feed_is_not_used_on_the_cpu():
+def backend_of(kind):
     from mpinn.backend import get_backend
-    feed = ListFeed([])
-    assert device_feed(feed, get_backend("numpy")) is feed
-    assert isinstance(device_feed(feed, FakeBackend()), DeviceFeed)
+    return FakeBackend() if kind == "fake" else get_backend("cupy")
 
 
-# ---------------------------------------------------------------- the numpy-vs-cupy oracle (GPU only)
-SPECS = [ModelSpec(50, 3, (8, 6), 4, act, loss, "float64", sparse_fan_in=5.0)
-         for act in ("relu", "tanh", "sigmoid") for loss in ("softmax", "sigmoid")] + \
-        [ModelSpec(0, 3, (5,), 2, "tanh", "squared", "float64"), ModelSpec(50, 0, (7,), 1, "relu", "sigmoid", "float32")]
-
-
-def _pair(spec):
-    from mpinn.backend import get_backend
+def _pair(spec, kind, seed=3):
+    """The model on the host and on the device, the same parameters."""
     from mpinn.model import MLP
-    return MLP(spec).init_(3), MLP(spec, get_backend("cupy")).init_(3)
+    return MLP(spec).init_(seed), MLP(spec, backend_of(kind)).init_(seed)
 
 
-def _batch(spec, n=11):
-    rng = np.random.default_rng(0)
-    Xs = sp.random(n, spec.n_sparse, density=0.1, format="csr", random_state=0, dtype=spec.dtype) \
-        if spec.n_sparse else None
+def _batch(spec, n=11, seed=0):
+    """Rows as training gets them: the hashed part non-canonical CSR (unsorted, an id twice in a row)."""
+    rng = np.random.default_rng(seed)
+    Xs = messy_csr(n, spec.n_sparse, rng, spec.dtype, per_row=int(spec.sparse_fan_in) + 3) if spec.n_sparse else None
     Xd = rng.standard_normal((n, spec.n_dense)).astype(spec.dtype) if spec.n_dense else None
     y = rng.integers(0, spec.n_out, n) if spec.loss == "softmax" else \
         rng.random((n, spec.n_out) if spec.n_out > 1 else n).round().astype(spec.dtype)
     return Batch(Xs, Xd, y)
 
 
-@pytest.mark.gpu
-@needs_gpu
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "%s-%s-%s-%d-%d" % (s.activation, s.loss, s.dtype,
-                                                                            s.n_sparse, s.n_dense))
-def test_cupy_forward_and_backward_equal_numpy(spec):
+def staged(model, b):
+    """b as the trainer hands it to the model on this device: through the device feed (canonical, staged)."""
+    return DeviceFeed(ListFeed([b]), model.backend).next()
+
+
+def close(got, want, dtype, what=""):
     from mpinn.backend import to_host
-    cpu, gpu = _pair(spec)
+    tol = 1e-10 if np.dtype(dtype) == np.float64 else 2e-4
+    np.testing.assert_allclose(to_host(got), want, rtol=tol, atol=tol, err_msg=what)
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "%s-%s-%s-%d-%d%s" % (s.activation, s.loss, s.dtype, s.n_sparse,
+                                                                            s.n_dense, "-wide" if s.wide else ""))
+def test_forward_and_backward_equal_numpy(spec, kind):
+    from mpinn.backend import to_host
+    cpu, dev = _pair(spec, kind)
     b = _batch(spec)
-    tol = 1e-10 if spec.dtype == "float64" else 1e-4
-    for a_cpu, a_gpu in zip(cpu.forward(b), gpu.forward(gpu.backend.batch_to_device(b))):
-        np.testing.assert_allclose(to_host(a_gpu), a_cpu, rtol=tol, atol=tol)
-    np.testing.assert_allclose(gpu.predict(b), cpu.predict(b), rtol=tol, atol=tol)
+    on = staged(dev, b)
+    for a_cpu, a_dev in zip(cpu.forward(b), dev.forward(on)):
+        close(a_dev, a_cpu, spec.dtype, "forward")
+    close(dev.predict(b), cpu.predict(b), spec.dtype, "predict")        # predict: its own way to the device
     for want_rows in (False, True):
         r_cpu = cpu.loss_grad_(b, 1 / b.n, sparse_grad=want_rows)
-        r_gpu = gpu.loss_grad_(b, 1 / b.n, sparse_grad=want_rows)
+        r_dev = dev.loss_grad_(on, 1 / b.n, sparse_grad=want_rows)
         start = cpu.dense_start if want_rows else 0
-        np.testing.assert_allclose(to_host(gpu.grad_buffer)[start:], cpu.grad_buffer[start:], rtol=tol, atol=tol)
+        close(dev.grad_buffer[start:], cpu.grad_buffer[start:], spec.dtype, "gradient")
         if r_cpu is not None:
-            assert np.array_equal(to_host(r_gpu.ids), r_cpu.ids)
-            np.testing.assert_allclose(to_host(r_gpu.rows), r_cpu.rows, rtol=tol, atol=tol)
+            assert np.array_equal(to_host(r_dev.ids), r_cpu.ids)
+            close(r_dev.rows, r_cpu.rows, spec.dtype, "gradient rows")
 
 
-@pytest.mark.gpu
-@needs_gpu
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
-def test_cupy_training_step_equals_numpy(optimizer):
-    from mpinn.backend import to_host
+@pytest.mark.parametrize("kind", DEVICES)
+def test_a_w2_sized_block(kind):
+    """The hashed block at W2's size (2^18 x 65 float32, the linear part's column included) and a 1024-row batch
+    of 20 ids a row: the products on the block as a whole (cupyx copied all of it to Fortran order each time)."""
+    cpu, dev = _pair(W2_SPEC, kind)
+    b = _batch(W2_SPEC, n=1024, seed=5)
+    on = staged(dev, b)
+    close(dev.forward(on)[-1], cpu.forward(b)[-1], "float32", "output")
+    r_cpu, r_dev = cpu.loss_grad_(b, 1 / b.n, sparse_grad=True), dev.loss_grad_(on, 1 / b.n, sparse_grad=True)
+    close(r_dev.rows, r_cpu.rows, "float32", "gradient rows")
+    close(dev.grad_buffer[dev.dense_start:], cpu.grad_buffer[cpu.dense_start:], "float32", "dense gradient")
+
+
+OPTIMIZERS = ["sgd", "momentum", "adam", "adagrad", "ftrl", "adam-dense"]
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("rows", [True, False], ids=["lazy-rows", "dense"])
+def test_training_steps_equal_numpy(optimizer, rows, kind):
+    """Four steps of every optimizer: on the touched rows of the hashed block (the lazy update), or on all of it;
+    ftrl with L1 and L2; adam-dense: --hashed-update dense."""
     from mpinn.optim import create_optimizer
-    spec = SPECS[0]
-    cpu, gpu = _pair(spec)
-    opts = [create_optimizer(optimizer, m.size, m.xp, 1e-3, m.weight_slices) for m in (cpu, gpu)]
+    spec = SPECS[1]                     # tanh, sigmoid, float64, the linear part
+    cpu, dev = _pair(spec, kind)
+    name, _, variant = optimizer.partition("-")
+    kw = dict(l1=1e-3, l2=1e-2) if name == "ftrl" else dict(hashed_update="dense") if variant else {}
+    opts = [create_optimizer(name, m.size, m.xp, 1e-4, m.weight_slices, table=m.table, **kw).allocate_(dtype=m.dtype)
+            for m in (cpu, dev)]
     for s in range(4):
-        b = _batch(spec, 9 + s)
-        for m, o in zip((cpu, gpu), opts):
-            m.loss_grad_(b, 1 / b.n)
-            o.step_(m.params, m.grads, lr=0.05)
-    np.testing.assert_allclose(to_host(gpu.params), cpu.params, rtol=1e-10, atol=1e-12)
+        b = _batch(spec, 9 + s, seed=s)
+        for m, o, batch in ((cpu, opts[0], b), (dev, opts[1], staged(dev, b))):
+            g = m.loss_grad_(batch, 1 / b.n, sparse_grad=rows)
+            if g is not None and not o.sparse_ok:
+                m.densify_(g)
+                g = None
+            o.step_(m.params, m.grads, g, lr=0.05)
+    close(dev.params, cpu.params, spec.dtype, "parameters after 4 steps")
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_backends_products_equal_scipys(kind, dtype):
+    """Backend.sparse_matmul / sparse_t_matmul (cuSPARSE SpMM on transposed views on a GPU) against scipy, on
+    canonical and non-canonical rows."""
+    from mpinn.backend import canonical_csr
+    b = backend_of(kind)
+    rng = np.random.default_rng(2)
+    X = messy_csr(64, 300, rng, dtype)
+    W, D = rng.standard_normal((300, 9)).astype(dtype), rng.standard_normal((64, 9)).astype(dtype)
+    for host in (X, canonical_csr(X)):
+        dev = b.sparse.csr_matrix(host) if kind == "cupy" else host.copy()
+        close(b.sparse_matmul(dev, b.xp.asarray(W)), host @ W, dtype, "X @ W")
+        dev = b.sparse.csr_matrix(host) if kind == "cupy" else host.copy()
+        close(b.sparse_t_matmul(dev, b.xp.asarray(D)), host.T @ D, dtype, "X^T @ D")
 
 
 @pytest.mark.gpu
 @needs_gpu
 def test_cupy_device_feed_matches_the_host_batches():
-    from mpinn.backend import get_backend, to_host
-    host = batches()
+    from mpinn.backend import canonical_csr, get_backend, to_host
+    rng = np.random.default_rng(4)
+    host = [Batch(messy_csr(n, 50, rng), rng.standard_normal((n, 3)).astype(np.float32), rng.integers(0, 4, n))
+            for n in (3, 9, 0, 5, 40, 2, 17)]
     feed = DeviceFeed(ListFeed(host), get_backend("cupy"))
     for want in host:
         got = feed.next()
         assert np.array_equal(to_host(got.y), want.y) and np.array_equal(to_host(got.Xd), want.Xd)
-        assert (got.Xs.get() != want.Xs).nnz == 0
+        assert got.Xs.has_canonical_format and (got.Xs.get() != canonical_csr(want.Xs)).nnz == 0
 
 
 @pytest.mark.skipif(GPUS, reason="this machine has a GPU")

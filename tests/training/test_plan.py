@@ -123,3 +123,37 @@ def test_the_device_is_the_probes_answer():
     shared = tuple(("cupy", "gpu 0", ("h", "bus0"), None) for _ in range(2))
     with pytest.raises(MpinnError, match="ranks 0 and 1 share GPU bus0 on h"):
         plan(Topology.of_nodes([0, 0], devices=shared), device="gpu", comm="nccl")
+
+
+def gpu_job(n, aware=False):
+    """n ranks on one host, each with its own GPU (as the probe binds them), their MPI CUDA-aware or not."""
+    return Topology.of_nodes([0] * n, devices=tuple(("cupy", "gpu %d" % r, ("h", "bus%d" % r), None) for r in range(n)),
+                             cuda_aware=((aware, "MPIX_Query_cuda_support()"),) * n)
+
+
+def test_one_rank_on_a_gpu_moves_nothing_through_the_host():
+    """--comm auto at np 1 on a GPU: transport none (staging the gradient through the host was a copy out and back
+    every step for nothing); asked for, a transport is what runs; two ranks stage or go CUDA-aware."""
+    p = plan(gpu_job(1), device="gpu")
+    assert (p.device, p.transport, p.lines(WIDE.n_sparse)) == ("gpu", "none", [])
+    assert p.device_note == "gpu 0; gradients stay on the GPU (one rank: nothing to exchange)"
+    assert plan(gpu_job(1, aware=True), device="auto").transport == "none"
+    assert plan(gpu_job(1), device="gpu", comm="staged").transport == "staged"
+    assert plan(gpu_job(2), device="gpu").transport == "staged"
+    p = plan(gpu_job(2, aware=True), device="gpu")
+    assert p.transport == "cuda-aware" and "gradients by cuda-aware (CUDA-aware MPI: MPIX" in p.device_note
+
+
+def test_the_communicator_of_one_gpu_rank_copies_nothing_to_the_host():
+    """What the plan's none builds (training.build.communicator): a device buffer's sum and broadcast at one
+    rank are the buffer, with no copy to the host and no wait on the device (the fake device counts them)."""
+    from fake_device import FakeBackend
+    from mpinn.comm.gpu import DeviceAllreduceCommunicator
+    from mpinn.training.build import communicator
+    fake = FakeBackend()
+    comm = communicator(plan(gpu_job(1), device="gpu"), backend=fake)
+    assert isinstance(comm, DeviceAllreduceCommunicator) and comm.transport == "none"
+    buf = np.arange(5.0)
+    assert comm.Allreduce_sum_(buf, "g") is buf and comm.Bcast_(buf, 0, "p") is buf
+    assert fake.syncs == 0 and np.array_equal(buf, np.arange(5.0))
+    comm.free()

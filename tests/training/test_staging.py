@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from fake_device import FakeBackend
+from fake_device import FakeBackend, ListFeed, messy_csr
 from mpinn.backend import canonical_csr, get_backend
 from mpinn.batch import Batch
 from mpinn.training.staging import DeviceFeed, _Slot, device_feed
@@ -17,34 +17,10 @@ from mpinn.training.timeline import Timeline
 SIZES = [3, 9, 0, 5, 40, 2, 17, 6]     # rows a batch: the buffers grow, shrink, and are refilled in place
 
 
-def messy_csr(n, cols, rng):
-    """Hashed rows as they come: a row's column ids unsorted, some twice (two values hashed to one id)."""
-    lengths = rng.integers(0, 6, n)
-    indices = rng.integers(0, cols, int(lengths.sum())).astype(np.int32)
-    for r in range(n):                 # a duplicate in every row of two or more ids
-        a = int(lengths[:r].sum())
-        if lengths[r] >= 2:
-            indices[a + 1] = indices[a]
-    indptr = np.r_[0, np.cumsum(lengths)].astype(np.int32)
-    X = sp.csr_matrix((rng.standard_normal(indices.size).astype(np.float32), indices, indptr), shape=(n, cols))
-    return X
-
-
 def batches(sizes=SIZES, seed=1):
     rng = np.random.default_rng(seed)
     return [Batch(messy_csr(n, 50, rng), rng.standard_normal((n, 3)).astype(np.float32), rng.integers(0, 4, n))
             for n in sizes]
-
-
-class ListFeed:
-    """The trainer Feed's interface: next(), and s / steps."""
-
-    def __init__(self, items):
-        self.items, self.s, self.steps = items, 0, len(items)
-
-    def next(self):
-        self.s += 1
-        return self.items[self.s - 1]
 
 
 def parts(b):
