@@ -48,6 +48,9 @@ def load_model(path):
     """(params, spec, meta); any unreadable, truncated or foreign file is a clear MpinnError."""
     if not os.path.exists(path):
         raise MpinnError("model file %s does not exist" % path)
+    not_npz = _not_an_archive(path)
+    if not_npz:
+        raise MpinnError("model file %s is not a model written by mpinn.train (an .npz archive): %s" % (path, not_npz))
     try:
         with np.load(path, allow_pickle=False) as z:
             header = json.loads(str(z["header"][()]))
@@ -60,6 +63,25 @@ def load_model(path):
         raise MpinnError("%s is not a readable mpinn model file (%s: %s)" % (path, type(e).__name__, e))
     check_format(path, header)
     return params, spec_of(path, header), dict(header.get("meta") or {}, written_by=header.get("version", "?"))
+
+
+def _not_an_archive(path):
+    """Why `path` is not a zip archive (what every .npz is), from its first bytes; None when it may be one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as e:
+        return "it cannot be read (%s)" % (e.strerror or e)
+    if head.startswith(b"PK"):
+        return None
+    if not head:
+        return "it is empty"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "its first bytes are not an archive's"
+    first = text.splitlines()[0] if text.splitlines() else ""
+    return "it holds text (it starts %r: a data file?)" % (first[:40] + ("..." if len(first) > 40 else ""))
 
 
 def check_format(path, header):

@@ -92,7 +92,7 @@ def compute_metrics(task, y, pred):
 
 def format_metrics(m):
     keys = [k for k in ("accuracy", "logloss", "auc", "rmse") if k in m]
-    text = "  ".join("%s %.4f" % (k, m[k]) for k in keys)
+    text = "  ".join(("%s %.4f" if abs(m[k]) < 1e6 else "%s %.5g") % (k, m[k]) for k in keys)
     if m.get("nonfinite"):
         text += "  (%d of %d predictions non-finite, left out)" % (m["nonfinite"], m["n"])
     return text

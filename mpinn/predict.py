@@ -1,6 +1,6 @@
 """Entry point: python -m mpinn.predict --model FILE --data FILE [--out predictions.csv]."""
-import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -11,15 +11,26 @@ from mpinn.settings import messages
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    from mpinn.settings.options import Parser
+    p = Parser(
         prog="python -m mpinn.predict",
-        description="Predict with a model written by mpinn.train. The data is read with the model's own "
-                    "columns and hashing contract; if it has labels, metrics are printed too.")
-    p.add_argument("--model", required=True, help="model file (.npz) written by mpinn.train")
-    p.add_argument("--data", help="data file (.csv, .npz, .mat); omitted for a model trained on the "
-                                  "embedded click log: its held-out rows")
-    p.add_argument("--out", help="write predictions here (CSV: one row per input row)")
-    p.add_argument("--metrics-out", help="write the metrics as JSON here")
+        description="Predict with a model written by mpinn.train, in one process. The data is read with the model's "
+                    "own columns, numeric transform and hashing contract; if it has labels, metrics are printed too.",
+        epilog="Output (--out): CSV with a header and one row per input row, in the data's order: [the --id column,] "
+               "prediction (the predicted class; for a regression, the value in the label's units), then p_CLASS, "
+               "the probability of each class (binary: p_POSITIVE only). The metrics (accuracy, logloss, auc; rmse) "
+               "are printed when the data has the label.")
+    p.add_argument("--model", required=True, metavar="FILE", help="model file (.npz) written by mpinn.train")
+    p.add_argument("--data", metavar="FILE",
+                   help="rows to predict, in the model's input: .csv (.csv.gz), .parquet or a packed .mpinn file "
+                        "(python -m mpinn.prepare, with the model's hashing) for a model trained on a table; click-log "
+                        "text for one trained on it; .npz (X) or .mat for one trained on arrays; omitted for a model "
+                        "trained on the embedded click log: its held-out rows. The label column is optional")
+    p.add_argument("--out", metavar="FILE", help="write the predictions here (CSV: one row per input row, see below)")
+    p.add_argument("--metrics-out", metavar="FILE", help="write the metrics as JSON here")
+    p.add_argument("--id", metavar="COLUMN", help="begin each output row with the data's column COLUMN (a CSV or "
+                                                  "Parquet file's: a user or request id), or with `row`, where the "
+                                                  "data has no column of that name, the row's number from 1")
     return p
 
 
@@ -63,12 +74,17 @@ def _read_for_model(meta, path):
     elif meta.get("source") == "criteo":       # click-log text, with or without the label field
         data = load_data(path, replace(columns, format="criteo"), hashing)
     elif meta.get("source") in ("csv", "default", "parquet"):
-        if not path.lower().endswith((".csv", ".txt", ".parquet", ".pq")):
-            raise MpinnError("the model was trained on tabular data; give a .csv, .parquet or .mpinn file")
+        if not path.lower().endswith((".csv", ".txt", ".csv.gz", ".txt.gz", ".parquet", ".pq")):
+            raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .parquet or .mpinn file")
         data = load_data(path, replace(columns, label=meta.get("label")), hashing)
         if meta.get("hashing"):
             check_contract(meta["hashing"], data.meta["hashing"])
     else:
+        if not path.lower().endswith((".npz", ".mat")):
+            raise MpinnError("the model was trained on dense arrays (%s features, from %s file); give an .npz (X, y) "
+                             "or .mat file with %s columns" % (meta.get("n_features"), "an .npz" if meta.get("source")
+                                                               == "npz" else "a ." + str(meta.get("source")),
+                                                               meta.get("n_features")))
         data = load_data(path, labels)
         if data.Xd.shape[1] != meta.get("n_features"):
             raise MpinnError("%s has %d features, the model expects %d"
@@ -89,11 +105,14 @@ def predict_file(model_path, data=None):
         from mpinn import __version__
         raise MpinnError("%s (written by mpinn %s) has no task in its header: not a model file this mpinn %s can "
                          "predict with" % (model_path, meta.get("written_by", "?"), __version__))
-    model = MLP(spec)
+    if params.dtype.kind != "f" or params.ndim not in (1, 2):
+        raise MpinnError("%s: its parameters are not a vector of numbers (%s, shape %s)"
+                         % (model_path, params.dtype, params.shape))
     towers = params.reshape(-1, params.shape[-1]) if params.ndim == 2 else params[None]
-    if towers.shape[1] != model.size:
-        raise MpinnError("%s: %d parameters stored, the architecture needs %d"
-                         % (model_path, towers.shape[1], model.size))
+    if towers.shape[1] != spec.n_params:        # checked before the model is allocated from the header's sizes
+        raise MpinnError("%s: %d parameters stored, the architecture in its header needs %d"
+                         % (model_path, towers.shape[1], spec.n_params))
+    model = MLP(spec)
     rows = data if isinstance(data, Rows) else load_for_model(meta, data)
     if isinstance(data, Rows):
         if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
@@ -132,13 +151,19 @@ def run(args):
     for path, what in ((args.out, "--out"), (args.metrics_out, "--metrics-out")):
         if path:
             check_file(path, what)      # before the model and the data are read
+    if args.id and not args.out:
+        raise MpinnError(messages.predict_id_needs_out())
+    ids = row_ids(args.id, args.data) if args.id else None
     pred, metrics, meta, data = predict_file(args.model, args.data)
+    if ids is not None and len(ids) != len(data):
+        raise MpinnError("%s: %d values in column %r for %d rows read" % (args.data, len(ids), args.id, len(data)))
     if data.meta.get("has_label", True):
         print("%d rows: %s" % (len(data), format_metrics(metrics)), flush=True)
     else:
         print("%d rows (no labels: no metrics)" % len(data), flush=True)
     if args.out:
-        write_predictions(args.out, meta, pred)
+        write_predictions(args.out, meta, pred, ids if ids is not None or not args.id else range(1, len(data) + 1),
+                          args.id)
         print("predictions written to %s" % args.out)
     if args.metrics_out:
         with open(args.metrics_out, "w") as f:
@@ -146,21 +171,45 @@ def run(args):
     return 0
 
 
-def write_predictions(path, meta, pred):
+def row_ids(name, path):
+    """--id: the values of the data's column `name` (a CSV or Parquet file's), or None for `row` where the data has no
+    such column (the rows are numbered from 1 as they are written)."""
+    from mpinn.data import data_format
+    if path and os.path.exists(path) and data_format(path) in ("csv", "parquet"):
+        from mpinn.data.tables import read_column
+        try:
+            return read_column(path, name, "to begin the predictions' rows with")
+        except MpinnError:
+            if name != "row":
+                raise
+    elif name != "row":
+        raise MpinnError("%s has no named columns: `row` numbers the rows" % (path or "the held-out rows"))
+    return None
+
+
+def _csv_cell(v):
+    s = str(v)
+    return '"%s"' % s.replace('"', '""') if any(c in s for c in ',"\r\n') else s
+
+
+def write_predictions(path, meta, pred, ids=None, id_name="row"):
+    """The predictions as CSV: [the id,] the predicted class (or value), the class probabilities."""
     classes = meta.get("classes")
+    first = "" if ids is None else _csv_cell(id_name) + ","
+    lead = (lambda i: "") if ids is None else (lambda i: _csv_cell(ids[i]) + ",")
     with open(path, "w") as f:
         if meta["task"] == "multiclass":
-            f.write("prediction," + ",".join("p_%s" % c for c in classes) + "\n")
-            for row in pred:
-                f.write("%s,%s\n" % (classes[int(np.argmax(row))], ",".join("%.6g" % v for v in row)))
+            f.write(first + "prediction," + ",".join("p_%s" % c for c in classes) + "\n")
+            for i, row in enumerate(pred):
+                f.write("%s%s,%s\n" % (lead(i), classes[int(np.argmax(row))], ",".join("%.6g" % v for v in row)))
         elif meta["task"] == "binary":
-            f.write("prediction,p_%s\n" % classes[1])
-            for p in pred:
-                f.write("%s,%.6g\n" % (classes[int(p > 0.5)], p))
+            f.write(first + "prediction,p_%s\n" % classes[1])
+            for i, p in enumerate(pred):
+                f.write("%s%s,%.6g\n" % (lead(i), classes[int(p > 0.5)], p))
         else:
-            f.write("prediction\n")
-            for v in pred:
-                f.write("%.8g\n" % v)
+            f.write(first + "prediction\n")
+            for i, v in enumerate(pred):
+                f.write("%s%.8g\n" % (lead(i), v))
 
 
 def main(argv=None):

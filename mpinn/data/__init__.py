@@ -26,6 +26,16 @@ from mpinn.data.tables import load_csv, load_default, load_parquet  # noqa: F401
 from mpinn.hashing import HashSpec  # noqa: F401
 
 TABLE_EXTS = (".csv", ".txt", ".parquet", ".pq")
+FORMATS = {".csv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz", ".mat": "mat",
+           ".mpinn": "mpinn"}
+
+
+def extension(path):
+    """A data file's extension, lower case; a gzip-compressed CSV's (.csv.gz, .txt.gz) is its inner one."""
+    base, ext = os.path.splitext(path.lower())
+    if ext == ".gz" and os.path.splitext(base)[1] in (".csv", ".txt"):
+        return os.path.splitext(base)[1]
+    return ext
 
 
 def data_format(path, fmt="auto"):
@@ -36,8 +46,7 @@ def data_format(path, fmt="auto"):
     ext = os.path.splitext(path)[1].lower()
     if ext in SNIFF_EXTS and is_click_text(path):
         return "criteo"
-    return {".csv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz", ".mat": "mat",
-            ".mpinn": "mpinn"}.get(ext, ext)
+    return FORMATS.get(extension(path), ext)
 
 
 def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_000, default_seed=0):
@@ -48,7 +57,7 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
         return load_default(default_rows, default_seed, hashing)
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
-    ext = os.path.splitext(path)[1].lower()
+    ext = extension(path)
     if data_format(path, spec.format) == "criteo":
         return load_click_text(path, spec, hashing)
     if ext in TABLE_EXTS:
@@ -62,5 +71,5 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
         return load_mat(path, spec)
     if ext == ".mpinn":
         return load_packed(path, spec, hashing)
-    raise MpinnError("%s: unknown data format %r (use .csv, .parquet, .npz, .mat, .mpinn, or click-log text: "
-                     "40 tab-separated fields a line, maybe .gz)" % (path, ext))
+    raise MpinnError("%s: unknown data format %r (use .csv or .csv.gz, .parquet, .npz, .mat, .mpinn, or click-log "
+                     "text: 40 tab-separated fields a line, maybe .gz)" % (path, ext))

@@ -3,6 +3,8 @@ bounded to MAX_LINE characters (a header line of a gigabyte is one error, not a 
 and a byte that is not UTF-8 named at its own line (the decoder reads ahead in blocks, so the line the csv
 module is on when it fails can be an earlier one)."""
 import csv
+import gzip
+import zlib
 
 from mpinn.config import MpinnError
 
@@ -14,10 +16,20 @@ class LineTooLong(MpinnError):
     """A line longer than MAX_LINE characters."""
 
 
+# what reading a gzip-compressed CSV raises when the file is damaged or truncated (besides the csv module's)
+READ_ERRORS = (csv.Error, UnicodeDecodeError, OSError, EOFError, zlib.error)
+
+
+def _open(path, mode, **kwargs):
+    return gzip.open(path, mode if mode.endswith("b") else mode + "t", **kwargs) if path.lower().endswith(".gz") \
+        else open(path, mode, **kwargs)
+
+
 def open_text(path):
-    """A CSV file as text, for the csv module (newline="" keeps quoted newlines inside their fields)."""
+    """A CSV file (or a gzip-compressed one, .csv.gz) as text, for the csv module (newline="" keeps quoted
+    newlines inside their fields)."""
     try:
-        return open(path, newline="", encoding=ENCODING)
+        return _open(path, "r", newline="", encoding=ENCODING)
     except OSError as e:
         raise MpinnError("cannot read %s: %s" % (path, e.strerror))
 
@@ -44,6 +56,8 @@ def reader(f, path, **kwargs):
 def text_error(path, line, e):
     """The MpinnError for an error the csv module or the decoder raised at (or after) `line`: a byte that is
     not UTF-8 is named at the line that holds it."""
+    if isinstance(e, (OSError, EOFError, zlib.error)) and not isinstance(e, UnicodeDecodeError):
+        return MpinnError("%s line %d: the file cannot be read past here (%s)" % (path, line, str(e) or type(e).__name__))
     if isinstance(e, UnicodeDecodeError):
         found = undecodable_line(path)
         if found is not None:
@@ -56,10 +70,13 @@ def text_error(path, line, e):
 def undecodable_line(path, limit=MAX_LINE):
     """(line, character, byte) of the first byte of `path` that is not UTF-8, or None: read a line at a time, in
     bytes (each bounded as the text's are)."""
-    with open(path, "rb") as f:
+    with _open(path, "rb") as f:
         number = 0
         while True:
-            raw = f.readline(4 * limit + 4)
+            try:
+                raw = f.readline(4 * limit + 4)
+            except (OSError, EOFError, zlib.error):
+                return None
             if not raw:
                 return None
             number += 1

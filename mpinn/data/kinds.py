@@ -2,7 +2,6 @@
 rows' values. A column whose every value reads as a number is numeric (and, when its values are a few
 integers, hashed as categories too: a month, an hour, a rating); any other is categorical (hashed). The
 label is never an input, nor is a column that repeats it."""
-import csv
 import math
 
 from mpinn.config import MpinnError
@@ -89,7 +88,7 @@ def sample_csv(path, header, header_lines=1):
                     columns[h].append(v)
                 if len(columns[header[0]]) >= SAMPLE_ROWS:
                     break
-        except (csv.Error, UnicodeDecodeError, StopIteration, csvtext.LineTooLong):
+        except csvtext.READ_ERRORS + (StopIteration, csvtext.LineTooLong):
             pass        # the reader names the line
     return columns
 

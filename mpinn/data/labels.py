@@ -9,6 +9,9 @@ from mpinn.hashing import factorize
 MISSING_TEXT = ("", "NA", "N/A", "n/a", "na", "NaN", "nan", "-NaN", "-nan", "NULL", "null", "None", "none",
                 "#N/A", "?")
 _MISSING = frozenset(MISSING_TEXT)
+# a regression label beyond this magnitude is refused: the model learns the labels standardised and is scored on
+# their squared errors, and beyond it their moments overflow float64 (1e300: "std inf", "rmse inf")
+MAX_REGRESSION_LABEL = 1e100
 
 
 def missing_labels(raw):
@@ -39,6 +42,17 @@ def check_labels_present(raw, offset=0):
         raise MpinnError("the label is missing or not a number in %d of %d rows (the first is data row %d, "
                          "value %r): remove those rows, or fill their labels" % (
                              int(bad.sum()), bad.shape[0], offset + first + 1, value))
+
+
+def regression_labels(raw):
+    """Numeric labels as a regression's float64 targets, each at most MAX_REGRESSION_LABEL in magnitude."""
+    y = raw.astype(np.float64)
+    big = np.abs(y) > MAX_REGRESSION_LABEL
+    if big.any():
+        raise MpinnError("the label reaches %g (%d rows beyond %g): a regression label is at most %g in magnitude; "
+                         "rescale it (a log, or another unit)" % (
+                             y[np.argmax(np.abs(y))], int(big.sum()), MAX_REGRESSION_LABEL, MAX_REGRESSION_LABEL))
+    return y
 
 
 def binary_classes(classes, positive=None):
@@ -80,7 +94,7 @@ def encode_labels(raw, task="auto", classes=None, positive=None):
         if task == "regression":
             if not numeric:
                 raise MpinnError("regression needs numeric labels")
-            return raw.astype(np.float64), task, None
+            return regression_labels(raw), task, None
         if task == "auto":      # text labels: two values are a binary task, more a multiclass one
             task = "binary" if len(np.unique(raw)) == 2 else "multiclass"
         classes = [_label_str(c) for c in np.unique(raw)]
@@ -91,7 +105,7 @@ def encode_labels(raw, task="auto", classes=None, positive=None):
     if task == "regression":
         if not numeric:
             raise MpinnError("regression needs numeric labels")
-        return raw.astype(np.float64), task, None
+        return regression_labels(raw), task, None
     # each distinct label is looked up once, then rows are mapped through the codes
     if numeric:
         uniques, codes = np.unique(raw, return_inverse=True)

@@ -1,5 +1,4 @@
 """CSV and Parquet tables (and the embedded click log) read chunk by chunk, hashed into a Dataset."""
-import csv
 import os
 from dataclasses import dataclass, replace
 
@@ -76,8 +75,11 @@ class TableSource:
                   else kinds.sample_parquet(self._parquet(), header))
         self.kinds_note = None
         if not categorical and not numeric:     # none named: chosen from the values
-            categorical, numeric, self.kinds_note = kinds.infer([h for h in header if h not in exclude], sample,
-                                                                label, _MISSING)
+            nested = self._nested_columns(header) if self.kind == "parquet" else []
+            categorical, numeric, self.kinds_note = kinds.infer(
+                [h for h in header if h not in exclude and h not in nested], sample, label, _MISSING)
+            if nested:
+                self.kinds_note += "; left out, nested (lists, structs, maps): %s" % kinds.names_shown(nested)
         if label in col:
             kinds.check_not_label(sample, label, categorical + numeric, path)
         self.header, self.col = header, col
@@ -95,7 +97,7 @@ class TableSource:
                 header = next(reader)
             except StopIteration:
                 raise MpinnError("%s is empty (no header row)" % self.path)
-            except (csv.Error, UnicodeDecodeError) as e:
+            except csvtext.READ_ERRORS as e:
                 raise csvtext.text_error(self.path, reader.line_num + 1, e)
             self.header_lines = reader.line_num
         return [h.strip() for h in header]
@@ -127,7 +129,7 @@ class TableSource:
                     if len(rows) == self.chunk_rows:
                         yield rows, lines
                         rows, lines = [], []
-            except (csv.Error, UnicodeDecodeError) as e:
+            except csvtext.READ_ERRORS as e:
                 raise csvtext.text_error(path, reader.line_num, e)
             if rows:
                 yield rows, lines
@@ -218,18 +220,25 @@ class TableSource:
         self.n_rows = pf.metadata.num_rows
         return list(pf.schema_arrow.names)
 
-    def _check_scalar_columns(self, names):
-        """A Parquet column mpinn reads holds one value per row: a nested one (a list, a struct, a map) is
-        one clear error, not a failure deep in the hashing."""
+    def _nested_columns(self, names):
+        """The columns among `names` whose values are nested (lists, structs, maps): not inputs mpinn can read."""
         import pyarrow as pa
         schema = self._parquet().schema_arrow
+        out = []
         for name in dict.fromkeys(names):
             t = schema.field(name).type
             if pa.types.is_dictionary(t):
                 t = t.value_type
             if pa.types.is_nested(t):
-                raise MpinnError("%s: column %r holds %s values (nested); mpinn reads columns of one number or "
-                                 "text per row" % (self.path, name, t))
+                out.append(name)
+        return out
+
+    def _check_scalar_columns(self, names):
+        """A Parquet column mpinn reads holds one value per row: a nested one (a list, a struct, a map) named as an
+        input or the label is one clear error, not a failure deep in the hashing (one mpinn chooses is left out)."""
+        for name in self._nested_columns(names)[:1]:
+            raise MpinnError("%s: column %r holds %s values (nested); mpinn reads columns of one number or text per "
+                             "row" % (self.path, name, self._parquet().schema_arrow.field(name).type))
 
     def _parquet_parts(self):
         import pyarrow as pa
@@ -247,7 +256,9 @@ class TableSource:
                     for k, name in enumerate(self.numeric):
                         c = b.column(name)
                         try:
-                            Xd[:, k] = c.cast(pa.float64()).to_numpy(zero_copy_only=False)
+                            # an integer too large for a float64's 53 bits is rounded, as a CSV's number is
+                            Xd[:, k] = c.cast(pa.float64(), safe=not pa.types.is_integer(c.type)).to_numpy(
+                                zero_copy_only=False)
                         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                             raise MpinnError("%s: column %r is not numeric (%s)" % (self.path, name, c.type))
                 labels = None
@@ -339,15 +350,15 @@ def load_parquet(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROW
     return load_table(source, spec, hashing)
 
 
-def read_column(path, name):
+def read_column(path, name, purpose="for --holdout-by"):
     """Every data row's raw value of one column of a CSV or Parquet file, in the readers' row order (the
-    values --holdout-by splits on; one more pass over the file)."""
+    values --holdout-by splits on, predict's ids; one more pass over the file)."""
     if os.path.splitext(path)[1].lower() in (".parquet", ".pq"):
         source = TableSource.__new__(TableSource)
         source.path = path
         pf = source._parquet()
         if name not in pf.schema_arrow.names:
-            raise MpinnError("%s has no column %r for --holdout-by" % (path, name))
+            raise MpinnError("%s has no column %r %s" % (path, name, purpose))
         return ["" if v is None else v for v in pf.read(columns=[name]).column(0).to_pylist()]
     out = []
     with csvtext.open_text(path) as f:
@@ -355,11 +366,11 @@ def read_column(path, name):
         try:
             header = [h.strip() for h in next(reader)]
             if name not in header:
-                raise MpinnError("%s has no column %r for --holdout-by" % (path, name))
+                raise MpinnError("%s has no column %r %s" % (path, name, purpose))
             j = header.index(name)
             for row in reader:
                 if row:                     # the readers skip empty lines too
                     out.append(row[j] if j < len(row) else "")
-        except (csv.Error, UnicodeDecodeError, StopIteration) as e:
+        except csvtext.READ_ERRORS + (StopIteration,) as e:
             raise csvtext.text_error(path, reader.line_num, e)
     return out

@@ -24,6 +24,10 @@ def predict_needs_data(why):
     return "--data is required (%s)" % why
 
 
+def predict_id_needs_out():
+    return "--id names the first column of the predictions file: give --out FILE too"
+
+
 def needs_label(fmt):
     return "--label COLUMN is required (a %s file's label is one of its columns)" % fmt.upper()
 
