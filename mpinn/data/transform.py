@@ -167,19 +167,25 @@ class NumericTransform:
         logs = [self.columns[j] for j in self.log_cols]
         if self.columns:
             if self.d["mode"] == "none":
-                parts.append("%d numeric columns as they are (--numeric-transform none)" % self.n_in)
+                parts.append("%s as they are (--numeric-transform none)" % _columns(self.n_in))
             else:
                 bounded = [self.columns[j] for j, k in enumerate(self.kind) if k == "bounded"]
-                parts.append("%d numeric columns standardised%s" % (
-                    self.n_in, "; log1p first for %d heavy-tailed: %s" % (len(logs), _names(logs)) if logs else ""))
+                parts.append("%s standardised%s" % (
+                    _columns(self.n_in), "; log1p first for %d heavy-tailed: %s" % (len(logs), _names(logs)) if logs else ""))
                 if bounded:
-                    parts.append("%d of them already in [-1, 1], no log: %s" % (len(bounded), _names(bounded)))
+                    parts.append("%s already in [-1, 1], no log: %s" % (
+                        "it is" if self.n_in == 1 else "%d of them" % len(bounded), _names(bounded)))
             if self.indicators:
-                parts.append("missing values imputed with the mean and flagged in %d columns (%s)"
-                             % (len(self.indicators), _names([self.columns[j] for j in self.indicators])))
+                parts.append("missing values imputed with the mean and flagged in %d column%s (%s)"
+                             % (len(self.indicators), "" if len(self.indicators) == 1 else "s",
+                                _names([self.columns[j] for j in self.indicators])))
         if self.target is not None:
             parts.append("regression target standardised (mean %.4g, std %.4g)" % self.target)
         return "; ".join(parts)
+
+
+def _columns(n):
+    return "%d numeric column%s" % (n, "" if n == 1 else "s")
 
 
 def _names(names, at_most=4):

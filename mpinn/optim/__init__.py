@@ -45,8 +45,11 @@ OPTIMIZERS = tuple(REGISTRY)
 
 
 def optimizer_help():
-    """--optimizer's help: one line per optimizer, from the registry."""
-    return "; ".join("%s: %s (default lr %g)" % (o.name, o.help, o.lr) for o in REGISTRY.values())
+    """--optimizer's help: one line per optimizer, from the registry (its own rate, which the wide shape's adagrad
+    does not use: that one runs at the shape's 0.05)."""
+    return "; ".join("%s: %s (lr %g when named without --lr; the model shape's default optimizer comes with the "
+                     "shape's rate, see the epilog)" % (o.name, o.help, o.lr) if o.name == "adagrad" else
+                     "%s: %s (lr %g when named without --lr)" % (o.name, o.help, o.lr) for o in REGISTRY.values())
 
 
 def create_optimizer(name, size, xp, weight_decay=0.0, weight_slices=(), table=(0, 0), hashed_update="lazy",

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from mpinn.config import MpinnError
 from mpinn.settings.config_file import config_toml, model_config_toml, read_config
+from mpinn.settings.helptext import HelpAction, short_help
 from mpinn.settings.options import Parser
 from mpinn.settings.table import DEFAULT, GIVEN, GROUPS, OPTIONS, RunConfig
 
@@ -33,7 +34,7 @@ def add_options(parser, names=None, suppress=False):
             groups[g] = parser.add_argument_group(g) if names is None else parser
         kw = dict(f.metadata["argparse"])
         shown = _shown_default(f)
-        kw["help"] = f.metadata["help"] + (" (default %s)" % shown if shown is not None else "")
+        kw["help"] = f.metadata["help"] + (" (default %s)" % shown if shown else "")
         kw["default"] = argparse.SUPPRESS if suppress else f.default
         groups[g].add_argument(flag(f.name), **kw)
         if f.name == "data":        # --data FILE, or the same file as the first positional argument
@@ -55,11 +56,27 @@ def build_parser(suppress=False):
                       "inputs; dense: numeric inputs only; regression: a regression head): " + help_table() +
                       ". Option combinations that do not go together are refused before any data is read: see "
                       "docs/options.md.",
-               argument_default=argparse.SUPPRESS if suppress else None)
+               argument_default=argparse.SUPPRESS if suppress else None, add_help=False)
+    p.add_argument("-h", "--help", action=HelpAction, text=_short_help,
+                   help="the options most runs use, and the defaults by model shape")
+    p.add_argument("--help-all", action=HelpAction, text=lambda parser: parser.format_help(),
+                   help="every option (this list)")
     p.add_argument("--print-config", nargs="?", const="", default=argparse.SUPPRESS, metavar="MODEL",
                    help="print the options as a TOML file for --config, and exit: those MODEL (a model file) was "
                         "trained with, or without MODEL this command line's")
     return add_options(p, suppress=suppress)
+
+
+def _short_help(parser):
+    """--help: the common options (mpinn.settings.helptext), the defaults by model shape, where the rest are."""
+    from mpinn.optim import REGISTRY
+    from mpinn.settings.shapes import SHAPES
+    shapes = "; ".join("%s: %s lr %g" % (shape, d["optimizer"], d["lr"]) for shape, d in SHAPES.items())
+    first = next(iter(SHAPES.values()))
+    shapes += "; every shape: %d epochs at most, early stop after %d, lr decay %s" % (
+        first["epochs"], first["early_stop"], first["lr_decay"])
+    rates = ", ".join("%s %g" % (o.name, o.lr) for o in REGISTRY.values())
+    return short_help(parser.prog, {f.name: f for f in OPTIONS}, _shown_default, shapes, rates, len(OPTIONS))
 
 
 def _config(ns, given):

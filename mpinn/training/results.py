@@ -29,7 +29,9 @@ def describe_run(run):
         "; %s%s, lr decay %s%s" % (
             epochs, " at most (early stop after %d without a better held-out %s)" % (
                 cfg.early_stop, cfg.stop_metric) if cfg.early_stop else "", cfg.lr_decay,
-            ", keeping the best epoch" if cfg.keep == "best" else ""))
+            ", keeping the best epoch" if cfg.keep == "best" else "")) + (
+        "; %s exists and will be replaced at the end" % cfg.model_out
+        if cfg.model_out and os.path.exists(cfg.model_out) else "")
 
 
 def write_results(run, params, result, say):

@@ -108,8 +108,14 @@ def test_predict_refuses_a_truncated_model(tmp_path):
 
 
 def test_help_is_clear():
+    """--help: the common options on two screens; --help-all: every option, the whole reference."""
     r = run([sys.executable, "-m", "mpinn.train", "--help"])
+    assert r.returncode == 0 and "--epochs" in r.stdout and "embedded click log" in r.stdout
+    assert len(r.stdout.splitlines()) <= 80 and "--reduce" not in r.stdout and "--help-all" in r.stdout
+    assert "(default )" not in r.stdout and "adagrad lr 0.05" in r.stdout and "adagrad 0.01" in r.stdout
+    r = run([sys.executable, "-m", "mpinn.train", "--help-all"])
     assert r.returncode == 0 and "--reduce" in r.stdout and "embedded synthetic click log" in r.stdout
+    assert "(default )" not in r.stdout
 
 
 @pytest.mark.mpi
