@@ -22,6 +22,9 @@ def build_parser():
                       "python -m mpinn.bench --table bench-results.jsonl /tmp/peers-results.jsonl")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--workload", choices=sorted(WORKLOADS), help="which workload to train")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
+                   help="where every rank computes: cpu (default; one BLAS thread a rank) or gpu (its own, or one "
+                        "the ranks share; gradients as training's --comm auto moves them)")
     p.add_argument("--reduce", default="allreduce", choices=["allreduce", "gather"],
                    help="gradient strategy: allreduce (default) or gather (DT42 pattern: Gather to rank 0, "
                         "rank 0 steps and Bcasts)")

@@ -19,7 +19,7 @@ def workload_config(args, wl):
     return settings.from_keywords(
         None, hidden=wl.spec.hidden, wide="off", activation=wl.spec.activation, loss=wl.spec.loss, dtype=wl.spec.dtype,
         task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=wl.batch, epochs=1, early_stop=0, holdout=0,
-        reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap,
+        reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap, device=args.device,
         average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True,
         shard_exchange=args.shard_exchange, hot_rows=args.hot_rows)
 
@@ -60,6 +60,7 @@ def run(args):
     from mpinn.optim import fused
     from mpinn.training import Run, open_job
     from mpinn.training.feed import Feed
+    from mpinn.training.staging import device_feed
 
     t_start = time.perf_counter()
     wl = WORKLOADS[args.workload]
@@ -67,7 +68,7 @@ def run(args):
     warmup = args.warmup if args.warmup is not None else wl.warmup
     cfg = workload_config(args, wl)
     settings.check(cfg)
-    job = open_job()
+    job = open_job(device=cfg.device)      # binds each rank to its GPU for --device gpu
     rank0, P, B = job.rank == 0, job.size, wl.batch
     local_input = args.input == "local"
     data = wl.make() if rank0 or local_input else None   # local: every rank has the data (as DDP's do)
@@ -89,8 +90,8 @@ def run(args):
     def feed(first, stop):      # the trainer's feed, in the peers' batch order
         # the workloads' rows are slices of arrays in memory: no read-ahead thread, which only competed with the
         # compute for the cores (W2 np 1: 568k against 641k samples/s with it, medians of 5)
-        return Feed(rows, order, stop, first, comm, wl.layout, B, wl.spec.dtype, read_local=local_input,
-                    prefetch=args.prefetch, read_ahead=False)
+        return device_feed(Feed(rows, order, stop, first, comm, wl.layout, B, wl.spec.dtype, read_local=local_input,
+                                prefetch=args.prefetch, read_ahead=False), model.backend)   # staged on a GPU
 
     def run_steps(first, stop, last=None):
         f = feed(first, stop)
@@ -143,7 +144,8 @@ def run(args):
     if not rank0:
         return 0
     step_ms = (t1 - t0) / measured * 1e3
-    variant = (" " + r.plan.transport if args.reduce == "allreduce" and table != "sharded" else "") + (
+    variant = (" gpu" if r.plan.device == "gpu" else "") + (
+        " " + r.plan.transport if args.reduce == "allreduce" and table != "sharded" else "") + (
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "") + (
         " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "")
@@ -152,7 +154,7 @@ def run(args):
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
         "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
-        "input": args.input, "comm": r.plan.transport,
+        "input": args.input, "comm": r.plan.transport, "device": r.plan.device_note,
         "launcher": "mpiexec", "global_batch": B, "lr": lr, "optimizer": args.optimizer,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,

@@ -31,8 +31,8 @@ def create_communicator(name="allreduce", comm=None, transport="mpi", sparse_thr
     from mpinn.backend import get_backend
     if name not in STRATEGIES:
         raise ValueError("no communicator %r (one of %s)" % (name, ", ".join(STRATEGIES)))
-    if transport in ("nccl", "cuda-aware", "staged") or (transport == "none" and backend is not None
-                                                          and backend.device is not None):
+    if transport in ("nccl", "cuda-aware", "staged") or (name == "allreduce" and transport == "none"
+                                                          and backend is not None and backend.device is not None):
         from mpinn.comm.gpu import DeviceAllreduceCommunicator
         return DeviceAllreduceCommunicator(comm, backend or get_backend("cupy"), transport,
                                            sparse_threshold=sparse_threshold, dup=dup)

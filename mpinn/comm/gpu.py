@@ -63,6 +63,8 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
             ptr, n, kind, stream = self._nccl_args(buf, what)
             self.nccl.bcast(ptr, n, kind, root, stream)
             return buf
+        if self.transport == "cuda-aware":
+            self.backend.synchronize()      # the host's wait, counted (Backend.syncs); check_buffer's is then free
         check_buffer(buf, buf.dtype, buf.size, what)     # synchronises the GPU before MPI reads buf
         if self.transport == "cuda-aware":
             self.comm.Bcast(buf, root=root)
@@ -83,6 +85,8 @@ class DeviceAllreduceCommunicator(AllreduceCommunicator):
             ptr, n, kind, stream = self._nccl_args(buf, what)
             self.nccl.allReduce(ptr, ptr, n, kind, self._nccl_sum, stream)
             return buf
+        if self.transport == "cuda-aware":
+            self.backend.synchronize()      # the host's wait, counted (Backend.syncs); check_buffer's is then free
         check_buffer(buf, buf.dtype, buf.size, what)     # synchronises the GPU before MPI reads buf
         if self.transport == "cuda-aware":
             self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
