@@ -113,12 +113,14 @@ np.savez("rank-%d.npz" % MPI.COMM_WORLD.rank, params=best.params_, proba=best.pr
 
 
 @pytest.mark.mpi
-def test_under_mpirun_every_rank_returns_the_same_estimator(tmp_path, launcher):
+@pytest.mark.parametrize("n", [2, 3])
+def test_under_mpirun_every_rank_returns_the_same_estimator(tmp_path, n, launcher):
     (tmp_path / "script.py").write_text(SCRIPT)
-    r = mpirun(2, ["-m", "mpi4py", "script.py"], cwd=str(tmp_path), timeout=180)
+    r = mpirun(n, ["-m", "mpi4py", "script.py"], cwd=str(tmp_path), timeout=180)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("done: ") == 5, r.stdout      # 2 x 2 folds and the refit: rank 0 alone prints
-    assert "over 2 ranks" in r.stdout
-    ranks = [np.load(tmp_path / ("rank-%d.npz" % k)) for k in range(2)]
-    for key in ("params", "proba", "best"):
-        assert np.array_equal(ranks[0][key], ranks[1][key]), key
+    assert r.stdout.count("over %d ranks" % n) == 5
+    ranks = [np.load(tmp_path / ("rank-%d.npz" % k)) for k in range(n)]
+    for other in ranks[1:]:
+        for key in ("params", "proba", "best"):
+            assert np.array_equal(ranks[0][key], other[key]), key
