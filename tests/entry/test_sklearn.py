@@ -82,8 +82,9 @@ def cancer(tmp_path_factory):
 @pytest.mark.mpi
 def test_the_estimator_trains_the_clis_model(tmp_path, cancer, launcher):
     d, Xa, Xb, ya, yb = cancer
-    r = mpirun(1, ["-m", "mpinn.train", "--data", str(d / "train.npz"), "--hidden", "16", "--epochs", "6", "--seed", "5",
-                   "--no-progress", "--model-out", str(tmp_path / "m.npz"), "--metrics-out", str(tmp_path / "m.json")])
+    r = mpirun(1, ["-m", "mpinn.train", "--data", str(d / "train.npz"), "--hidden", "16", "--epochs", "6",
+                   "--seed", "5", "--no-progress", "--model-out", str(tmp_path / "m.npz"),
+                   "--metrics-out", str(tmp_path / "m.json")])
     assert r.returncode == 0, r.stderr
     p = run([sys.executable, "-m", "mpinn.predict", "--model", str(tmp_path / "m.npz"), "--data", str(d / "test.npz"),
              "--metrics-out", str(tmp_path / "p.json")])

@@ -66,7 +66,8 @@ def test_log_dir_holds_the_curve_and_the_summary(tmp_path, launcher):
     rates = got["train/samples_per_s"]
     assert [s for s, _ in rates] == [row["step"] for row in rows]
     for (_, rate), a, b in zip(rates[1:], rows, rows[1:]):
-        expected = (b["samples"] - a["samples"]) / ((b["elapsed"] - a["elapsed"]) - (b["eval_seconds"] - a["eval_seconds"]))
+        seconds = (b["elapsed"] - a["elapsed"]) - (b["eval_seconds"] - a["eval_seconds"])
+        expected = (b["samples"] - a["samples"]) / seconds
         assert rate == f32(expected)
     summary = json.load(open(metrics))["summary"]
     phases = summary["phase_s_mean"]
