@@ -10,7 +10,8 @@ from mpinn.config import MpinnError
 def writes_fail_not_kill():
     """A file-size limit (ulimit -f, RLIMIT_FSIZE) kills a process that writes past it with SIGXFSZ, leaving a
     partial file; ignored, the write fails with EFBIG, an OSError the writers turn into one line and clean up
-    after. (Only the main thread may set a handler; other threads keep the default.)"""
+    after. CPython ignores it at start-up; this makes sure where a host program or a library set it back. (Only
+    the main thread may set a handler.)"""
     if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
