@@ -2,11 +2,12 @@
 CRC-32C), hold the curve's values and the run's summary."""
 import glob
 import json
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import mpirun
+from conftest import mpirun, run
 from mpinn.events import EventWriter, crc32c
 
 
@@ -75,3 +76,11 @@ def test_log_dir_holds_the_curve_and_the_summary(tmp_path, launcher):
     assert got["run/samples_per_s"] == [(last, f32(summary["samples_per_s"]))]
     for tag, k in (("data_wait", "data"), ("compute", "compute"), ("communication", "comm"), ("update", "update")):
         assert got["time/" + tag] == [(last, f32(phases[k] / sum(phases.values())))]
+
+
+def test_a_log_dir_that_is_a_file_is_one_line_before_anything_is_read(tmp_path):
+    (tmp_path / "taken").write_text("")
+    r = run([sys.executable, "-m", "mpinn.train", "--default-rows", "2000", "--log-dir", str(tmp_path / "taken"),
+             "--model-out", str(tmp_path / "m.npz")], timeout=60)
+    assert r.returncode == 2 and "--log-dir %s is a file" % (tmp_path / "taken") in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "data:" not in r.stdout and not (tmp_path / "m.npz").exists()
