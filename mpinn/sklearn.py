@@ -137,9 +137,9 @@ class _MpinnEstimator(BaseEstimator):
             raise ValueError("X has %d rows but y has %d" % (X.shape[0], len(y)))
         labels = self._labels(y)
         options = self._options()
-        data = self._rows(X, labels, fit=True, hashing=settings.from_keywords(None, **options).hashing)
         task, classes = self._task()
-        try:
+        try:        # scikit-learn's callers expect a ValueError for bad input
+            data = self._rows(X, labels, fit=True, hashing=settings.from_keywords(None, **options).hashing)
             result = api.run(settings.from_keywords(data, task=task, **options), params_everywhere=True)
         except MpinnError as e:
             raise ValueError(str(e)) from None
@@ -152,8 +152,8 @@ class _MpinnEstimator(BaseEstimator):
         from mpinn.model import MLP, predict_rows
         from mpinn.predict import use_transform
         check_is_fitted(self, "params_")
-        rows = self._rows(X)
         try:
+            rows = self._rows(X)
             use_transform(rows, self.meta_, "X")
         except MpinnError as e:
             raise ValueError(str(e)) from None
