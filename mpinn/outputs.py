@@ -39,7 +39,7 @@ def _creatable_dir(path):
 
 def check_file(path, what):
     """A file the run will write: not a directory, writable if it exists, its directory writable or makeable."""
-    if os.path.isdir(path):
+    if os.path.isdir(path) or path.endswith(("/", os.sep)) or os.path.basename(path) in ("", ".", ".."):
         raise MpinnError("%s %s is a directory; give a file name" % (what, path))
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise MpinnError("%s %s exists and cannot be written" % (what, path))

@@ -194,7 +194,12 @@ def fail(message, code=2, collective=False):
         if rank == 0:
             say_error("mpinn: error: %s" % message)
         sys.exit(code)
+    if rank > 0:        # rank 0's line first: when it fails too (every rank reading the same bad file), its abort
+        time.sleep(1.0)     # ends this rank before a second line
     say_error("mpinn: error on rank %d of %d: %s" % (rank, size, message))
+    time.sleep(0.2)     # let the launcher forward the line before the abort tears it down
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)   # MPICH's own "Abort(2) on node 0 ..." would be a second line saying less
     abort_job(code)
 
 

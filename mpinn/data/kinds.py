@@ -75,18 +75,21 @@ def check_not_label(columns, label, inputs, path):
 def sample_csv(path, header, header_lines=1):
     """{name: [raw text of the first SAMPLE_ROWS rows]} of a CSV file (rows with a wrong field count are
     the reader's to refuse; here they are skipped)."""
-    columns = {h: [] for h in header}
+    columns = {h: [] for h in header}       # a name given twice: its first column's values
+    first = {h: header.index(h) for h in columns}
     with csvtext.open_text(path) as f:
         reader = csvtext.reader(f, path)
         try:
             for _ in range(header_lines):
                 next(reader)
+            rows = 0
             for row in reader:
                 if len(row) != len(header):
                     continue
-                for h, v in zip(header, row):
-                    columns[h].append(v)
-                if len(columns[header[0]]) >= SAMPLE_ROWS:
+                for h, j in first.items():
+                    columns[h].append(row[j])
+                rows += 1
+                if rows >= SAMPLE_ROWS:
                     break
         except csvtext.READ_ERRORS + (StopIteration, csvtext.LineTooLong):
             pass        # the reader names the line

@@ -66,20 +66,27 @@ class TableSource:
         self.kind = "parquet" if ext in (".parquet", ".pq") else "csv"
         header = self._read_header() if self.kind == "csv" else self._parquet_schema()
         col = {h: i for i, h in enumerate(header)}
+        twice = [h for h in col if header.count(h) > 1] if len(col) < len(header) else []
         for name in categorical + numeric + ([label] if require_label else []):
             if name not in col:
                 raise MpinnError("%s has no column %r (columns: %s)" % (path, name, kinds.names_shown(header, 20)))
+        for name in dict.fromkeys(categorical + numeric + ([label] if label else [])):
+            if name in twice:
+                raise MpinnError("%s: %d columns are named %r: rename them so that the name says which"
+                                 % (path, header.count(name), name))
         if self.kind == "parquet":
             self._check_scalar_columns(categorical + numeric + ([label] if label in col else []))
         sample = (kinds.sample_csv(path, header, getattr(self, "header_lines", 1)) if self.kind == "csv"
-                  else kinds.sample_parquet(self._parquet(), header))
+                  else self._damaged_parquet_is_one_line(lambda: kinds.sample_parquet(self._parquet(), header)))
         self.kinds_note = None
         if not categorical and not numeric:     # none named: chosen from the values
-            nested = self._nested_columns(header) if self.kind == "parquet" else []
+            nested = self._nested_columns([h for h in col if h not in twice]) if self.kind == "parquet" else []
             categorical, numeric, self.kinds_note = kinds.infer(
-                [h for h in header if h not in exclude and h not in nested], sample, label, _MISSING)
+                [h for h in col if h not in exclude and h not in nested and h not in twice], sample, label, _MISSING)
             if nested:
                 self.kinds_note += "; left out, nested (lists, structs, maps): %s" % kinds.names_shown(nested)
+            if twice:
+                self.kinds_note += "; left out, two columns of the same name: %s" % kinds.names_shown(twice)
         if label in col:
             kinds.check_not_label(sample, label, categorical + numeric, path)
         self.header, self.col = header, col
@@ -215,6 +222,14 @@ class TableSource:
         except Exception as e:      # pyarrow raises several types for a file that is not Parquet
             raise MpinnError("cannot read %s as Parquet: %s" % (self.path, (str(e).splitlines() or [""])[0]))
 
+    def _damaged_parquet_is_one_line(self, read):
+        """read() of a Parquet file; what pyarrow raises on a damaged or truncated one is one line."""
+        import pyarrow as pa
+        try:
+            return read()
+        except (OSError, pa.ArrowException) as e:
+            raise MpinnError("cannot read %s: %s" % (self.path, (str(e).splitlines() or [type(e).__name__])[0]))
+
     def _parquet_schema(self):
         pf = self._parquet()
         self.n_rows = pf.metadata.num_rows
@@ -269,8 +284,8 @@ class TableSource:
                     labels = c.to_numpy(zero_copy_only=False)
                 yield Part([b.column(name) for name in self.categorical], Xd, labels, b.num_rows)
                 start += b.num_rows
-        except OSError as e:
-            raise MpinnError("cannot read %s: %s" % (self.path, str(e).splitlines()[0]))
+        except (OSError, pa.ArrowException) as e:
+            raise MpinnError("cannot read %s: %s" % (self.path, (str(e).splitlines() or [type(e).__name__])[0]))
 
     # ---- the embedded click log
     def _default_parts(self):
