@@ -12,6 +12,8 @@ from mpinn.data.stats import column_stats
 
 def dense_xy(X, y, path, task, classes, require_label, positive=None):
     # loadmat returns Fortran-ordered arrays: convert once, here, where they enter
+    if getattr(X, "dtype", None) is not None and X.dtype.kind == "c":
+        raise MpinnError("%s: X holds complex numbers (%s); mpinn reads real ones" % (path, X.dtype))
     try:
         X = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
     except (TypeError, ValueError) as e:

@@ -41,7 +41,7 @@ def infer(header, columns, label, missing):
             categorical.append(name)
             continue
         numeric.append(name)
-        if all(x == math.floor(x) for x in nums) and len(set(nums)) <= FEW_INTEGERS:
+        if all(math.isfinite(x) and x == math.floor(x) for x in nums) and len(set(nums)) <= FEW_INTEGERS:
             categorical.append(name)
             both.append(name)
     notes = "columns chosen from the first %d rows' values (name them with --categorical/--numeric): %d " \

@@ -44,6 +44,17 @@ def check_labels_present(raw, offset=0):
                              int(bad.sum()), bad.shape[0], offset + first + 1, value))
 
 
+def plain_labels(raw):
+    """Raw labels as numbers or text: bytes (a .npz's S array, a Parquet binary column) decoded as UTF-8; complex
+    numbers refused."""
+    raw = np.asarray(raw).ravel()
+    if raw.dtype.kind == "c":
+        raise MpinnError("the labels are complex numbers (%s); a label is a real number or text" % raw.dtype)
+    if raw.dtype.kind == "S" or (raw.dtype == object and any(isinstance(v, bytes) for v in raw)):
+        raw = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in raw], dtype=object)
+    return raw
+
+
 def regression_labels(raw):
     """Numeric labels as a regression's float64 targets, each at most MAX_REGRESSION_LABEL in magnitude."""
     y = raw.astype(np.float64)
@@ -71,7 +82,7 @@ def encode_labels(raw, task="auto", classes=None, positive=None):
     """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`; binary ones
     0/1, 1 for classes[1] (the positive class). Any two distinct values make a binary task. A missing
     or non-finite label is refused."""
-    raw = np.asarray(raw).ravel()
+    raw = plain_labels(raw)
     check_labels_present(raw)
     numeric = raw.dtype.kind in "iufb"
     if not numeric:
@@ -142,7 +153,7 @@ class LabelScan:
         self.many_numbers = self.many_texts = False
 
     def update(self, raw):
-        raw = np.asarray(raw).ravel()
+        raw = plain_labels(raw)
         check_labels_present(raw, getattr(self, "seen", 0))
         self.seen = getattr(self, "seen", 0) + raw.shape[0]
         if not self.many_texts:

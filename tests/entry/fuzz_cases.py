@@ -132,7 +132,9 @@ def parquet_case(rng, d):
     for name in rng.choice(list(pool), size=int(rng.integers(1, 6)), replace=False):
         cols[str(name)] = pool[name]()
     if rng.random() < 0.2:
-        cols["y"] = _pick(rng, [pa.nulls(n), pa.array([[1]] * n), pa.array(np.full(n, 1e300))])
+        cols["y"] = _pick(rng, [pa.nulls(n), pa.array([[1]] * n), pa.array(np.full(n, 1e300)),
+                                pa.array([b"no", b"yes"] * (n // 2) + [b"no"] * (n % 2)),
+                                pa.array(rng.standard_normal(n) * 1e200), pa.array(np.arange(n).astype("datetime64[s]"))])
     names = list(cols)
     if rng.random() < 0.2:
         names[-1] = _pick(rng, ["y", "", "a" * 300, names[0]])        # duplicate and odd names
@@ -154,7 +156,8 @@ def dense_arrays(rng):
     X = rng.standard_normal((n, k))
     y = rng.integers(0, 2, n)
     how = _pick(rng, ["ok", "ok", "nan_x", "inf_x", "int_x", "str_x", "obj_x", "1d_x", "3d_x", "str_y", "nan_y",
-                      "short_y", "no_y", "float_y", "huge_y", "bool_x", "complex_x", "2d_y", "one_class"])
+                      "short_y", "no_y", "float_y", "huge_y", "bool_x", "complex_x", "2d_y", "one_class",
+                      "complex_y", "bytes_y", "date_y"])
     if how == "nan_x" and n:
         X[rng.random(X.shape) < 0.2] = np.nan
     elif how == "inf_x" and n:
@@ -188,6 +191,12 @@ def dense_arrays(rng):
         y = np.stack([y, y], axis=1)
     elif how == "one_class":
         y = np.zeros(n, int)
+    elif how == "complex_y":
+        y = y + 1j
+    elif how == "bytes_y":
+        y = np.array([b"no", b"yes", b"\xff"])[y + (rng.random(n) < 0.1)]
+    elif how == "date_y":
+        y = (y * 3).astype("datetime64[D]")
     return X, (None if how == "no_y" else y)
 
 
