@@ -57,7 +57,8 @@ def text_error(path, line, e):
     """The MpinnError for an error the csv module or the decoder raised at (or after) `line`: a byte that is
     not UTF-8 is named at the line that holds it."""
     if isinstance(e, (OSError, EOFError, zlib.error)) and not isinstance(e, UnicodeDecodeError):
-        return MpinnError("%s line %d: the file cannot be read past here (%s)" % (path, line, str(e) or type(e).__name__))
+        return MpinnError("%s line %d: the file cannot be read past here (%s)"
+                          % (path, line, str(e) or type(e).__name__))
     if isinstance(e, UnicodeDecodeError):
         found = undecodable_line(path)
         if found is not None:

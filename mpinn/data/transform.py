@@ -170,8 +170,8 @@ class NumericTransform:
                 parts.append("%s as they are (--numeric-transform none)" % _columns(self.n_in))
             else:
                 bounded = [self.columns[j] for j, k in enumerate(self.kind) if k == "bounded"]
-                parts.append("%s standardised%s" % (
-                    _columns(self.n_in), "; log1p first for %d heavy-tailed: %s" % (len(logs), _names(logs)) if logs else ""))
+                parts.append("%s standardised%s" % (_columns(self.n_in), "; log1p first for %d heavy-tailed: %s"
+                                                    % (len(logs), _names(logs)) if logs else ""))
                 if bounded:
                     parts.append("%s already in [-1, 1], no log: %s" % (
                         "it is" if self.n_in == 1 else "%d of them" % len(bounded), _names(bounded)))

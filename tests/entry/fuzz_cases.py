@@ -134,7 +134,8 @@ def parquet_case(rng, d):
     if rng.random() < 0.2:
         cols["y"] = _pick(rng, [pa.nulls(n), pa.array([[1]] * n), pa.array(np.full(n, 1e300)),
                                 pa.array([b"no", b"yes"] * (n // 2) + [b"no"] * (n % 2)),
-                                pa.array(rng.standard_normal(n) * 1e200), pa.array(np.arange(n).astype("datetime64[s]"))])
+                                pa.array(rng.standard_normal(n) * 1e200),
+                                pa.array(np.arange(n).astype("datetime64[s]"))])
     names = list(cols)
     if rng.random() < 0.2:
         names[-1] = _pick(rng, ["y", "", "a" * 300, names[0]])        # duplicate and odd names
@@ -248,7 +249,8 @@ def packed_case(rng, d):
         path.write_bytes(_damage(rng, path.read_bytes(), how))
     elif how == "header":           # the JSON header with a field changed (same length kept where it can)
         raw = path.read_bytes()
-        raw = raw.replace(b'"n_rows":', b'"n_rowz":', 1) if rng.random() < 0.5 else raw.replace(b'"int32"', b'"int64"', 1)
+        raw = raw.replace(b'"n_rows":', b'"n_rowz":', 1) if rng.random() < 0.5 else \
+            raw.replace(b'"int32"', b'"int64"', 1)
         path.write_bytes(raw)
     args = ["--data", path]
     if rng.random() < 0.4:

@@ -65,3 +65,23 @@ def test_sums_over_shards_equal_sklearn_on_the_whole():
     got = metrics_from_sums("binary", sums)
     assert got["logloss"] == pytest.approx(sk.log_loss(y, p), rel=1e-12)
     assert got["accuracy"] == pytest.approx(sk.accuracy_score(y, p > 0.5), rel=1e-12)
+
+
+def test_many_classes_keep_accuracy_and_logloss_without_a_k_squared_confusion():
+    """Past MAX_CONFUSION classes the k x k counts are left out of the rank sums and the metrics (10,000 classes:
+    10^8 counts, once in the model file's header as text); accuracy and log-loss still equal sklearn's."""
+    from mpinn.metrics import MAX_CONFUSION
+    rng = np.random.default_rng(7)
+    n, k = 600, MAX_CONFUSION + 50
+    y = rng.integers(0, k, n)
+    P = rng.random((n, k)) + 0.01
+    P /= P.sum(axis=1, keepdims=True)
+    sums = sum(metric_sums("multiclass", y[a:b], P[a:b], k) for a, b in ((0, 250), (250, 600)))
+    assert sums.size == 4
+    got = metrics_from_sums("multiclass", sums, k)
+    assert "confusion" not in got and got == compute_metrics("multiclass", y, P)
+    assert got["logloss"] == pytest.approx(sk.log_loss(y, P, labels=range(k)), rel=1e-12)
+    assert got["accuracy"] == pytest.approx(sk.accuracy_score(y, P.argmax(axis=1)), rel=1e-12)
+    Q = P[:, :MAX_CONFUSION] / P[:, :MAX_CONFUSION].sum(axis=1, keepdims=True)
+    small = compute_metrics("multiclass", y % MAX_CONFUSION, Q)
+    assert np.array(small["confusion"]).shape == (MAX_CONFUSION, MAX_CONFUSION)
