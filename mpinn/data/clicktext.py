@@ -8,11 +8,13 @@ import csv
 import gzip
 import io
 import os
+import zlib
 
 import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data.base import CHUNK_ROWS
+from mpinn.data.csvtext import MAX_LINE, bounded_lines
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -38,7 +40,7 @@ def first_line_fields(path):
     try:
         with _open_text(path) as f:
             line = f.readline(1 << 16).rstrip("\r\n")
-    except (OSError, EOFError, UnicodeDecodeError, MpinnError):
+    except (OSError, EOFError, UnicodeDecodeError, MpinnError, zlib.error):     # damaged gzip: not click-log text
         return None, None
     return line.count("\t") + 1, line
 
@@ -90,7 +92,7 @@ class ClickTextSource:
         cat_i, num_i = [col[c] for c in self.categorical], [col[c] for c in self.numeric]
         off = 1 if self.has_label else 0
         with _open_text(self.path) as f:
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            reader = csv.reader(bounded_lines(f, self.path), delimiter="\t", quoting=csv.QUOTE_NONE)
             rows = []
             line = 0
             try:
@@ -106,7 +108,7 @@ class ClickTextSource:
                     if len(rows) == self.chunk_rows:
                         yield self._part(rows, cat_i, num_i)
                         rows = []
-            except (csv.Error, UnicodeDecodeError, EOFError, OSError) as e:     # gzip: truncated, not gzip
+            except (csv.Error, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:     # gzip: truncated, not gzip
                 raise MpinnError("%s line %d: %s" % (self.path, line + 1, e))
             if rows:
                 yield self._part(rows, cat_i, num_i)
@@ -149,7 +151,8 @@ class ClickTextSource:
                 # arrow's reader reads up to 32 blocks ahead of the rows taken: 4 MiB blocks (~16k rows) bound
                 # that to 128 MiB of text (64 MiB blocks: 2 GiB), and read as fast
                 read_options=pacsv.ReadOptions(column_names=self.header,
-                                               block_size=max(1 << 20, min(4 << 20, self.chunk_rows * 64))),
+                                               block_size=max(1 << 20, min(4 << 20, self.chunk_rows * 64,
+                                                                           MAX_LINE))),
                 parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False),
                 convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
                                                      null_values=[""], strings_can_be_null=False))
@@ -173,7 +176,7 @@ class ClickTextSource:
                     from mpinn.data.tables import Part
                     yield Part([b.column(name) for name in self.categorical], Xd, labels, b.num_rows)
                     done += b.num_rows
-        except (pa.ArrowException, ValueError, OSError, EOFError):
+        except (pa.ArrowException, ValueError, OSError, EOFError, zlib.error):
             yield from self._python_parts(skip=done)       # names the line, or reads what arrow would not
 
     def parts(self):

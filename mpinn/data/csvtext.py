@@ -43,8 +43,8 @@ def bounded_lines(f, path, limit=MAX_LINE):
             return
         number += 1
         if len(line) > limit:
-            raise LineTooLong("%s line %d is longer than %d characters (at most %d in a line of a CSV file, the "
-                              "header included): is it a CSV file?" % (path, number, limit, limit))
+            raise LineTooLong("%s line %d is longer than %d characters, the most a line of a text data file may "
+                              "hold (a CSV file's header included)" % (path, number, limit))
         yield line
 
 

@@ -56,13 +56,42 @@ def load_npz(path, spec=DataSpec()):
     return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive)
 
 
+# scipy.io.loadmat in a process of its own: its compiled reader crashes on some damaged files (a segmentation fault
+# or a bus error on a flipped byte in a cell array's header, scipy 1.16), which no try can catch in this process
+_LOADMAT = """
+import sys
+import numpy as np
+import scipy.io
+try:
+    d = scipy.io.loadmat(sys.argv[1], variable_names=("X", "y"))
+except Exception as e:
+    sys.stdout.write("cannot read %s as a .mat file (%s: %s)" % (sys.argv[1], type(e).__name__, str(e)[:120]))
+    sys.exit(3)
+for k in ("X", "y"):
+    if k in d and d[k].dtype == object:
+        sys.stdout.write("%s: %s must hold numbers (it is a cell array or a struct)" % (sys.argv[1], k))
+        sys.exit(3)
+np.savez(sys.argv[2], **{k: d[k] for k in ("X", "y") if k in d})
+"""
+
+
 def load_mat(path, spec=DataSpec()):
     """Andrew Ng's exercise format: X (m, n) and y (m, 1) with labels 1..10 (10 stands for digit 0)."""
-    import scipy.io
-    try:
-        d = scipy.io.loadmat(path)
-    except Exception as e:      # truncated, not a .mat file, an unsupported version (MatReadError, ValueError ...)
-        raise MpinnError("cannot read %s as a .mat file (%s: %s)" % (path, type(e).__name__, str(e)[:120]))
-    if "X" not in d:
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="mpinn-mat-") as tmp:
+        out = os.path.join(tmp, "arrays.npz")
+        r = subprocess.run([sys.executable, "-c", _LOADMAT, path, out], capture_output=True, text=True,
+                           env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
+        if r.returncode == 3:
+            raise MpinnError(r.stdout.strip())
+        if r.returncode:
+            raise MpinnError("cannot read %s as a .mat file (scipy's reader %s on it: is it damaged?)" % (
+                path, "crashed with signal %d" % -r.returncode if r.returncode < 0 else "failed, exit code %d"
+                % r.returncode))
+        with np.load(out, allow_pickle=False) as d:
+            X, y = d["X"] if "X" in d else None, d["y"] if "y" in d else None
+    if X is None:
         raise MpinnError("%s has no X matrix" % path)
-    return dense_xy(d["X"], d.get("y"), path, spec.task, spec.classes, spec.require_label, spec.positive)
+    return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive)

@@ -95,7 +95,8 @@ def encode_labels(raw, task="auto", classes=None, positive=None):
         if task == "auto":
             if numeric:
                 distinct = np.unique(raw)
-                integral = np.all(np.mod(distinct, 1) == 0)
+                # an integer past 2^53 cannot be told from a float's rounding: 1e300s are not classes
+                integral = np.all(np.mod(distinct, 1) == 0) and np.all(np.abs(distinct) < 2.0 ** 53)
                 if len(distinct) == 2:
                     task = "binary"
                 elif integral and len(distinct) <= 1000:

@@ -88,12 +88,13 @@ class ColumnStats:
             cols = np.flatnonzero(unset)[has]
             self._shift[0, cols] = first[has]
             self._shift[1, cols] = np.log1p(np.maximum(first[has], 0.0))
-        raw, log, lo, hi = _block_moments(block, np.nan_to_num(self._shift))
-        if self._acc is None:
-            self._acc = (raw, log, lo, hi)
-            return
-        r, lg, l0, h0 = self._acc
-        self._acc = (_merge(r, raw), _merge(lg, log), np.minimum(l0, lo), np.maximum(h0, hi))
+        with np.errstate(over="ignore", invalid="ignore"):     # values near float64's limits: inf moments, which
+            raw, log, lo, hi = _block_moments(block, np.nan_to_num(self._shift))    # the transform does without
+            if self._acc is None:
+                self._acc = (raw, log, lo, hi)
+                return
+            r, lg, l0, h0 = self._acc
+            self._acc = (_merge(r, raw), _merge(lg, log), np.minimum(l0, lo), np.maximum(h0, hi))
 
     def result(self):
         """{"columns": names, "rows": n, and a list per field of FIELDS} (JSON-able)."""
@@ -111,9 +112,10 @@ class ColumnStats:
         out["missing"] = [int(self.rows - c) for c in n]
         shift = np.nan_to_num(self._shift)
         for prefix, (_, mean, m2, m3), k in (("", raw, shift[0]), ("log_", log, shift[1])):
-            mean = k + mean
-            var = np.divide(m2, n, out=np.zeros(d), where=n > 0)
-            skew = np.divide(np.sqrt(n) * m3, m2 ** 1.5, out=np.zeros(d), where=m2 > 0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                mean = k + mean
+                var = np.divide(m2, n, out=np.zeros(d), where=n > 0)
+                skew = np.divide(np.sqrt(n) * m3, m2 ** 1.5, out=np.zeros(d), where=m2 > 0)
             out[prefix + "mean"] = [float(v) for v in mean]
             out[prefix + "std"] = [float(v) for v in np.sqrt(var)]
             out[prefix + "skew"] = [float(v) for v in skew]

@@ -80,6 +80,10 @@ class NumericTransform:
                     ends = [v for v in (lo, hi) if v is not None]
                     ends = [np.log1p(max(v, 0.0)) for v in ends] if kind == "log" else ends
                     scale = max([scale] + [abs(v - center) / FARTHEST for v in ends])
+                if not (np.isfinite(center) and np.isfinite(scale)) and lo is not None:
+                    # values near float64's limits overflow the moments (their squares): the range's middle and
+                    # half-width instead, each half taken first so that neither overflows
+                    kind, center, scale = "standard", lo / 2 + hi / 2, hi / 2 - lo / 2
                 scale = scale if scale > 0 else 1.0          # a constant column becomes 0, not NaN
             d["kind"].append(kind)
             d["center"].append(center)
