@@ -158,7 +158,7 @@ def dense_arrays(rng):
     y = rng.integers(0, 2, n)
     how = _pick(rng, ["ok", "ok", "nan_x", "inf_x", "int_x", "str_x", "obj_x", "1d_x", "3d_x", "str_y", "nan_y",
                       "short_y", "no_y", "float_y", "huge_y", "bool_x", "complex_x", "2d_y", "one_class",
-                      "complex_y", "bytes_y", "date_y"])
+                      "complex_y", "bytes_y", "date_y", "huge_x"])
     if how == "nan_x" and n:
         X[rng.random(X.shape) < 0.2] = np.nan
     elif how == "inf_x" and n:
@@ -196,6 +196,9 @@ def dense_arrays(rng):
         y = y + 1j
     elif how == "bytes_y":
         y = np.array([b"no", b"yes", b"\xff"])[y + (rng.random(n) < 0.1)]
+    elif how == "huge_x" and n:
+        X[:, 0] *= 1e307
+        X[0, -1] = _pick(rng, [1e308, -1.7e308])
     elif how == "date_y":
         y = (y * 3).astype("datetime64[D]")
     return X, (None if how == "no_y" else y)
