@@ -198,7 +198,8 @@ def reference_markdown():
     from mpinn.optim import REGISTRY
     out = ["# Training options", "",
            "Generated from `mpinn/settings/table.py` (`python scripts/options_reference.py --write`); the same "
-           "table makes `python -m mpinn.train --help` and the Python API's keywords "
+           "table makes `python -m mpinn.train --help-all` (and `--help`, the options most runs use) and the "
+           "Python API's keywords "
            "(`mpinn.api.train(data, epochs=3, ...)`).", ""]
     for g in GROUPS:
         out += ["## %s" % g.capitalize(), "", "| option | default | what it does |", "|---|---|---|"]
