@@ -105,6 +105,11 @@ def predict_file(model_path, data=None):
         from mpinn import __version__
         raise MpinnError("%s (written by mpinn %s) has no task in its header: not a model file this mpinn %s can "
                          "predict with" % (model_path, meta.get("written_by", "?"), __version__))
+    classes = meta.get("classes")
+    if meta["task"] != "regression" and not (isinstance(classes, list) and len(classes) == (
+            2 if meta["task"] == "binary" else spec.n_out)):
+        raise MpinnError("%s: the classes in its header (%s) do not fit its %s head of %d outputs"
+                         % (model_path, str(classes)[:60], meta["task"], spec.n_out))
     if params.dtype.kind != "f" or params.ndim not in (1, 2):
         raise MpinnError("%s: its parameters are not a vector of numbers (%s, shape %s)"
                          % (model_path, params.dtype, params.shape))

@@ -68,7 +68,7 @@ except Exception as e:
     sys.stdout.write("cannot read %s as a .mat file (%s: %s)" % (sys.argv[1], type(e).__name__, str(e)[:120]))
     sys.exit(3)
 for k in ("X", "y"):
-    if k in d and d[k].dtype == object:
+    if k in d and (not isinstance(d[k], np.ndarray) or d[k].dtype.hasobject):
         sys.stdout.write("%s: %s must hold numbers (it is a cell array or a struct)" % (sys.argv[1], k))
         sys.exit(3)
 np.savez(sys.argv[2], **{k: d[k] for k in ("X", "y") if k in d})
@@ -90,8 +90,11 @@ def load_mat(path, spec=DataSpec()):
             raise MpinnError("cannot read %s as a .mat file (scipy's reader %s on it: is it damaged?)" % (
                 path, "crashed with signal %d" % -r.returncode if r.returncode < 0 else "failed, exit code %d"
                 % r.returncode))
-        with np.load(out, allow_pickle=False) as d:
-            X, y = d["X"] if "X" in d else None, d["y"] if "y" in d else None
+        try:
+            with np.load(out, allow_pickle=False) as d:
+                X, y = d["X"] if "X" in d else None, d["y"] if "y" in d else None
+        except (OSError, ValueError) as e:
+            raise MpinnError("cannot read %s as a .mat file (%s)" % (path, str(e)[:120]))
     if X is None:
         raise MpinnError("%s has no X matrix" % path)
     return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive)
