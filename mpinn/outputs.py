@@ -2,7 +2,9 @@
 in a traceback because its model file's directory cannot be made."""
 import os
 import signal
+import tempfile
 import threading
+from contextlib import contextmanager
 
 from mpinn.config import MpinnError
 
@@ -55,3 +57,23 @@ def check_dir(path, what):
     why = _creatable_dir(path)
     if why:
         raise MpinnError("%s %s cannot be used: %s" % (what, path, why))
+
+
+@contextmanager
+def written_whole(path, what):
+    """A text file written through a temporary file in its directory and renamed into place: a write that fails (a
+    full disk) leaves the file that was there and no partial one, and is one line naming `what`."""
+    from mpinn.process import follow_umask
+    writes_fail_not_kill()
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        follow_umask(fd)
+        with os.fdopen(fd, "w") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise MpinnError("%s could not be written to %s (%s)" % (what, path, why_not_written(e)))
+        raise

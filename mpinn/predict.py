@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.outputs import written_whole
 from mpinn.settings import messages
 
 
@@ -171,7 +172,7 @@ def run(args):
                           args.id)
         print("predictions written to %s" % args.out)
     if args.metrics_out:
-        with open(args.metrics_out, "w") as f:
+        with written_whole(args.metrics_out, "the metrics") as f:
             json.dump(metrics, f, indent=1)
     return 0
 
@@ -202,7 +203,7 @@ def write_predictions(path, meta, pred, ids=None, id_name="row"):
     classes = meta.get("classes")
     first = "" if ids is None else _csv_cell(id_name) + ","
     lead = (lambda i: "") if ids is None else (lambda i: _csv_cell(ids[i]) + ",")
-    with open(path, "w") as f:
+    with written_whole(path, "the predictions") as f:
         if meta["task"] == "multiclass":
             f.write(first + "prediction," + ",".join("p_%s" % c for c in classes) + "\n")
             for i, row in enumerate(pred):

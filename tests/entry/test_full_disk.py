@@ -178,3 +178,20 @@ def test_enospc_for_a_checkpoint_names_the_last_one(tmp_path, monkeypatch):
         ck.save(Trainer(), "step")
     assert e.value.collective and "checkpoint of step 9 could not be written" in str(e.value)
     assert first in str(e.value) and list_checkpoints(str(tmp_path / "ck"))[-1][1] == first
+
+
+def test_predictions_on_a_full_disk_are_one_line_and_the_old_file_stays(tiny_disk, tmp_path):
+    rows = 150_000                  # about 1.5 MB of predictions: more than the disk holds
+    with open(tmp_path / "d.csv", "w") as f:
+        f.write("y,a,x\n" + "".join("%d,v%d,%.3f\n" % (i % 2, i % 5, i / 7) for i in range(rows)))
+    model = tmp_path / "m.npz"
+    r = run([sys.executable, "-m", "mpinn.train", "--data", str(tmp_path / "d.csv"), "--label", "y", "--epochs", "1",
+             "--quiet", "--model-out", str(model)])
+    assert r.returncode == 0, r.stderr
+    out = tiny_disk / "p.csv"
+    out.write_bytes(b"the previous predictions")
+    p = run([sys.executable, "-m", "mpinn.predict", "--model", str(model), "--data", str(tmp_path / "d.csv"),
+             "--out", str(out)])
+    line = one_line(p)
+    assert line == "mpinn: error: the predictions could not be written to %s (No space left on device)" % out
+    assert out.read_bytes() == b"the previous predictions" and not leftovers(tiny_disk)
