@@ -8,7 +8,7 @@ import time
 from mpinn.checkpoint import save_model
 from mpinn.config import MpinnError
 from mpinn.metrics import format_metrics
-from mpinn.outputs import why_not_written
+from mpinn.outputs import why_not_written, written_whole
 from mpinn.settings import messages
 
 
@@ -72,12 +72,9 @@ def write_results(run, params, result, say):
                                        kept, "best" if cfg.keep == "best" else "last", cfg.stop_metric,
                                        ", " + format_metrics(final) if final else "")))
     if cfg.metrics_out:
-        try:
-            with open(cfg.metrics_out, "w") as f:
-                json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)
-        except OSError as e:
-            raise MpinnError("the metrics could not be written to %s (%s); the model was written to %s"
-                             % (cfg.metrics_out, why_not_written(e), cfg.model_out))
+        with written_whole(cfg.metrics_out, "the metrics" + (" (the model was written to %s)" % cfg.model_out
+                                                             if cfg.model_out else "")) as f:
+            json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)
 
 
 def save_model_or_say_where(path, params, spec, meta, trainer):
