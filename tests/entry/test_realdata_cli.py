@@ -51,7 +51,7 @@ def test_heavy_tailed_numbers_and_a_string_label_train_and_predict_applies_the_t
     assert r.returncode == 0, r.stderr
     assert "task binary (positive class '>50K')" in r.stdout
     assert ("preprocessing: 3 numeric columns standardised; log1p first for 1 heavy-tailed: money; missing "
-            "values imputed with the mean and flagged in 1 columns (hours)") in r.stdout
+            "values imputed with the mean and flagged in 1 column (hours)") in r.stdout
     loss = first_step_loss(r)
     assert np.isfinite(loss) and loss < 1.0, loss           # about log 2: the inputs are on one scale
     reported = json.load(open(metrics))["valid"]
