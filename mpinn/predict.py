@@ -70,18 +70,21 @@ def _read_for_model(meta, path):
         return valid
     labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False)
     columns = replace(labels, categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or ())
-    if path.lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
+    from mpinn.data import files
+    paths = files.expand(path) if files.is_many(path) else [path]     # several files are read as one, in order
+    path = paths[0] if len(paths) == 1 else paths
+    if paths[0].lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
         data = load_data(path, labels, hashing)
     elif meta.get("source") == "criteo":       # click-log text, with or without the label field
         data = load_data(path, replace(columns, format="criteo"), hashing)
     elif meta.get("source") in ("csv", "default", "parquet"):
-        if not path.lower().endswith((".csv", ".txt", ".csv.gz", ".txt.gz", ".parquet", ".pq")):
+        if not all(p.lower().endswith((".csv", ".txt", ".csv.gz", ".txt.gz", ".parquet", ".pq")) for p in paths):
             raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .parquet or .mpinn file")
         data = load_data(path, replace(columns, label=meta.get("label")), hashing)
         if meta.get("hashing"):
             check_contract(meta["hashing"], data.meta["hashing"])
     else:
-        if not path.lower().endswith((".npz", ".mat")):
+        if len(paths) > 1 or not paths[0].lower().endswith((".npz", ".mat")):
             raise MpinnError("the model was trained on dense arrays (%s features, from %s file); give an .npz (X, y) "
                              "or .mat file with %s columns" % (meta.get("n_features"), "an .npz" if meta.get("source")
                                                                == "npz" else "a ." + str(meta.get("source")),
@@ -180,11 +183,12 @@ def run(args):
 def row_ids(name, path):
     """--id: the values of the data's column `name` (a CSV or Parquet file's), or None for `row` where the data has no
     such column (the rows are numbered from 1 as they are written)."""
-    from mpinn.data import data_format
-    if path and os.path.exists(path) and data_format(path) in ("csv", "parquet"):
-        from mpinn.data.tables import read_column
+    from mpinn.data import data_format, files
+    paths = (files.expand(path) if files.is_many(path) else [path]) if path else []
+    if paths and all(os.path.exists(p) and data_format(p) in ("csv", "parquet") for p in paths):
+        from mpinn.data.many import read_column_of
         try:
-            return read_column(path, name, "to begin the predictions' rows with")
+            return read_column_of(paths, name, "to begin the predictions' rows with")
         except MpinnError:
             if name != "row":
                 raise

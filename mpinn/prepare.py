@@ -85,25 +85,32 @@ def run(args):
         label = label or like.get("label")
         if not categorical and not numeric:
             categorical, numeric = like.get("categorical") or "", like.get("numeric") or ""
-    fmt = None
+    fmt, paths = None, []
     if args.data:
-        if not os.path.exists(args.data):
-            raise MpinnError("data file %s does not exist" % args.data)
-        from mpinn.data import data_format
-        fmt = data_format(args.data, args.format)
+        from mpinn.data import data_format, files
+        paths = files.expand(args.data)         # a file, or several read as one (a directory, a glob)
+        if len(paths) > 1:
+            from mpinn.data.many import table_formats
+            fmt = table_formats(paths, args.format)[0]
+        else:
+            fmt = data_format(paths[0], args.format)
         if fmt not in ("csv", "parquet", "criteo"):
-            raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (args.data, fmt))
+            raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (paths[0], fmt))
         if not label and fmt != "criteo":
             raise MpinnError(messages.needs_label(fmt))
     # a --like file's task, classes and transform are used as they are, as its contract is
     spec = DataSpec(task=like["task"] if like else args.task, classes=like.get("classes") if like else None,
                     positive=args.positive_class)
-    if fmt == "criteo":
+    if len(paths) > 1:
+        from mpinn.data.many import chained_source, table_formats
+        source = chained_source(paths, table_formats(paths, args.format),
+                                DataSpec(label=label, categorical=categorical, numeric=numeric), args.chunk_rows)
+    elif fmt == "criteo":
         from mpinn.data.clicktext import ClickTextSource
-        source = ClickTextSource(args.data, label, split_names(categorical), split_names(numeric),
+        source = ClickTextSource(paths[0], label, split_names(categorical), split_names(numeric),
                                  chunk_rows=args.chunk_rows)
     else:
-        source = TableSource(args.data, label, categorical, numeric, require_label=True,
+        source = TableSource(paths[0] if paths else None, label, categorical, numeric, require_label=True,
                              default_rows=args.default_rows, default_seed=args.default_seed,
                              chunk_rows=args.chunk_rows)
     s = prepare(source, args.out, spec, hashing, like.get("transform") if like else None, args.numeric_transform,

@@ -17,6 +17,7 @@
 import os
 
 from mpinn.config import MpinnError
+from mpinn.data import files
 from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
 from mpinn.data.clicktext import SNIFF_EXTS, is_click_text, load_click_text
 from mpinn.data.dense import load_mat, load_npz
@@ -50,11 +51,18 @@ def data_format(path, fmt="auto"):
 
 
 def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_000, default_seed=0):
-    """Dispatch on the format (data_format, or spec.format); no path means the embedded click log (of
+    """Dispatch on the format (data_format, or spec.format); several files (a directory, a glob, a list: see
+    mpinn.data.files) are read as one table (mpinn.data.many); no path means the embedded click log (of
     `default_rows` rows drawn with `default_seed`). spec: which columns are what and what the label means;
     hashing: how categorical columns are hashed (a given contract, a model's, is used as it is)."""
     if path is None:
         return load_default(default_rows, default_seed, hashing)
+    if files.is_many(path):
+        paths = files.expand(path)
+        if len(paths) > 1:
+            from mpinn.data.many import load_many
+            return load_many(paths, spec, hashing)
+        path = paths[0]
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
     ext = extension(path)

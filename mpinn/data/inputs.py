@@ -8,6 +8,7 @@ import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data.base import Rows
+from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo
 from mpinn.data.transform import NumericTransform
 
@@ -101,8 +102,8 @@ def load_everywhere(args, comm, say):
             if by == "last":        # a log written in time order: its last rows
                 by, values = "time", np.arange(len(data))
             elif by is not None:
-                from mpinn.data.tables import read_column
-                values = read_column(args.data, column)
+                from mpinn.data.many import read_column_of
+                values = read_column_of(data.meta.get("files") or args.data, column)
             train, valid = data.split(args.holdout, args.seed, by, values)
         if len(train) < comm.size:
             raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
@@ -110,8 +111,8 @@ def load_everywhere(args, comm, say):
         check_labels(train, "the label column %r" % args.label if args.label else "the label")
         classes = train.meta.get("classes")
         say("data: %s, %d training rows, %d held out%s, %s input columns + %d dense, task %s%s (%.1f s)" % (
-            args.data if isinstance(args.data, str) else "embedded click log" if args.data is None
-            else "in-memory data", len(train), len(valid) if valid is not None else 0, held_how(args, valid),
+            describe_files(data.meta["files"]) if data.meta.get("files") else args.data if isinstance(args.data, str)
+            else "embedded click log" if args.data is None else "in-memory data", len(train), len(valid) if valid is not None else 0, held_how(args, valid),
             train.n_sparse, train.n_dense, train.task,
             " (positive class %r)" % classes[1] if train.task == "binary" else "", time.perf_counter() - t))
         if train.meta.get("columns_chosen"):

@@ -24,7 +24,8 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         """The data file may be given as --data FILE (the documented form, as in predict and prepare)
-        or as the first positional argument: one `data` either way, and both at once is an error."""
+        or as the first positional argument (several positional files are read as one, in that order: a
+        tuple): one `data` either way, and both at once is an error."""
         ns, rest = super().parse_known_args(args, namespace)
         unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") and a not in ("-", "--")]
         if unknown:     # named before anything else: its value may have been taken for the data file
@@ -34,6 +35,8 @@ class Parser(argparse.ArgumentParser):
             self.error("unknown option %s%s" % (unknown[0], " (did you mean %s?)" % close[0] if close else ""))
         if hasattr(ns, "data_positional"):
             given = ns.__dict__.pop("data_positional")
+            if isinstance(given, list):
+                given = None if not given else given[0] if len(given) == 1 else tuple(given)
             if given is not None:
                 if getattr(ns, "data", None) is not None and ns.data != given:
                     self.error("the data file is given twice (%s and --data %s): give one" % (given, ns.data))

@@ -38,7 +38,8 @@ def add_options(parser, names=None, suppress=False):
         kw["default"] = argparse.SUPPRESS if suppress else f.default
         groups[g].add_argument(flag(f.name), **kw)
         if f.name == "data":        # --data FILE, or the same file as the first positional argument
-            groups[g].add_argument("data_positional", nargs="?", metavar="FILE", help="the same as --data FILE",
+            groups[g].add_argument("data_positional", nargs="*", metavar="FILE",
+                                   help="the same as --data FILE; several: read as one, in the order given",
                                    default=argparse.SUPPRESS if suppress else None)
     return parser
 

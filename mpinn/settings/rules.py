@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mpinn.config import MpinnError
+from mpinn.data import files
 from mpinn.hashing import max_buckets, parse_buckets
 from mpinn.optim import REGISTRY
 
@@ -28,7 +29,18 @@ def _given(c, *names):
 
 
 def _suffix(c):
-    return str(c.data).rsplit(".", 1)[-1].lower() if isinstance(c.data, str) and "." in str(c.data) else ""
+    """The data file's extension (several files, a directory or a glob: the first file's; a .gz one's inner
+    extension)."""
+    data = c.data
+    if isinstance(data, (str, list, tuple)) and files.is_many(data):
+        try:
+            data = files.expand(data)[0]
+        except MpinnError:          # names nothing: the reader says so, in its own words
+            return ""
+    if not isinstance(data, str) or "." not in data:
+        return ""
+    parts = data.lower().split(".")
+    return parts[-2] if parts[-1] == "gz" and len(parts) > 2 and parts[-2] in ("csv", "txt", "tsv") else parts[-1]
 
 
 def _task_known(c):

@@ -1,0 +1,54 @@
+"""Many data files read as one: a directory, a glob or several paths, in a stated order. Paths listed keep their
+order; a directory's files and a glob's matches go by name, numbers compared as numbers (day_2 before day_10),
+which is time order for day and hour files."""
+import glob
+import os
+import re
+
+from mpinn.config import MpinnError
+
+GLOB_CHARS = "*?["
+
+
+def natural_key(path):
+    """Sort key of a file name: its digit runs compared as numbers, the rest as text."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", os.path.basename(path))] + [path]
+
+
+def is_many(data):
+    """Does `data` (a path, or several) name more than one file, or a directory or a glob?"""
+    if isinstance(data, (list, tuple)):
+        return len(data) != 1 or is_many(data[0])
+    return isinstance(data, str) and (os.path.isdir(data) or any(c in data for c in GLOB_CHARS))
+
+
+def expand(data):
+    """The files `data` names, in order: a file; a directory's files (not hidden, not in subdirectories) by
+    name; a glob's matches by name; or a list of any of these, in the order listed. One line naming the entry
+    when one names nothing."""
+    if isinstance(data, (list, tuple)):
+        out = []
+        for d in data:
+            out.extend(expand(d))
+        return out
+    if os.path.isdir(data):
+        found = [os.path.join(data, n) for n in os.listdir(data)
+                 if not n.startswith(".") and os.path.isfile(os.path.join(data, n))]
+        if not found:
+            raise MpinnError("data directory %s holds no files" % data)
+        return sorted(found, key=natural_key)
+    if any(c in data for c in GLOB_CHARS):
+        found = [p for p in glob.glob(data) if os.path.isfile(p)]
+        if not found:
+            raise MpinnError("no data file matches %s" % data)
+        return sorted(found, key=natural_key)
+    if not os.path.exists(data):
+        raise MpinnError("data file %s does not exist" % data)
+    return [data]
+
+
+def describe(files):
+    """'4 files, day_0.tsv.gz .. day_3.tsv.gz' for the start-up line (the first and last, in the order read)."""
+    if len(files) == 1:
+        return files[0]
+    return "%d files, %s .. %s" % (len(files), files[0], files[-1])

@@ -1,0 +1,84 @@
+"""Several table files (CSV, Parquet, click-log text; plain or .gz) read as one table, in order: the first file's
+columns (named, or chosen from its values) are every file's, and the rows follow each other as if the files were
+one. Hashed, labelled and counted through the same TablePass as one file, so the result equals one file holding
+them all, bit for bit."""
+from mpinn.config import MpinnError
+from mpinn.data import files as file_list
+from mpinn.data.spec import DataSpec
+from mpinn.hashing import HashSpec
+
+TABLE_FORMATS = ("csv", "parquet", "criteo")
+
+
+class ChainedSource:
+    """Table sources read one after another as one (see the module). `sources`: one a file, the first made
+    with the columns as given, the others with the first's columns named."""
+
+    def __init__(self, sources):
+        first = sources[0]
+        self.sources = sources
+        self.kind = first.kind
+        self.path = file_list.describe([s.path for s in sources])
+        self.label, self.has_label = first.label, first.has_label
+        self.categorical, self.numeric = first.categorical, first.numeric
+        self.kinds_note = getattr(first, "kinds_note", None)
+        self.n_rows = None
+        for s in sources[1:]:
+            if s.has_label != first.has_label:
+                raise MpinnError("%s has %s label column and %s %s" % (
+                    s.path, "a" if s.has_label else "no", first.path, "has" if first.has_label else "has not"))
+        self.meta = dict(first.meta, files=[s.path for s in sources])
+
+    def parts(self):
+        for s in self.sources:
+            yield from s.parts()
+
+
+def chained_source(paths, formats, spec, chunk_rows=None):
+    """The ChainedSource of table files `paths` (their formats: csv, parquet or criteo, one family), read in
+    chunks of chunk_rows rows (default: the readers')."""
+    from mpinn.data.base import CHUNK_ROWS
+    chunk_rows = chunk_rows or CHUNK_ROWS
+    from mpinn.data.clicktext import ClickTextSource
+    from mpinn.data.tables import TableSource
+    criteo = formats[0] == "criteo"
+    if any((f == "criteo") != criteo for f in formats):
+        raise MpinnError("%s and %s: click-log text and CSV or Parquet files cannot be read as one table"
+                         % (paths[0], paths[formats.index("criteo" if not criteo else formats[1])]))
+
+    def source(path, categorical, numeric):
+        if criteo:
+            return ClickTextSource(path, spec.label, categorical, numeric, spec.require_label, chunk_rows)
+        return TableSource(path, spec.label, categorical, numeric, spec.require_label, exclude=spec.exclude,
+                           chunk_rows=chunk_rows)
+    first = source(paths[0], spec.categorical, spec.numeric)
+    return ChainedSource([first] + [source(p, first.categorical, first.numeric) for p in paths[1:]])
+
+
+def table_formats(paths, fmt="auto"):
+    """The formats of table files read as one (each csv, parquet or criteo), or one line naming one that is not."""
+    from mpinn.data import data_format
+    formats = [data_format(p, fmt) for p in paths]
+    odd = next((p for p, f in zip(paths, formats) if f not in TABLE_FORMATS), None)
+    if odd is not None:
+        raise MpinnError("%s: several data files are read as one table when they are CSV, Parquet or click-log text "
+                         "(maybe .gz), not %s" % (odd, formats[paths.index(odd)] or "a file of no known extension"))
+    return formats
+
+
+def load_many(paths, spec=DataSpec(), hashing=HashSpec()):
+    """Table files `paths` (see mpinn.data.files.expand) in memory as one Dataset, read in that order."""
+    from mpinn.data.tables import load_table
+    formats = table_formats(paths, spec.format)
+    if formats[0] != "criteo" and not spec.label:
+        raise MpinnError("%s: a %s file needs --label COLUMN" % (paths[0], formats[0].upper()))
+    return load_table(chained_source(paths, formats, spec), spec, hashing)
+
+
+def read_column_of(data, name, purpose="for --holdout-by"):
+    """Every data row's raw value of column `name`, file after file (data: a path or the files read as one)."""
+    import numpy as np
+    from mpinn.data.tables import read_column
+    paths = [data] if isinstance(data, str) else list(data)
+    values = [read_column(p, name, purpose) for p in paths]
+    return values[0] if len(values) == 1 else np.concatenate([np.asarray(v, dtype=object) for v in values])
