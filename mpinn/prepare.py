@@ -90,8 +90,8 @@ def run(args):
         from mpinn.data import data_format, files
         paths = files.expand(args.data)         # a file, or several read as one (a directory, a glob)
         if len(paths) > 1:
-            from mpinn.data.many import table_formats
-            fmt = table_formats(paths, args.format)[0]
+            from mpinn.data.many import check_formats
+            fmt = check_formats(paths, [data_format(p, args.format) for p in paths])[0]
         else:
             fmt = data_format(paths[0], args.format)
         if fmt not in ("csv", "parquet", "criteo"):
@@ -102,8 +102,9 @@ def run(args):
     spec = DataSpec(task=like["task"] if like else args.task, classes=like.get("classes") if like else None,
                     positive=args.positive_class)
     if len(paths) > 1:
-        from mpinn.data.many import chained_source, table_formats
-        source = chained_source(paths, table_formats(paths, args.format),
+        from mpinn.data import data_format
+        from mpinn.data.many import chained_source
+        source = chained_source(paths, [data_format(p, args.format) for p in paths],
                                 DataSpec(label=label, categorical=categorical, numeric=numeric), args.chunk_rows)
     elif fmt == "criteo":
         from mpinn.data.clicktext import ClickTextSource

@@ -61,7 +61,7 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
         paths = files.expand(path)
         if len(paths) > 1:
             from mpinn.data.many import load_many
-            return load_many(paths, spec, hashing)
+            return load_many(paths, [data_format(p, spec.format) for p in paths], spec, hashing)
         path = paths[0]
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)

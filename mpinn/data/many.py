@@ -3,7 +3,7 @@ columns (named, or chosen from its values) are every file's, and the rows follow
 one. Hashed, labelled and counted through the same TablePass as one file, so the result equals one file holding
 them all, bit for bit."""
 from mpinn.config import MpinnError
-from mpinn.data import files as file_list
+from mpinn.data.files import describe
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -18,7 +18,7 @@ class ChainedSource:
         first = sources[0]
         self.sources = sources
         self.kind = first.kind
-        self.path = file_list.describe([s.path for s in sources])
+        self.path = describe([s.path for s in sources])
         self.label, self.has_label = first.label, first.has_label
         self.categorical, self.numeric = first.categorical, first.numeric
         self.kinds_note = getattr(first, "kinds_note", None)
@@ -55,10 +55,8 @@ def chained_source(paths, formats, spec, chunk_rows=None):
     return ChainedSource([first] + [source(p, first.categorical, first.numeric) for p in paths[1:]])
 
 
-def table_formats(paths, fmt="auto"):
-    """The formats of table files read as one (each csv, parquet or criteo), or one line naming one that is not."""
-    from mpinn.data import data_format
-    formats = [data_format(p, fmt) for p in paths]
+def check_formats(paths, formats):
+    """Table files read as one are each csv, parquet or criteo (mpinn.data.data_format): else one line naming one."""
     odd = next((p for p, f in zip(paths, formats) if f not in TABLE_FORMATS), None)
     if odd is not None:
         raise MpinnError("%s: several data files are read as one table when they are CSV, Parquet or click-log text "
@@ -66,10 +64,11 @@ def table_formats(paths, fmt="auto"):
     return formats
 
 
-def load_many(paths, spec=DataSpec(), hashing=HashSpec()):
-    """Table files `paths` (see mpinn.data.files.expand) in memory as one Dataset, read in that order."""
+def load_many(paths, formats, spec=DataSpec(), hashing=HashSpec()):
+    """Table files `paths` (see mpinn.data.files.expand) of `formats` in memory as one Dataset, read in that
+    order."""
     from mpinn.data.tables import load_table
-    formats = table_formats(paths, spec.format)
+    check_formats(paths, formats)
     if formats[0] != "criteo" and not spec.label:
         raise MpinnError("%s: a %s file needs --label COLUMN" % (paths[0], formats[0].upper()))
     return load_table(chained_source(paths, formats, spec), spec, hashing)
