@@ -144,9 +144,8 @@ class Dataset(Rows):
         return Dataset(*self.raw_rows(rows), self.meta, self.transform)
 
 
-def _sort_keys(values):
-    """Numbers when every value reads as one (a missing one sorts first), else the text itself."""
-    try:
-        return np.array([float(v) if str(v).strip() not in ("", "NA", "nan", "NaN") else -np.inf for v in values])
-    except (TypeError, ValueError):
-        return np.asarray(values, dtype=str)
+def _sort_keys(values, column=None):
+    """Comparable times of a --holdout-by time column: numbers (epoch seconds, or any), or dates and times in one
+    format (mpinn.data.times), a missing value first; any other column is one line naming it."""
+    from mpinn.data.times import sort_keys
+    return sort_keys(values, column)
