@@ -16,6 +16,7 @@ class Rows:
     subset(rows), split(holdout, seed), y, n_sparse, n_dense, sparse_fan_in."""
 
     transform = None        # a NumericTransform applied to every batch taken, or None (inputs as stored)
+    streamed = False        # read at each epoch as the rows come (mpinn.data.stream), not taken by position
 
     @property
     def task(self):

@@ -10,6 +10,7 @@ from mpinn.config import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo
+from mpinn.data.stream_setup import reader_streams, stream_input
 from mpinn.data.transform import NumericTransform
 
 
@@ -86,12 +87,22 @@ def load_everywhere(args, comm, say):
         hashing = args.hashing      # the options' HashSpec (mpinn.settings)
         by, _, column = args.holdout_by.partition(":")
         by = None if by == "random" else by
-        data = args.data if isinstance(args.data, Rows) else load_data(
-            args.data, replace(spec, positive=args.positive_class, exclude=[column] if column else []), hashing,
-            args.default_rows, args.seed)
+        spec = replace(spec, positive=args.positive_class, exclude=[column] if column else [])
+        streamed = stream_input(args, spec, hashing) if not isinstance(args.data, Rows) else None
+        if streamed is not None:
+            data, valid, _ = streamed
+            say("stream: fitted on the first %d rows; shuffled in windows of %d rows" % (
+                data.meta["streamed"]["sample_rows"], args.shuffle_window))
+        else:
+            data = args.data if isinstance(args.data, Rows) else load_data(
+                args.data, spec, hashing, args.default_rows, args.seed)
         transform = fit_transform(data, args.numeric_transform)
         set_transform(data, transform, "the data")
-        if args.valid:
+        if streamed is not None:
+            train = data
+            if valid is not None:
+                set_transform(valid, transform, "the held-out rows")
+        elif args.valid:
             # read as the training data was: its task, classes and hashing contract
             valid = load_data(args.valid, replace(spec, task=data.task, classes=data.meta.get("classes")),
                               hashing.using(data.meta.get("hashing")))
@@ -105,14 +116,16 @@ def load_everywhere(args, comm, say):
                 from mpinn.data.many import read_column_of
                 values = read_column_of(data.meta.get("files") or args.data, column)
             train, valid = data.split(args.holdout, args.seed, by, values)
-        if len(train) < comm.size:
+        if not train.streamed and len(train) < comm.size:
             raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
                              % (len(train), comm.size))
         check_labels(train, "the label column %r" % args.label if args.label else "the label")
         classes = train.meta.get("classes")
-        say("data: %s, %d training rows, %d held out%s, %s input columns + %d dense, task %s%s (%.1f s)" % (
+        say("data: %s, %s%d training rows, %d held out%s, %s input columns + %d dense, task %s%s (%.1f s)" % (
             describe_files(data.meta["files"]) if data.meta.get("files") else args.data if isinstance(args.data, str)
-            else "embedded click log" if args.data is None else "in-memory data", len(train), len(valid) if valid is not None else 0, held_how(args, valid),
+            else "embedded click log" if args.data is None else "in-memory data",
+            "about " if train.streamed else "", len(train), len(valid) if valid is not None else 0,
+            streamed[2] if streamed is not None else held_how(args, valid),
             train.n_sparse, train.n_dense, train.task,
             " (positive class %r)" % classes[1] if train.task == "binary" else "", time.perf_counter() - t))
         if train.meta.get("columns_chosen"):
@@ -132,6 +145,9 @@ def load_everywhere(args, comm, say):
         train, valid = load()
     # every rank learns the shapes it needs; the data itself stays on rank 0
     info = comm.bcast_obj(DataInfo.of(train, valid, args.dtype) if rank0 else None)
+    if args.readers == "all":   # every rank streams its own share of the files
+        t = info.meta.get("transform")
+        train = reader_streams(train, comm, NumericTransform.from_dict(t) if t else None)
     if args.input == "local" and comm.size > 1:
         # every rank fitted the transform from its own pass over the file: they must agree to the bit
         mine = train.meta.get("transform") if train is not None else None

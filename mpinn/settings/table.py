@@ -107,6 +107,22 @@ class RunConfig:
         "predict the future is judged, click logs above all); group:COLUMN (whole groups held out, e.g. every "
         "row of a user: how a model for new users is judged). CSV and Parquet files; the column is left out of "
         "the inputs that mpinn chooses itself", type=holdout_by, metavar="HOW")
+    stream: str = option(
+        "auto", "data", "read table files (CSV, Parquet, click-log text; one or many) as a stream: rank 0 reads, hashes "
+        "and batches them chunk by chunk at each epoch, with memory bounded whatever the rows; what needs a look at "
+        "the data is fitted on the first --sample-rows rows, the held-out rows drawn from them (or --valid), and the "
+        "rows shuffled within windows of --shuffle-window rows. auto: on for more than a million rows (estimated "
+        "from the files' sizes); off: every row in memory first", choices=("auto", "on", "off"))
+    sample_rows: int = option(1_000_000, "data", "a stream's sample: the first N rows, on which the column kinds, the "
+                              "task and classes, the numeric statistics and the hashing are fitted, and from which "
+                              "--holdout draws the held-out rows", type=positive_int, metavar="N")
+    shuffle_window: int = option(1 << 17, "data", "a stream's shuffle: each window of N consecutive rows in a seeded "
+                                 "order (the memory rank 0 holds grows with N, not with the rows)",
+                                 type=positive_int, metavar="N")
+    readers: str = option("1", "data", "who reads a stream: 1: rank 0 reads, hashes and scatters each batch; all: "
+                          "every rank reads its share of the files (file i on rank i mod N) and trains on its own "
+                          "rows, so reading scales with the ranks (the model then depends on the number of ranks)",
+                          choices=("1", "all"))
     hash_mode: str = option("trick", "data", "trick: one column per feature, hash mod 2**bits; split: the value's "
                             "xxh64 cut in k slices, one column in each of k blocks per feature; onehot: one column "
                             "per training value, plus one for unseen values", choices=("trick", "split", "onehot"))

@@ -1,4 +1,5 @@
-"""Where each step's rows come from: the epoch's seeded order, and the feed that reads, scatters and prefetches batches."""
+"""Where each step's rows come from: the epoch's seeded order and the feed that reads, scatters and prefetches batches;
+for a stream (mpinn.data.stream), the feed that batches the rows as rank 0 reads them."""
 import queue
 import threading
 
@@ -116,3 +117,86 @@ class Feed:
         pending = self.pending if self.pending is not None else self._post(s)
         self.pending = self._post(s + 1) if self.prefetch and s + 1 < self.steps else None
         return pending.wait()
+
+
+class StreamFeed:
+    """One epoch's local batches of a stream (mpinn.data.stream.Stream, on rank 0; None elsewhere), from step
+    `start` on (the batches before it are made and dropped: a resume replays the same order). A thread on rank 0
+    reads, hashes and batches ahead of the steps (a queue of two; the parsing runs outside the GIL). Every step
+    begins with a one-number broadcast of the global batch's rows, which tells every rank its size and, with 0,
+    that the epoch's rows are done: next() then returns None."""
+
+    def __init__(self, data, epoch, seed, start, comm, layout, batch_size, dtype, replicate=False):
+        self.comm, self.layout, self.replicate, self.s = comm, layout, replicate, start
+        self.n_global = 0
+        self.queue = None
+        if comm.rank == 0:
+            self.queue = queue.Queue(maxsize=2)
+            batches = data.batches(int(batch_size), dtype, seed, epoch)
+            threading.Thread(target=_produce, args=(self.queue, batches, start), daemon=True,
+                             name="mpinn-stream").start()
+
+    def next(self):
+        batch = None
+        head = np.zeros(1, np.int64)
+        if self.queue is not None:
+            batch = self.queue.get()
+            if isinstance(batch, BaseException):
+                raise batch
+            head[0] = batch.n if batch is not None else 0
+        self.comm.Bcast_(head, root=0, what="stream batch size")
+        self.n_global = int(head[0])
+        if self.n_global == 0:
+            return None
+        self.s += 1
+        return self.comm.post_batch(batch, self.layout, replicate=self.replicate).wait()
+
+
+class LocalStreamFeed:
+    """--readers all: every rank reads its own stream (mpinn.data.stream_setup.reader_streams) and takes its share
+    of each global batch from it (split_counts), a thread ahead. One Allreduce of the rows a step tells every rank
+    the global batch's size: a rank whose files are done gives no rows while the others finish, and 0 ends the
+    epoch (next() then returns None)."""
+
+    def __init__(self, data, epoch, seed, start, comm, layout, batch_size, dtype):
+        self.comm, self.layout, self.s, self.n_global = comm, layout, start, 0
+        local = int(split_counts(int(batch_size), comm.size)[comm.rank])
+        self.queue = queue.Queue(maxsize=2)
+        threading.Thread(target=_produce, args=(self.queue, data.batches(max(local, 1), dtype, seed, epoch), start),
+                         daemon=True, name="mpinn-reader").start()
+        self.done = False
+
+    def next(self):
+        batch = None
+        if not self.done:
+            batch = self.queue.get()
+            if isinstance(batch, BaseException):
+                raise batch
+            self.done = batch is None
+        if batch is None:
+            batch = empty_batch(self.layout)
+        head = np.array([batch.n], np.int64)
+        self.n_global = int(self.comm.Allreduce_sum_(head, what="stream batch rows")[0])
+        if self.n_global == 0:
+            return None
+        self.s += 1
+        return batch
+
+
+def empty_batch(layout):
+    """A batch of no rows (a reader whose files are done)."""
+    import scipy.sparse as sp
+    from mpinn.batch import Batch
+    return Batch(sp.csr_matrix((0, layout.n_sparse), dtype=layout.dtype) if layout.n_sparse else None,
+                 np.zeros((0, layout.n_dense), layout.dtype) if layout.n_dense else None, np.zeros(0, layout.y_dtype))
+
+
+def _produce(q, batches, start):
+    """A stream feed's thread: the batches from the start-th on into q, then None; an error is handed over."""
+    try:
+        for i, b in enumerate(batches):
+            if i >= start:
+                q.put(b)
+        q.put(None)
+    except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
+        q.put(e)

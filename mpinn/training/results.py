@@ -64,6 +64,9 @@ def write_results(run, params, result, say):
             100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"], 100 * ph["compute"] / busy,
             100 * ph["comm"] / busy, " (%s)" % ", ".join("%s %.0f%%" % (k, 100 * v / busy) for k, v in parts.items())
             if parts else "", 100 * ph["update"] / busy))
+    peaks = summary.get("peak_rss_mib_per_rank")
+    if peaks:
+        say("peak memory (RSS) per rank: %s MiB" % ", ".join("%.0f" % m for m in peaks))
     if cfg.timeline:
         say("timeline written to %s" % cfg.timeline)
     kept = summary["kept_epoch"]

@@ -60,6 +60,11 @@ class DeviceFeed:
     def s(self):
         return self.feed.s
 
+    @property
+    def n_global(self):
+        """A stream's feed: the rows of the global batch handed out last (mpinn.training.feed.StreamFeed)."""
+        return self.feed.n_global
+
     def _stage(self, slot, host):
         """Queue host (a Batch of numpy arrays and a scipy CSR) into slot; its parts on the device."""
         if slot.copied is not None:
@@ -86,6 +91,8 @@ class DeviceFeed:
     def next(self):
         """This step's batch on the device (its copy queued; kernels on it wait for the copy on the GPU)."""
         host = self.feed.next()
+        if host is None:                    # a stream's epoch has ended
+            return None
         compute = self.b.current_stream()
         if self.out is not None:            # the previous batch's compute is all queued by now
             self.out.released = self.b.new_event()

@@ -1,5 +1,6 @@
 """The training loop: a batch, a step, the bookkeeping; epochs, evaluation and checkpoints. Straight from top to bottom."""
 import math
+import resource
 import time
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ from mpinn.process import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
-from mpinn.training.feed import Feed, epoch_order
+from mpinn.training.feed import Feed, LocalStreamFeed, StreamFeed, epoch_order
 from mpinn.training.staging import device_feed
 from mpinn.training.timeline import PHASES, ProgressBar, write_trace
 
@@ -55,6 +56,7 @@ class Trainer:
         self.on_eval, self.eval_every = hooks.on_eval, int(cfg.eval_every)
         self.t_origin = time.perf_counter()     # records' "elapsed" counts from here (the API: its start)
         self.eval_seconds = 0.0                 # spent in held-out evaluations so far (the records say it)
+        self.first_step_s = None                # seconds from t_origin to the end of this run's first step
         self.stop = hooks.stop
         self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
         self.tower_mix, self.tower_weights = cfg.tower_mix, None
@@ -142,7 +144,16 @@ class Trainer:
         self.stepper.settle_(self.global_step + 1)
 
     def feed(self, train, n_train, epoch, steps):
-        """Where this epoch's local batches come from (see Feed); staged onto the GPU where there is one."""
+        """Where this epoch's local batches come from (see Feed; StreamFeed for a stream, n_train None); staged onto
+        the GPU where there is one."""
+        if n_train is None:
+            if self.cfg.readers == "all":
+                feed = LocalStreamFeed(train, epoch, self.seed, self.next_step, self.comm, self.layout,
+                                       self.batch_size, self.model.dtype)
+            else:
+                feed = StreamFeed(train, epoch, self.seed, self.next_step, self.comm, self.layout, self.batch_size,
+                                  self.model.dtype, replicate=self.towers == "same")
+            return device_feed(feed, self.model.backend)
         order = epoch_order(n_train, self.seed, epoch, self.shuffle_block) if (self.rank0 or self.read_local) else None
         feed = Feed(train, order, steps, self.next_step, self.comm, self.layout, self.batch_size, self.model.dtype,
                     read_local=self.read_local, prefetch=self.prefetch, replicate=self.towers == "same")
@@ -152,9 +163,11 @@ class Trainer:
     def fit(self, train, valid, epochs, progress=True):
         """train / valid: Datasets on rank 0, None elsewhere. Returns the per-epoch history.
         Starts from the current position (epoch 1, step 0, or where a checkpoint left off)."""
-        n_train, has_valid = self.comm.bcast_obj((len(train), valid is not None) if self.rank0 else None)
+        n_train, has_valid, about = self.comm.bcast_obj((
+            None if train.streamed else len(train), valid is not None, len(train)) if self.rank0 else None)
         B = self.batch_size
-        steps = math.ceil(n_train / B)
+        steps = math.ceil(n_train / B) if n_train is not None else None      # a stream's end is found by reading
+        shown = steps or math.ceil(about / B)       # the progress bar's (a stream's is an estimate)
         bar = ProgressBar(progress and self.rank0)
         t_fit, self.samples_at_start, self.steps_at_start = time.perf_counter(), self.samples, self.global_step
         step_timeout = self.cfg.step_timeout if self.cfg.step_timeout > 0 else float("inf")
@@ -164,29 +177,35 @@ class Trainer:
             epoch = self.epoch
             feed = self.feed(train, n_train, epoch, steps)
             t_epoch, samples0 = time.perf_counter(), self.samples
-            while self.next_step < steps:
+            while steps is None or self.next_step < steps:
                 s = self.next_step
-                self.watchdog.arm("step %d (epoch %d, batch %d of %d)" % (self.global_step + 1, epoch, s + 1, steps))
-                n_global = min(B, n_train - s * B)
+                self.watchdog.arm("step %d (epoch %d, batch %d of %s%d)" % (
+                    self.global_step + 1, epoch, s + 1, "" if steps else "about ", shown))
                 t0 = time.perf_counter()
                 local = feed.next()
+                if local is None:           # the stream's rows are done
+                    self.watchdog.disarm()
+                    break
+                n_global = min(B, n_train - s * B) if steps else feed.n_global
                 self.timeline.add("data", t0, time.perf_counter(), self.global_step + 1)
                 loss, ok = self.step_slice(local, n_global)
                 self.watchdog.disarm()
+                if self.first_step_s is None:       # since the run began, reading included (the summary says it)
+                    self.first_step_s = time.perf_counter() - self.t_origin
                 self.global_step += 1
                 self.next_step += 1
                 self.tally(loss, ok, n_global, epoch)
-                bar.update(epoch, epochs, s + 1, steps, loss,
+                bar.update(epoch, epochs, s + 1, max(shown, s + 1), loss,
                            (self.samples - samples0) / max(time.perf_counter() - t_epoch, 1e-9))
                 if (self.checkpoints is not None and self.checkpoints.due(self.global_step)
-                        and self.next_step < steps and not self.bad_streak):    # only good states are checkpointed
+                        and self.more(steps) and not self.bad_streak):    # only good states are checkpointed
                     self.settle_()
                     self.checkpoints.save(self, "step")
                 if self.stop is not None:
                     self.stop.beat(self.stop.STOP_EVERY * (time.perf_counter() - t0))     # until the next agreement
-                    if self.global_step % self.stop.STOP_EVERY == 0 and self.next_step < steps:
+                    if self.global_step % self.stop.STOP_EVERY == 0 and self.more(steps):
                         stop_if_asked(self, epoch)
-                if self.eval_every and has_valid and self.global_step % self.eval_every == 0 and self.next_step < steps:
+                if self.eval_every and has_valid and self.global_step % self.eval_every == 0 and self.more(steps):
                     self.evaluate_inside(valid, epoch, t_epoch, step_timeout)
             self.settle_()
             record = self.record(epoch, t_epoch, "epoch")
@@ -216,6 +235,10 @@ class Trainer:
                     self.stop_metric, self.best["bad_epochs"], self.best["epoch"], self.best["value"]))
         self.elapsed = time.perf_counter() - t_fit
         return self.history
+
+    def more(self, steps):
+        """Are there steps left in this epoch? (A stream's: as far as is known; its end is found by reading.)"""
+        return steps is None or self.next_step < steps
 
     def record(self, epoch, t_epoch, at):
         """Where training stands, taken before the held-out evaluation: the epoch's mean training loss so far,
@@ -334,11 +357,13 @@ class Trainer:
 
     def summary(self):
         """Gather every rank's phase times; rank 0 returns the summary dict."""
-        per_rank = self.comm.gather_obj((dict(self.times), dict(self.timeline.parts)))
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0      # KiB on Linux: MiB
+        per_rank = self.comm.gather_obj((dict(self.times), dict(self.timeline.parts), rss))
         if not self.rank0:
             return None
-        parts = {k: sum(p.get(k, 0.0) for _, p in per_rank) / len(per_rank) for k in per_rank[0][1]}
-        per_rank = [t for t, _ in per_rank]
+        parts = {k: sum(p.get(k, 0.0) for _, p, _ in per_rank) / len(per_rank) for k in per_rank[0][1]}
+        peaks = [m for _, _, m in per_rank]
+        per_rank = [t for t, _, _ in per_rank]
         total = self.elapsed
         done = self.samples - self.samples_at_start      # by this run (a resumed one counts its own)
         mean = {k: sum(r[k] for r in per_rank) / len(per_rank) for k in PHASES}
@@ -347,4 +372,5 @@ class Trainer:
                 "phase_s_mean": mean, "phase_s_per_rank": per_rank, "skipped_steps": self.skipped,
                 "data_wait_s_per_step": mean["data"] / max(self.global_step - self.steps_at_start, 1),
                 "global_steps": self.global_step, "exchange": self.comm.last_exchange,
-                "table": self.table, "comm_parts_s_mean": parts}
+                "table": self.table, "comm_parts_s_mean": parts, "peak_rss_mib_per_rank": peaks,
+                "first_step_s": self.first_step_s}

@@ -1,0 +1,128 @@
+"""Which training data is streamed (--stream), and how: the files, the sample, the held-out rows (a share of the
+sample, the last files, or --valid), and with --readers all each rank's own stream of its share of the files."""
+from dataclasses import replace
+
+import numpy as np
+
+from mpinn.config import MpinnError
+from mpinn.data.files import describe as describe_files
+
+TABLES = ("csv", "parquet", "criteo")
+
+
+def _why_not(args, paths, formats):
+    """Why these options and files cannot stream (one phrase), or None."""
+    odd = next((p for p, f in zip(paths, formats) if f not in TABLES), None)
+    by = args.holdout_by.partition(":")[0]
+    if odd:
+        return "%s is not a table file (CSV, Parquet, click-log text)" % odd
+    if args.input == "local":
+        return "--input local reads a packed file"
+    if not args.valid and args.holdout > 0 and (by in ("time", "group") or (by == "last" and len(paths) < 2)):
+        return ("--holdout-by %s needs every row in memory: a stream holds out a share of its sample (--holdout-by "
+                "random), its last files (last, with several files) or --valid" % args.holdout_by)
+    return None
+
+
+def stream_input(args, spec, hashing):
+    """(Stream, held-out Dataset or None, how they were held out) when the training data is streamed (--stream;
+    see mpinn.data.stream), else None (every row read into memory). On the rank that reads."""
+    from mpinn.data import data_format, files
+    from mpinn.data.stream import STREAM_FROM, estimate_rows, open_stream
+    if args.stream == "off" or args.data is None:
+        if args.readers == "all":
+            raise MpinnError("--readers all reads table files as a stream: not with --stream off")
+        return None
+    on = args.stream == "on"
+    paths = files.expand(args.data)
+    formats = [data_format(p, spec.format) for p in paths]
+    why_not = _why_not(args, paths, formats)
+    n_estimate = estimate_rows(paths, formats) if not why_not else 0
+    if why_not or (not on and n_estimate <= STREAM_FROM):
+        if on or args.readers == "all":
+            raise MpinnError("%s: %s" % ("--stream on" if on else "--readers all", why_not or
+                                         "the data is read into memory (about %d rows): add --stream on" % n_estimate))
+        return None
+    if formats[0] != "criteo" and not spec.label:
+        raise MpinnError("%s: a %s file needs --label COLUMN" % (paths[0], formats[0].upper()))
+    held_files = []
+    if args.holdout_by == "last" and not args.valid and args.holdout > 0:     # a log's last files
+        k = min(max(1, int(round(args.holdout * len(paths)))), len(paths) - 1)
+        paths, held_files, formats = paths[:-k], paths[-k:], formats[:-k]
+        n_estimate = estimate_rows(paths, formats)
+    recipe = Recipe(paths, formats, spec)
+    stream, valid = open_stream(recipe.first_sources, spec, hashing, args.sample_rows,
+                                0 if args.valid or held_files else args.holdout, args.seed, n_estimate,
+                                args.shuffle_window)
+    stream.make_sources = recipe.sources()
+    stream.recipe = recipe
+    stream.meta["streamed"] = {"sample_rows": stream.meta.pop("sample_rows"), "shuffle_window": args.shuffle_window}
+    if len(paths) > 1:
+        stream.meta["files"] = list(paths)
+    held = ""
+    if args.valid or held_files:
+        from mpinn.data import load_data
+        valid = load_data(args.valid or (held_files if len(held_files) > 1 else held_files[0]),
+                          replace(spec, task=stream.task, classes=stream.meta.get("classes")),
+                          hashing.using(stream.meta.get("hashing")))
+        if held_files:
+            held = " (the last %s)" % ("file, %s" % held_files[0] if len(held_files) == 1 else
+                                       "%d files, %s" % (len(held_files), describe_files(held_files)))
+    elif valid is not None:
+        held = " (a random %g%% of the first %d rows)" % (100 * args.holdout, stream.meta["streamed"]["sample_rows"])
+    return stream, valid, held
+
+
+class Recipe:
+    """How a stream's files are opened: the first time with the columns as given (or chosen from the first file's
+    values), then with those columns named."""
+
+    def __init__(self, paths, formats, spec):
+        from mpinn.data.many import chained_source
+        self.paths, self.formats = paths, formats
+        self.first = chained_source(paths, formats, spec)
+        self.named = replace(spec, categorical=self.first.categorical, numeric=self.first.numeric)
+
+    def first_sources(self):
+        return list(enumerate(self.first.sources))
+
+    def sources(self, indices=None):
+        """make_sources() of the files `indices` (default: all), in order (mpinn.data.stream.Stream)."""
+        from mpinn.data.many import chained_source
+        indices = list(range(len(self.paths)) if indices is None else indices)
+
+        def make():
+            if not indices:
+                return []
+            got = chained_source([self.paths[i] for i in indices], [self.formats[i] for i in indices], self.named)
+            return list(zip(indices, got.sources))
+        return make
+
+    def __getstate__(self):         # sent to the other readers: the files and the columns, not rank 0's sources
+        return {"paths": self.paths, "formats": self.formats, "named": self.named}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, first=None)
+
+
+def reader_streams(stream, comm, transform):
+    """--readers all: every rank's own Stream of files rank, rank + P, ... (rank 0's too), each with the sample's
+    contract, task and classes, held-out rows and numeric transform, its windows shuffled by (seed, epoch, window,
+    rank + 1). Collective: `stream` on rank 0 (None elsewhere). Returns this rank's."""
+    from mpinn.data.chunks import TablePass
+    from mpinn.data.stream import Stream
+    from mpinn.hashing import HashSpec
+    shared = comm.bcast_obj((stream.recipe, stream.meta, stream.held, len(stream), stream.fan_in, stream.window)
+                            if comm.rank == 0 else None)
+    recipe, meta, held, n_estimate, fan_in, window = shared
+    mine = list(range(comm.rank, len(recipe.paths), comm.size))
+    make = recipe.sources(mine)
+    probe = recipe.sources([0])()[0][1]         # the columns every source has
+    spec = replace(recipe.named, task=meta["task"], classes=meta.get("classes"))
+    table = TablePass(probe, spec, HashSpec().using(meta.get("hashing")))
+    table.learnt = True         # the statistics were fitted on rank 0's sample
+    y = stream.y if stream is not None else np.zeros(0)
+    own = Stream(make, table, meta, held, n_estimate, fan_in, y, window, salt=(comm.rank + 1,))
+    own.transform = transform
+    own.files = [recipe.paths[i] for i in mine]
+    return own
