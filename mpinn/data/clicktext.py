@@ -60,6 +60,7 @@ class ClickTextSource:
 
     def __init__(self, path, label=None, categorical=(), numeric=(), require_label=True, chunk_rows=CHUNK_ROWS):
         self.path, self.chunk_rows, self.n_rows = path, max(1, int(chunk_rows)), None
+        self.file, self.span = path, None      # what is opened; (lo, hi): only the lines that begin in those bytes
         n, _ = first_line_fields(path)
         if n is None:
             raise MpinnError("%s is empty or not text (a click-log text file has 40 tab-separated fields a line)"
@@ -85,13 +86,37 @@ class ClickTextSource:
         self.kinds_note = None
         self.meta = {"source": "criteo", "label": LABEL, "categorical": categorical, "numeric": numeric}
 
+    def spanned(self, lo, hi):
+        """This source, reading only the lines that begin in bytes [lo, hi) of its (plain) file: byte ranges of
+        one file read by several readers, each line by exactly one. Errors name the range's lines."""
+        import copy
+        part = copy.copy(self)
+        part.span = (lo, hi)
+        part.path = "%s (the lines from byte %d)" % (self.file, lo) if lo else self.file
+        return part
+
+    def rows_before(self):
+        """Rows of the file before this source's first line (0 unless spanned)."""
+        if self.span is None or self.span[0] == 0:
+            return 0
+        start, n = LineSpan(self.file, *self.span).start, 0
+        with open(self.file, "rb") as f:
+            while f.tell() < start:
+                n += f.read(min(1 << 24, start - f.tell())).count(b"\n")
+        return n
+
+    def _open(self):
+        if self.span is None:
+            return _open_text(self.file)
+        return io.TextIOWrapper(io.BufferedReader(LineSpan(self.file, *self.span)), encoding="ascii", newline="")
+
     # ---- the plain reader: every cell checked, the line named
     def _python_parts(self, skip=0):
         width = len(self.header)
         col = {h: i for i, h in enumerate(self.header)}
         cat_i, num_i = [col[c] for c in self.categorical], [col[c] for c in self.numeric]
         off = 1 if self.has_label else 0
-        with _open_text(self.path) as f:
+        with self._open() as f:
             reader = csv.reader(bounded_lines(f, self.path), delimiter="\t", quoting=csv.QUOTE_NONE)
             rows = []
             line = 0
@@ -145,7 +170,8 @@ class ClickTextSource:
         include = ([LABEL] if self.has_label else []) + self.numeric + self.categorical
         done = 0
         try:
-            stream = pa.input_stream(self.path, compression="detect")
+            stream = pa.input_stream(self.file, compression="detect") if self.span is None else \
+                LineSpan(self.file, *self.span)
             reader = pacsv.open_csv(
                 stream,
                 # arrow's reader reads up to 32 blocks ahead of the rows taken: 4 MiB blocks (~16k rows) bound
@@ -209,3 +235,54 @@ def _hex8_or_empty(col):
     if not np.all((lengths == 0) | (lengths == 8)):
         return False
     return bool(_IS_HEX[np.frombuffer(col.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]].all())
+
+
+class LineSpan(io.RawIOBase):
+    """The bytes of the lines of a plain file that begin in [lo, hi) (a line begins at 0 or after a newline): from
+    the first line beginning at or after lo to the end of the line holding byte hi - 1. Spans that tile a file
+    read each of its lines exactly once."""
+
+    def __init__(self, path, lo, hi):
+        self.f = open(path, "rb")
+        size = os.fstat(self.f.fileno()).st_size
+        self.start, self.end = self._line_start(lo, size), self._line_start(min(hi, size), size)
+        self.f.seek(self.start)
+        self.left = max(self.end - self.start, 0)
+
+    def _line_start(self, at, size):
+        """Where the first line beginning at or after byte `at` begins (size: none does)."""
+        if at <= 0:
+            return 0
+        if at >= size:
+            return size
+        self.f.seek(at - 1)
+        pos = at - 1
+        while True:
+            block = self.f.read(1 << 16)
+            if not block:
+                return size
+            i = block.find(b"\n")
+            if i >= 0:
+                return pos + i + 1
+            pos += len(block)
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        n = min(len(buf), self.left)
+        if n <= 0:
+            return 0
+        got = self.f.readinto(memoryview(buf)[:n])
+        self.left -= got
+        return got
+
+    def read(self, n=-1):
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        data = self.f.read(n) if n > 0 else b""
+        self.left -= len(data)
+        return data
+
+    def close(self):
+        self.f.close()
+        super().close()

@@ -86,6 +86,8 @@ class Stream(Rows):
         left out)."""
         for i, source in self.make_sources():
             held, pos = self.held.get(i, np.zeros(0, np.int64)), 0
+            if held.size and getattr(source, "span", None):      # a byte range of the file: its rows from there
+                held = held - source.rows_before()
             for part in source.parts():
                 lo, pos = pos, pos + part.n
                 if part.n == 0:

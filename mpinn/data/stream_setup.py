@@ -98,6 +98,27 @@ class Recipe:
             return list(zip(indices, got.sources))
         return make
 
+    def reader_sources(self, rank, size):
+        """make_sources() of reader `rank` of `size` (--readers all): a 1/size byte range of every plain click-log
+        text file (the lines that begin in it; mpinn.data.clicktext.LineSpan), and of the other files (gzip,
+        CSV, Parquet: read whole) those of index rank, rank + size, ... Returns (make, what it reads)."""
+        import os
+        split = [i for i, (p, f) in enumerate(zip(self.paths, self.formats)) if f == "criteo" and not _gzip(p)]
+        whole = [i for i in range(len(self.paths)) if i not in split]
+        mine = sorted(split + whole[rank::size])
+        make_all = self.sources(mine)
+
+        def make():
+            out = []
+            for i, source in make_all():
+                if i in split:
+                    n = os.path.getsize(self.paths[i])
+                    source = source.spanned(n * rank // size, n * (rank + 1) // size)
+                out.append((i, source))
+            return out
+        return make, ["%s%s" % (self.paths[i], " (part %d of %d)" % (rank + 1, size) if i in split else "")
+                      for i in mine]
+
     def __getstate__(self):         # sent to the other readers: the files and the columns, not rank 0's sources
         return {"paths": self.paths, "formats": self.formats, "named": self.named}
 
@@ -106,17 +127,16 @@ class Recipe:
 
 
 def reader_streams(stream, comm, transform):
-    """--readers all: every rank's own Stream of files rank, rank + P, ... (rank 0's too), each with the sample's
-    contract, task and classes, held-out rows and numeric transform, its windows shuffled by (seed, epoch, window,
-    rank + 1). Collective: `stream` on rank 0 (None elsewhere). Returns this rank's."""
+    """--readers all: every rank's own Stream (rank 0's too) of its share of the files (Recipe.reader_sources), with
+    the sample's contract, task and classes, held-out rows and numeric transform, its windows shuffled by (seed,
+    epoch, window, rank + 1). Collective: `stream` on rank 0 (None elsewhere). Returns this rank's."""
     from mpinn.data.chunks import TablePass
     from mpinn.data.stream import Stream
     from mpinn.hashing import HashSpec
     shared = comm.bcast_obj((stream.recipe, stream.meta, stream.held, len(stream), stream.fan_in, stream.window)
                             if comm.rank == 0 else None)
     recipe, meta, held, n_estimate, fan_in, window = shared
-    mine = list(range(comm.rank, len(recipe.paths), comm.size))
-    make = recipe.sources(mine)
+    make, files = recipe.reader_sources(comm.rank, comm.size)
     probe = recipe.sources([0])()[0][1]         # the columns every source has
     spec = replace(recipe.named, task=meta["task"], classes=meta.get("classes"))
     table = TablePass(probe, spec, HashSpec().using(meta.get("hashing")))
@@ -124,5 +144,10 @@ def reader_streams(stream, comm, transform):
     y = stream.y if stream is not None else np.zeros(0)
     own = Stream(make, table, meta, held, n_estimate, fan_in, y, window, salt=(comm.rank + 1,))
     own.transform = transform
-    own.files = [recipe.paths[i] for i in mine]
+    own.files = files
     return own
+
+
+def _gzip(path):
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"

@@ -173,24 +173,48 @@ class FakeComm:
         return pickle.loads(self.sent[0])
 
 
+@pytest.fixture
+def clicks(tmp_path):
+    """Click-log text: a plain file (read in byte ranges), a gzipped one and another plain one."""
+    d = tmp_path / "clicks"
+    d.mkdir()
+    for i, name in enumerate(["day_1.tsv", "day_2.tsv.gz", "day_3.tsv"]):
+        r = run([sys.executable, "-m", "mpinn.bench.w4", "--rows", "1500", "--start", str(1500 * i), "--scale",
+                 "1000", "--out", str(d / name), "--quiet"])
+        assert r.returncode == 0, r.stderr
+    return str(d)
+
+
+@pytest.mark.parametrize("kind", ["csv", "click text"])
 @pytest.mark.parametrize("size", [2, 3, 4])
-def test_with_every_rank_reading_its_files_each_training_row_is_read_once_an_epoch(days, size):
-    """--readers all: rank r streams files r, r + P, ...; together the ranks' batches hold every training row once
-    (the sample's held-out rows none), whatever P, even with more ranks than files."""
+def test_with_every_rank_reading_its_share_each_training_row_is_read_once_an_epoch(days, clicks, kind, size):
+    """--readers all: rank r streams a byte range of every plain click-log text file (its r-th of P) and the other
+    files r, r + P, ... whole; together the ranks' batches hold every training row once (the sample's held-out
+    rows none, found by row in a range that starts mid-file), whatever P, even with more ranks than files."""
     from mpinn.data.stream_setup import Recipe, reader_streams
     from mpinn.data.files import expand
-    stream, valid = open_days(days, 1000, 0.1, 700)
-    paths = expand(days)
-    stream.recipe = Recipe(paths, [data_format(p) for p in paths], DataSpec(label="y", categorical=["a", "b"],
-                                                                            numeric=["x", "z"]))
+    d = days if kind == "csv" else clicks
+    spec = DataSpec(label="y", categorical=["a", "b"], numeric=["x", "z"]) if kind == "csv" else DataSpec()
+    paths = expand(d)
+    formats = [data_format(p) for p in paths]
+    sample = 1000 if kind == "csv" else 2000          # click text: the sample ends in the second file
+    stream, valid = open_stream(lambda: list(enumerate(chained_source(paths, formats, spec).sources)), spec,
+                                HashSpec(), sample, 0.1, 5, estimate_rows(paths, formats), 700)
+    stream.recipe = Recipe(paths, formats, spec)
     sent, seen = [], []
     for rank in range(size):
         own = reader_streams(stream if rank == 0 else None, FakeComm(rank, size, sent), None)
-        assert own.files == paths[rank::size]
+        if kind == "csv":
+            assert own.files == paths[rank::size]
+        else:
+            assert [f.split(" (")[0] for f in own.files] == sorted(
+                [paths[0], paths[2]] + ([paths[1]] if rank == 0 else []), key=paths.index)     # the one whole file
         seen.extend(b.Xd for b in own.batches(50, np.float64, seed=3, epoch=1))
-    got = np.concatenate(seen)
-    everything = np.concatenate([p.Xd for p in _all_pieces(days)])
-    held = np.sort(np.random.default_rng([5, 7]).permutation(1000)[:100])
+    got = np.nan_to_num(np.concatenate(seen), nan=-7.0)
+    whole, _ = open_stream(lambda: list(enumerate(chained_source(paths, formats, spec).sources)), spec, HashSpec(),
+                           10**6, 0.0, 5, 10**6, 10**6)
+    everything = np.nan_to_num(np.concatenate([p.Xd for p in whole.pieces()]), nan=-7.0)
+    held = np.sort(np.random.default_rng([5, 7]).permutation(sample)[:sample // 10])
     want = np.delete(everything, held, axis=0)
     key = lambda a: a[np.lexsort(a.T[::-1])]       # noqa: E731 - rows as a sorted multiset
     assert got.shape == want.shape and np.array_equal(key(got), key(want))
