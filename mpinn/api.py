@@ -92,6 +92,7 @@ def _run(cfg, job, stop, t_start, params_everywhere):
     """run(), once the options, the job and the outputs have passed their checks and the signals are caught."""
     from mpinn.comm.guard import NoWatchdog, Watchdog
     from mpinn.data.inputs import load_everywhere
+    from mpinn.data.progress import reading
     rank0 = job.rank == 0
     watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
     if cfg.start_timeout > 0:
@@ -101,7 +102,8 @@ def _run(cfg, job, stop, t_start, params_everywhere):
     if cfg.device == "cpu":
         from mpinn.optim import fused
         say("kernels: %s" % fused.status())       # the optimizers' compiled update, or why the numpy passes run
-    train_set, valid, info = load_everywhere(cfg, job.comm, say)
+    with reading("the data", enabled=rank0 and not (cfg.quiet or cfg.no_progress)):
+        train_set, valid, info = load_everywhere(cfg, job.comm, say)
     # training's modules load once the data is read: their imports (scipy.stats among them) would add tens of MiB
     # to rank 0's peak while it reads (a file three times a 250 MiB limit ran out of memory: tests/data)
     from mpinn.report import Curve

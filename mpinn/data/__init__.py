@@ -61,10 +61,13 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
         paths = files.expand(path)
         if len(paths) > 1:
             from mpinn.data.many import load_many
-            return load_many(paths, [data_format(p, spec.format) for p in paths], spec, hashing)
+            formats = [data_format(p, spec.format) for p in paths]
+            _expect(paths, formats)
+            return load_many(paths, formats, spec, hashing)
         path = paths[0]
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
+    _expect([path], [data_format(path, spec.format)])
     ext = extension(path)
     if data_format(path, spec.format) == "criteo":
         return load_click_text(path, spec, hashing)
@@ -81,3 +84,11 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
         return load_packed(path, spec, hashing)
     raise MpinnError("%s: unknown data format %r (use .csv or .csv.gz, .parquet, .npz, .mat, .mpinn, or click-log "
                      "text: 40 tab-separated fields a line, maybe .gz)" % (path, ext))
+
+
+def _expect(paths, formats):
+    """The rows a progress display (mpinn.data.progress) may expect of table files."""
+    from mpinn.data import progress
+    if progress._current is not None and all(f in ("csv", "parquet", "criteo") for f in formats):
+        from mpinn.data.stream import estimate_rows
+        progress.expect(estimate_rows(paths, formats))

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from mpinn.config import MpinnError
 from mpinn.data.base import Dataset, Rows
 from mpinn.data.chunks import TablePass
+from mpinn.data.progress import tick
 from mpinn.hashing import csr_from_indices, per_feature_nnz
 
 STREAM_FROM = 1_000_000     # --stream auto streams table files of more (estimated) rows than this
@@ -188,6 +189,7 @@ def open_stream(make_sources, spec, hashing, sample_rows, holdout, seed, n_estim
             if m + part.n > sample_rows:
                 part = take_part(part, np.arange(sample_rows - m))
             table.learn(part)
+            tick(part.n)
             if early:
                 kept.append(take_part(part, held[(held >= m) & (held < m + part.n)] - m))
                 labels.append(part.labels)

@@ -6,6 +6,7 @@ import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data.files import describe as describe_files
+from mpinn.data.progress import expect
 
 TABLES = ("csv", "parquet", "criteo")
 
@@ -50,6 +51,7 @@ def stream_input(args, spec, hashing):
         k = min(max(1, int(round(args.holdout * len(paths)))), len(paths) - 1)
         paths, held_files, formats = paths[:-k], paths[-k:], formats[:-k]
         n_estimate = estimate_rows(paths, formats)
+    expect(min(args.sample_rows, n_estimate))
     recipe = Recipe(paths, formats, spec)
     stream, valid = open_stream(recipe.first_sources, spec, hashing, args.sample_rows,
                                 0 if args.valid or held_files else args.holdout, args.seed, n_estimate,

@@ -10,6 +10,7 @@ from mpinn.data.base import CHUNK_ROWS, Dataset
 from mpinn.data.chunks import TablePass
 from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
 from mpinn.data.labels import MISSING_TEXT
+from mpinn.data.progress import tick
 from mpinn.data.spec import DataSpec, split_names
 from mpinn.hashing import HashSpec, arrow_available, csr_from_indices
 
@@ -310,7 +311,10 @@ def load_table(source, spec=DataSpec(), hashing=HashSpec(), threads=1):
     files with: hashed under `hashing`'s contract, or one fitted to these rows; the task and classes of
     `spec`, or decided from every label at once. (The source has resolved spec's columns already.)"""
     table = TablePass(source, spec, hashing, threads)
-    parts = list(source.parts())
+    parts = []
+    for p in source.parts():
+        parts.append(p)
+        tick(p.n)
     n = sum(p.n for p in parts)
     if n == 0:
         raise MpinnError("%s has a header but no rows" % source.path)
