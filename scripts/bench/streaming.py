@@ -8,7 +8,7 @@ The data: W4 (python -m mpinn.bench.w4 --scale 100) as tab-separated text withou
 --rows rows cut into --files day files, written once into --workdir and reused; a second set of --small-rows rows
 (the first rows of the same log) shows whether the memory grows with the rows; the test rows come from far later
 in the log. Every run is `mpiexec -n NP python -m mpinn.train --data DIR --epochs 1 --stream on` (the default,
-auto, streams a log of more than a million rows); its peak resident set per rank and its first step's time come from
+auto, streams a log of more than a million rows), and at np > 1 also with `--readers all`; its peak resident set per rank and its first step's time come from
 the run's own summary (--metrics-out), its test AUC from python -m mpinn.predict. The in-memory comparison
 trains --stream on and --stream off on the same --compare-rows rows (np 2).
 
@@ -88,10 +88,10 @@ def reader_speed(data_dir, rows):
     import pyarrow.csv as pacsv
     from mpinn import settings
     from mpinn.data import DataSpec
-    from mpinn.data.inputs import stream_input
+    from mpinn.data.stream_setup import stream_input
     cfg = settings.from_argv(["--data", data_dir, "--sample-rows", "100000", "--holdout", "0", "--stream", "on"])
     spec = DataSpec(format=cfg.format)
-    stream, _, _ = stream_input(cfg, spec, cfg.hashing, 1)
+    stream, _, _ = stream_input(cfg, spec, cfg.hashing)
     t, n = time.perf_counter(), 0
     for b in stream.batches(1024, np.float32, 0, 1):
         n += b.n
@@ -130,10 +130,12 @@ def main(argv=None):
     record["reader"] = reader_speed(sets["large"], a.reader_rows)
     print("reader: %(mpinn_rows_per_s).0f rows/s (mpinn, parse + hash + batch), pyarrow read_csv alone "
           "%(pyarrow_read_csv_rows_per_s).0f rows/s" % record["reader"], flush=True)
-    runs = [("large", n, ("--stream", "on")) for n in nps] + [("small", n, ("--stream", "on")) for n in nps] + [
+    runs = [("large", n, ("--stream", "on")) for n in nps] + [
+        ("large", n, ("--stream", "on", "--readers", "all")) for n in nps if n > 1] + [
+        ("small", n, ("--stream", "on")) for n in nps] + [
         ("compare", 2, ("--stream", "on")), ("compare", 2, ("--stream", "off"))]
     for name, n, extra in runs:
-        out = os.path.join(a.workdir, "run-%s-np%d-%s" % (name, n, extra[-1]))
+        out = os.path.join(a.workdir, "run-%s-np%d-%s" % (name, n, "-".join(extra).replace("--", "")))
         r = train(sets[name], n, out, extra)
         r.update(set=name, rows=record[{"large": "rows", "small": "small_rows"}.get(name, "rows")]
                  if name != "compare" else a.compare_rows, options=list(extra), test_auc=test_auc(r["model"], test, out))
@@ -155,8 +157,10 @@ def main(argv=None):
             n, big["peak_rss_mib_per_rank"][0], a.rows, small["peak_rss_mib_per_rank"][0], a.small_rows,
             big["peak_rss_mib_per_rank"][0] / small["peak_rss_mib_per_rank"][0]))
     if 1 in nps and 2 in nps:
-        goals.append("rows/s np 2 / np 1 (large): %.2f" % (by[("large", 2, ("--stream", "on"))]["rows_per_s"] /
-                                                           by[("large", 1, ("--stream", "on"))]["rows_per_s"]))
+        one = by[("large", 1, ("--stream", "on"))]["rows_per_s"]
+        goals.append("rows/s np 2 / np 1 (large): %.2f with rank 0 reading, %.2f with every rank reading" % (
+            by[("large", 2, ("--stream", "on"))]["rows_per_s"] / one,
+            by[("large", 2, ("--stream", "on", "--readers", "all"))]["rows_per_s"] / one))
     on, off = by[("compare", 2, ("--stream", "on"))], by[("compare", 2, ("--stream", "off"))]
     goals.append("test AUC, stream - in memory (%d rows, np 2): %+.4f" % (a.compare_rows, on["test_auc"] -
                                                                          off["test_auc"]))
