@@ -220,7 +220,7 @@ def open_stream(make_sources, spec, hashing, sample_rows, holdout, seed, n_estim
             idx, y = table.chunk(part)
             Xs = csr_from_indices(idx, table.contract["n_columns"]) if idx is not None else None
             pieces.append(Dataset(Xs, part.Xd, y, meta))
-    y_sample = table.labels(np.concatenate([np.asarray(v, dtype=object) for v in labels]), m) \
+    y_sample = table.labels(np.concatenate([np.asarray(v) for v in labels]), m) \
         if first.has_label else np.zeros(m)
     valid = _concat(pieces, meta) if pieces else None
     fan_in = float(len(table.contract["features"]) * per_feature_nnz(table.contract)) \
