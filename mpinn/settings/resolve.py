@@ -1,13 +1,14 @@
 """The second step of a configuration: what the options left to the data (the task and head, the model shape's
 defaults, the automatic batch), decided once and returned as a new, resolved RunConfig. What the job decides is
 the plan's (mpinn.settings.plan). Nothing changes a configuration after it is made."""
+import math
 from dataclasses import replace
 from types import MappingProxyType
 
 from mpinn.optim import REGISTRY
 from mpinn.settings.parse import from_keywords
 from mpinn.settings.rules import check, check_data
-from mpinn.settings.shapes import LOSS_OF_TASK, METRIC_OF_TASK, SHAPES, auto_batch, model_shape
+from mpinn.settings.shapes import LOG_POINTS, LOG_ROWS, LOSS_OF_TASK, METRIC_OF_TASK, SHAPES, auto_batch, model_shape
 from mpinn.settings.table import DATA, DEFAULT
 
 class _Decisions:
@@ -51,6 +52,13 @@ def resolve(cfg, info, ranks):
         d("wide", "on" if n_sparse and cfg.hidden else "off")
     if cfg.early_stop is None and cfg.where("epochs") == "given":
         d("early_stop", 0)          # --epochs N given: N epochs, unless --early-stop is given too
+    if n_sparse and info.n_train >= LOG_ROWS and cfg.epochs is None and cfg.parallel != "tower":
+        d("epochs", 1)              # a log: one pass (see shapes.LOG_ROWS), checked inside it
+        if cfg.early_stop is None:
+            d("early_stop", 0)
+        if info.has_valid and cfg.where("eval_every") != "given":
+            batch = cfg.batch_per_rank * ranks if cfg.batch_per_rank else d.get("batch_size")
+            d("eval_every", max(1, math.ceil(math.ceil(info.n_train / batch) / LOG_POINTS)))
     for key in ("epochs", "lr_decay", "early_stop"):
         if d.get(key) is None:
             d(key, defaults[key])

@@ -48,3 +48,20 @@ def test_a_configuration_is_never_changed_once_made():
         cfg.epochs = 3
     resolved = resolve(cfg, info(), RANKS)
     assert cfg.optimizer is None and cfg.stage == "given" and resolved is not cfg
+
+
+def test_a_log_is_one_pass_with_held_out_checks_inside_it_and_a_small_table_several_epochs():
+    """Hashed inputs and LOG_ROWS training rows or more: one epoch, LOG_POINTS evaluations in it (--eval-every),
+    unless --epochs or --eval-every is given; a smaller hashed table, or numbers only, keep the shape's epochs."""
+    from mpinn.settings.shapes import LOG_POINTS, LOG_ROWS
+    log = resolve(from_keywords(None), info(n_train=180_000), RANKS)
+    steps = -(-180_000 // log.batch)                    # 512 a batch: 352 steps
+    assert (log.epochs, log.early_stop, log.eval_every) == (1, 0, -(-steps // LOG_POINTS))
+    assert log.where("epochs") == "data" and log.where("eval_every") == "data"
+    small = resolve(from_keywords(None), info(n_train=LOG_ROWS - 1), RANKS)
+    assert (small.epochs, small.eval_every) == (SHAPES["wide"]["epochs"], 0)
+    dense = resolve(from_keywords(None), info(n_sparse=0, n_train=10 ** 6), RANKS)
+    assert dense.epochs == SHAPES["dense"]["epochs"]
+    assert resolve(from_keywords(None, epochs=3), info(n_train=10 ** 6), RANKS).epochs == 3
+    assert resolve(from_keywords(None, eval_every=7), info(n_train=10 ** 6), RANKS).eval_every == 7
+    assert resolve(from_keywords(None), info(n_train=10 ** 6, has_valid=False), RANKS).eval_every == 0
