@@ -24,9 +24,18 @@ runpy.run_module("mpinn.train", run_name="__main__", alter_sys=True)
 """
 
 
+def _files(path):
+    return [os.path.join(path, f) for f in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+
+
 def evict(path):
-    """Drop the file's pages from the page cache: the run reads them again, and its group is charged for them
-    (a page is charged to the group that brings it in: pages the generator left cached would come free)."""
+    """Drop the file's pages from the page cache (a directory: its files'): the run reads them again, and its group
+    is charged for them (a page is charged to the group that brings it in: pages the generator left cached would
+    come free)."""
+    if os.path.isdir(path):
+        for f in _files(path):
+            evict(f)
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -36,11 +45,13 @@ def evict(path):
 
 
 def cached_share(path):
-    """The share of the file's pages in the page cache (mincore)."""
+    """The share of the file's pages in the page cache (mincore; a directory: of its files' pages)."""
     import numpy as np
     from mpinn.process import resident_bytes
-    size = os.path.getsize(path)
-    return resident_bytes(np.memmap(path, dtype=np.uint8, mode="r")) / size if size else 0.0
+    files = _files(path)
+    size = sum(os.path.getsize(f) for f in files)
+    return sum(resident_bytes(np.memmap(f, dtype=np.uint8, mode="r")) for f in files if os.path.getsize(f)) / size \
+        if size else 0.0
 
 
 def mpiexec():
