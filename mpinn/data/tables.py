@@ -191,8 +191,9 @@ class TableSource:
         try:
             reader = pacsv.open_csv(
                 self.path,
-                read_options=pacsv.ReadOptions(column_names=names, skip_rows=self.header_lines,
-                                               block_size=max(1 << 20, min(csvtext.MAX_LINE, self.chunk_rows * 64))),
+                # arrow's reader reads up to 32 blocks ahead of the rows taken: 2 MiB blocks bound that to 64 MiB
+                # of text (a stream's memory; the chunk's 16 MiB: 512); a longer line goes to the csv module
+                read_options=pacsv.ReadOptions(column_names=names, skip_rows=self.header_lines, block_size=2 << 20),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
                                                      null_values=list(MISSING_NUMBERS),
