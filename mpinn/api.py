@@ -126,7 +126,8 @@ def _run(cfg, job, stop, t_start, params_everywhere):
     history = trainer.fit(train_set, valid, cfg.epochs, progress=not (cfg.no_progress or cfg.quiet))
     watchdog.stop()
     params, summary = run.finish()
-    final = next((r.get("valid", {}) for r in history if r["epoch"] == summary["kept_epoch"]), {})
+    final = summary.get("kept_valid") or next((r.get("valid", {}) for r in history
+                                               if r["epoch"] == summary["kept_epoch"]), {})
     if params is not None:
         params = run.model.backend.asnumpy(params)
     if params_everywhere:

@@ -39,6 +39,7 @@ def write_results(run, params, result, say):
     cfg, comm, trainer = run.cfg, run.comm, run.trainer
     history, summary, final = result.history, result.summary, result.metrics
     meta = dict(result.meta, train={"epochs": len(history), "max_epochs": cfg.epochs, "kept_epoch": summary["kept_epoch"],
+                                    "kept_step": summary.get("kept_step"),
                                     "keep": cfg.keep, "stop_metric": cfg.stop_metric, "batch_size": cfg.batch,
                                     "optimizer": cfg.optimizer, "lr": run.schedule.target,
                                     "lr_decay": cfg.lr_decay, "ranks": comm.size, "reduce": comm.name,
@@ -69,11 +70,12 @@ def write_results(run, params, result, say):
         say("peak memory (RSS) per rank: %s MiB" % ", ".join("%.0f" % m for m in peaks))
     if cfg.timeline:
         say("timeline written to %s" % cfg.timeline)
-    kept = summary["kept_epoch"]
-    say_model("model written to %s%s%s" % (cfg.model_out, " (replacing the file there)" if replaced else "", "" if kept == len(history) and cfg.keep == "last" else
-                                   ": the parameters of epoch %d (%s by held-out %s)%s" % (
-                                       kept, "best" if cfg.keep == "best" else "last", cfg.stop_metric,
-                                       ", " + format_metrics(final) if final else "")))
+    kept, step = summary["kept_epoch"], summary.get("kept_step")
+    say_model("model written to %s%s%s" % (
+        cfg.model_out, " (replacing the file there)" if replaced else "",
+        "" if kept == len(history) and cfg.keep == "last" else ": the parameters %s (%s by held-out %s)%s" % (
+            "at step %d of epoch %d" % (step, kept) if step else "of epoch %d" % kept,
+            "best" if cfg.keep == "best" else "last", cfg.stop_metric, ", " + format_metrics(final) if final else "")))
     if cfg.metrics_out:
         with written_whole(cfg.metrics_out, "the metrics" + (" (the model was written to %s)" % cfg.model_out
                                                              if cfg.model_out else "")) as f:

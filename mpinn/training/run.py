@@ -111,4 +111,7 @@ class Run:
             params = trainer.final_params()     # the kept epoch's: the best one with --keep best
         summary = self.comm.bcast_obj(summary)
         summary["kept_epoch"] = trainer.kept_epoch
+        best = trainer.best if trainer.keep_best and trainer.best is not None else {}
+        if best.get("at") == "step":    # a point inside the epoch: its step and metrics
+            summary["kept_step"], summary["kept_valid"] = best["step"], best["valid"]
         return params, summary

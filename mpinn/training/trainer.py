@@ -252,7 +252,7 @@ class Trainer:
 
     def evaluate_inside(self, valid, epoch, t_epoch, step_timeout):
         """--eval-every: the held-out metrics now, inside the epoch (collective). They go to on_eval (the
-        curve) and the log; the best epoch and early stop count epoch ends only."""
+        curve) and the log; with --keep best the point may be the one kept; early stop counts epoch ends only."""
         self.settle_()
         record = self.record(epoch, t_epoch, "step")
         self.watchdog.arm("evaluation at step %d" % self.global_step)
@@ -263,6 +263,8 @@ class Trainer:
         if self.rank0:
             self.log("step %d (epoch %d, %d rows seen)  valid: %s" % (
                 self.global_step, epoch, self.samples, format_metrics(record["valid"])))
+        if self.keep_best and not self.towers:      # a point inside an epoch (a log's one pass) may be kept
+            self.track_best(record, point=True)
         if self.on_eval is not None:
             self.on_eval(record)
 
@@ -271,24 +273,29 @@ class Trainer:
     def stopping(self):
         return bool(self.early_stop and self.best and self.best["bad_epochs"] >= self.early_stop)
 
-    def track_best(self, record):
-        """Is this epoch the best so far by the held-out metric (lower logloss / rmse, higher auc /
-        accuracy; a tie is no better)? Every rank has the same metrics, so every rank agrees."""
+    def track_best(self, record, point=False):
+        """Is this evaluation the best so far by the held-out metric (lower logloss / rmse, higher auc /
+        accuracy; a tie is no better)? An epoch's end, or (point) one inside it: an epoch's end no better than the
+        best counts towards early stop, a point does not. Every rank has the same metrics, so every rank agrees."""
         value = record["valid"].get(self.stop_metric)
         higher = self.stop_metric in ("auc", "accuracy")
         better = value is not None and value == value and (
             self.best is None or (value > self.best["value"] if higher else value < self.best["value"]))
         if better:
-            self.best = {"epoch": record["epoch"], "value": float(value), "bad_epochs": 0}
+            self.best = {"epoch": record["epoch"], "value": float(value), "bad_epochs": 0, "step": record["step"],
+                         "at": record["at"], "valid": record["valid"]}
             if self.keep_best:
                 self.best_params = self.stepper.whole_params()
+        elif point:
+            return
         elif self.best is not None:
             self.best["bad_epochs"] += 1
         else:       # no finite metric yet: the first epoch stands in
-            self.best = {"epoch": record["epoch"], "value": float("nan"), "bad_epochs": 1}
+            self.best = {"epoch": record["epoch"], "value": float("nan"), "bad_epochs": 1, "at": "epoch"}
             if self.keep_best:
                 self.best_params = self.stepper.whole_params()
-        record["best_epoch"] = self.best["epoch"]
+        if not point:
+            record["best_epoch"] = self.best["epoch"]
 
     def tally(self, loss, ok, n_global, epoch):
         """A step's loss into the epoch's mean, or a skipped step counted; too many in a row end training."""
