@@ -20,10 +20,13 @@ def build_parser():
                     "or onehot, auto bits of a CSV, a label to learn the classes of, --report) takes two.",
         epilog="Example: python -m mpinn.prepare --data clicks.csv --label clicked --categorical site,ad --numeric price "
                "--hash-mode split --out clicks.mpinn; then python -m mpinn.prepare --data clicks-valid.csv "
-               "--like clicks.mpinn --out clicks-valid.mpinn for rows hashed with the same contract.")
+               "--like clicks.mpinn --out clicks-valid.mpinn for rows hashed with the same contract. "
+               "mpirun -np 4 python -m mpinn.prepare --data days/ --out days.mpinn: four ranks pack the files.")
     add_data_argument(p, ".csv, .parquet or click-log text (the Criteo logs' format, maybe .gz); omitted: the "
                          "embedded click log")
-    p.add_argument("--out", required=True, type=packed_name, help="packed file to write (.mpinn)")
+    p.add_argument("--out", required=True, type=packed_name, help="packed file to write (.mpinn); under mpirun -np N "
+                   "(N > 1): a multi-part dataset, every rank packing its share of the files: OUT is its manifest "
+                   "and OUT.parts/ its parts, read as one by train and predict")
     d = p.add_argument_group("columns")
     add_options(d, names=("format",))     # as in train
     d.add_argument("--label", help="label column")
@@ -62,20 +65,18 @@ def packed_name(s):
 def _like(path):
     """(meta) of a packed file or a model file."""
     if path.lower().endswith(".mpinn"):
-        from mpinn.data.packed import PackedDataset
-        return PackedDataset(path).meta
+        from mpinn.data.parts import open_packed
+        return open_packed(path).meta
     from mpinn.checkpoint import load_model
     return load_model(path)[2]
 
 
-def run(args):
-    from mpinn.process import steady_heap
-    from mpinn.data.tables import TableSource
-    steady_heap()       # memory flat in the number of rows, whatever the input's size
-    from mpinn.data import DataSpec, split_names
-    from mpinn.hashing import describe, format_report
+def _inputs(args):
+    """What the options and the files say, before any row is read: (paths, formats, columns, spec, hashing,
+    like): the files (none: the embedded click log) and their formats, the label and columns as given (a
+    DataSpec), the task, classes and positive class (a DataSpec), the HashSpec, and the --like file's meta."""
+    from mpinn.data import DataSpec
     from mpinn.settings.hashing import hash_spec
-    say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     hashing = None if args.like else hash_spec(args)       # the options' rules, before any file is opened
     like = _like(args.like) if args.like else None
     if like is not None:
@@ -85,28 +86,37 @@ def run(args):
         label = label or like.get("label")
         if not categorical and not numeric:
             categorical, numeric = like.get("categorical") or "", like.get("numeric") or ""
-    fmt, paths = None, []
+    formats, paths = [], []
     if args.data:
         from mpinn.data import data_format, files
         paths = files.expand(args.data)         # a file, or several read as one (a directory, a glob)
+        formats = [data_format(p, args.format) for p in paths]
         if len(paths) > 1:
             from mpinn.data.many import check_formats
-            fmt = check_formats(paths, [data_format(p, args.format) for p in paths])[0]
-        else:
-            fmt = data_format(paths[0], args.format)
-        if fmt not in ("csv", "parquet", "criteo"):
-            raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (paths[0], fmt))
-        if not label and fmt != "criteo":
-            raise MpinnError(messages.needs_label(fmt))
+            check_formats(paths, formats)
+        if formats[0] not in ("csv", "parquet", "criteo"):
+            raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (paths[0], formats[0]))
+        if not label and formats[0] != "criteo":
+            raise MpinnError(messages.needs_label(formats[0]))
     # a --like file's task, classes and transform are used as they are, as its contract is
     spec = DataSpec(task=like["task"] if like else args.task, classes=like.get("classes") if like else None,
                     positive=args.positive_class)
+    return paths, formats, DataSpec(label=label, categorical=categorical, numeric=numeric), spec, hashing, like
+
+
+def run(args):
+    from mpinn.process import steady_heap
+    from mpinn.data.tables import TableSource
+    steady_heap()       # memory flat in the number of rows, whatever the input's size
+    from mpinn.data import split_names
+    from mpinn.hashing import describe
+    say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
+    paths, formats, columns, spec, hashing, like = _inputs(args)
+    label, categorical, numeric = columns.label, columns.categorical, columns.numeric
     if len(paths) > 1:
-        from mpinn.data import data_format
         from mpinn.data.many import chained_source
-        source = chained_source(paths, [data_format(p, args.format) for p in paths],
-                                DataSpec(label=label, categorical=categorical, numeric=numeric), args.chunk_rows)
-    elif fmt == "criteo":
+        source = chained_source(paths, formats, columns, args.chunk_rows)
+    elif paths and formats[0] == "criteo":
         from mpinn.data.clicktext import ClickTextSource
         source = ClickTextSource(paths[0], label, split_names(categorical), split_names(numeric),
                                  chunk_rows=args.chunk_rows)
@@ -119,15 +129,22 @@ def run(args):
     if args.verify:
         from mpinn.data.packed import PackedDataset
         PackedDataset(args.out, verify=True)
+    _drop_old_parts(args.out)
     say("wrote %s: %d rows, %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s (%.0f rows/s, %s)%s" % (
         args.out, s["rows"], s["n_columns"], describe(s["hashing"]), s["n_dense"], s["task"], s["bytes"] / 1e6,
         s["seconds"], s["rows_per_s"], "one pass" if s["passes"] == 1 else "two passes",
         ", checksums verified" if args.verify else ""))
+    return _done(s, args, say)
+
+
+def _done(s, args, say):
+    """The lines after the written line: the transform, the collisions."""
+    from mpinn.hashing import format_report
     if s["transform"] is not None:
         from mpinn.data.transform import NumericTransform
         say("numeric transform (stored in the file, applied as rows are read): %s"
             % NumericTransform.from_dict(s["transform"]).describe())
-    if "collisions" in s:
+    if s.get("collisions"):
         rep = s["collisions"]
         say("collisions: %d of %d distinct values share all their columns with another value of their feature "
             "(%.1f expected for uniform hashing)" % (sum(r["colliding"] for r in rep),
@@ -137,9 +154,61 @@ def run(args):
     return 0
 
 
+def _drop_old_parts(out):
+    """A dataset written as one file where a multi-part one was: the old parts go."""
+    from mpinn.data.parts import parts_dir
+    old = parts_dir(out)
+    if os.path.isdir(old) and all(n.startswith("part-") and n.endswith(".mpinn") for n in os.listdir(old)):
+        import shutil
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def run_ranks(args, comm):
+    """Every rank packs its share of the files into a part of a multi-part dataset (mpinn.data.pack_parts)."""
+    from mpinn.process import steady_heap
+    from mpinn.data.pack_parts import prepare_parts
+    from mpinn.hashing import describe
+    steady_heap()
+    say = (lambda msg: print(msg, flush=True)) if not args.quiet and comm.rank == 0 else (lambda msg: None)
+    try:
+        inputs, error = _inputs(args), None
+    except MpinnError as e:
+        inputs, error = None, str(e)
+    errors = comm.allgather_obj(error)      # every rank read the same options and files: one line, from rank 0
+    if any(errors):
+        raise MpinnError(next(e for e in errors if e), collective=True)
+    paths, formats, columns, spec, hashing, like = inputs
+    if not paths:
+        raise MpinnError("prepare at %d ranks packs the files of --data, each rank its share: the embedded click "
+                         "log is prepared by one process" % comm.size, collective=True)
+    s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing, like.get("transform") if like else None,
+                      args.numeric_transform, args.threads, args.quiet, args.report, args.verify, args.chunk_rows)
+    if comm.rank != 0:
+        return 0
+    say("wrote %s: %d rows in %d parts (%s/, by %d ranks), %d input columns (%s) + %d dense, task %s, %.1f MB in "
+        "%.1f s (%.0f rows/s, %s)%s" % (
+            args.out, s["rows"], s["parts"], os.path.basename(args.out) + ".parts", comm.size, s["n_columns"],
+            describe(s["hashing"]), s["n_dense"], s["task"], s["bytes"] / 1e6, s["seconds"], s["rows_per_s"],
+            "rank 0 scanned every file first, then every rank packed its share in one pass" if s["scanned"]
+            else "one pass on every rank", ", checksums verified" if args.verify else ""))
+    return _done(s, args, say)
+
+
+def _launched_ranks():
+    """Was this process started by an MPI launcher (mpirun, srun with MPI) with other ranks?"""
+    return any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE"))
+
+
 def main(argv=None):
     from mpinn.process import run_one_process
-    return run_one_process(run, build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    if _launched_ranks():
+        from mpinn.comm import Communicator
+        from mpinn.comm.guard import run_guarded
+        comm = Communicator()
+        if comm.size > 1:
+            return run_guarded(run_ranks, args, comm)
+    return run_one_process(run, args)
 
 
 if __name__ == "__main__":

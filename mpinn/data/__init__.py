@@ -7,6 +7,7 @@
     clicklog   the embedded synthetic click log
     dense      .npz and .mat files, in-memory arrays
     packed     packed files (python -m mpinn.prepare), read by row through a memory map; packing writes them
+    parts      multi-part packed datasets (mpirun -np N python -m mpinn.prepare) read as one; pack_parts writes them
     stats      per-column statistics of numeric inputs in one streaming pass (the same bits however chunked)
     transform  the numeric transform fitted from them (log1p, standardise, impute and flag), in the model file
     spec       DataSpec: which columns are what and what the label means (the readers take it, and a HashSpec)
@@ -21,7 +22,7 @@ from mpinn.data import files
 from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
 from mpinn.data.clicktext import SNIFF_EXTS, is_click_text, load_click_text
 from mpinn.data.dense import load_mat, load_npz
-from mpinn.data.packed import load_packed
+from mpinn.data.packed import load_packed  # noqa: F401 - one packed file (load_data also opens a manifest)
 from mpinn.data.spec import DataSpec, split_names  # noqa: F401
 from mpinn.data.tables import load_csv, load_default, load_parquet  # noqa: F401
 from mpinn.hashing import HashSpec  # noqa: F401
@@ -80,8 +81,9 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
         return load_npz(path, spec)
     if ext == ".mat":
         return load_mat(path, spec)
-    if ext == ".mpinn":
-        return load_packed(path, spec, hashing)
+    if ext == ".mpinn":     # a packed file, or a multi-part dataset's manifest
+        from mpinn.data.parts import open_packed
+        return open_packed(path, spec, hashing)
     raise MpinnError("%s: unknown data format %r (use .csv or .csv.gz, .parquet, .npz, .mat, .mpinn, or click-log "
                      "text: 40 tab-separated fields a line, maybe .gz)" % (path, ext))
 

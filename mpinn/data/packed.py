@@ -345,8 +345,13 @@ class PackedDataset(Rows):
 def load_packed(path, spec=DataSpec(), hashing=HashSpec()):
     """A file written by `python -m mpinn.prepare`: rows stay in the file (memory map). Its hashing contract,
     task, classes and positive class must be those given (spec, hashing), where they are given."""
+    return check_packed(PackedDataset(path), path, spec, hashing)
+
+
+def check_packed(data, path, spec=DataSpec(), hashing=HashSpec()):
+    """`data` (packed rows: a file, or a multi-part dataset's, mpinn.data.parts) when its hashing contract, task,
+    classes and positive class are those given (spec, hashing), where they are given; else one line."""
     task, classes, positive, contract = spec.task, spec.classes, spec.positive, hashing.contract
-    data = PackedDataset(path)
     if positive not in (None, "") and data.task == "binary" and data.meta["classes"][1] != str(positive):
         raise MpinnError("%s was prepared with positive class %s; prepare it with --positive-class %s"
                          % (path, data.meta["classes"][1], positive))

@@ -32,8 +32,43 @@ class Progress:
             sys.stderr.flush()
 
 
+def finished_meta(meta, numeric_stats, numeric, transform=None, numeric_transform="auto", where="the data"):
+    """`meta` with the numeric columns' statistics and the transform: `transform` (a fitted NumericTransform's
+    dict, checked against the columns `numeric`) as it is, else one fitted to the statistics in mode
+    `numeric_transform` (prepare's, and a multi-part dataset's manifest: mpinn.data.pack_parts)."""
+    from mpinn.data.transform import NumericTransform
+    if numeric_stats is None:
+        return meta
+    meta["numeric_stats"] = numeric_stats
+    if transform is not None:
+        fixed = NumericTransform.from_dict(transform)
+        fixed.check_columns(numeric, where)
+        meta["transform"] = fixed.to_dict()
+    else:
+        fitted = NumericTransform.fit(numeric_stats, numeric_transform)
+        meta["transform"] = fitted.to_dict() if fitted is not None else None
+    return meta
+
+
+def known_up_front(source, spec, hashing, passes=None):
+    """(spec, hashing) with what a source's kind tells before any row is read: the click logs' task and
+    classes, and their hash bits when auto."""
+    from mpinn.data.labels import binary_classes
+    if spec.classes is None and source.kind == "default":
+        spec = replace(spec, task="binary", classes=["0", "1"])        # as training reads it (load_default)
+    elif spec.classes is None and source.kind == "criteo" and source.has_label and spec.task in ("auto", "binary") \
+            and passes != 2:
+        # the reader lets no label but 0 and 1 through: the task is known before any row is read
+        spec = replace(spec, task="binary", classes=binary_classes(["0", "1"], spec.positive))
+    if source.kind in ("default", "criteo") and hashing.contract is None and hashing.bits is None:
+        # what auto gives for the click logs' 10^5+ values (auto needs every distinct value of every column
+        # first: a pass of its own, and memory that grows with the log)
+        hashing = replace(hashing, bits=18)
+    return spec, hashing
+
+
 def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, numeric_transform="auto", threads=1,
-            progress=None, report=False, passes=None):
+            progress=None, report=False, passes=None, stats="meta"):
     """`source` (a data.TableSource, or a click-log text file's ClickTextSource) into a packed file at `out`,
     through the TablePass training reads tables with: hashed under `hashing` (a given contract, e.g. a
     training file's for its held-out file, or one fitted to these rows), the labels under `spec`'s task and
@@ -50,28 +85,22 @@ def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, nu
     the contract (e.g. split or onehot mode, auto bits, report) and takes the statistics; the second hashes
     each chunk and appends it to the packed file. Both write the same bytes for the same rows (numbers as
     they are: the transform is applied as rows are read).
-    passes: None (one when it can), 2 (two, as above, whatever the source). Returns a summary dict (rows,
-    columns, passes, seconds, rows_per_s, collision report)."""
+    passes: None (one when it can), 2 (two, as above, whatever the source). stats: "meta" (the statistics and
+    the transform go into the file's meta); "return" (a multi-part dataset's first part, mpinn.data.pack_parts:
+    the meta holds neither, and the statistics, still open, are summary["stats"], for the caller to go on over
+    the later parts' rows); None (not taken: a later part). Returns a summary dict (rows, columns, passes,
+    seconds, rows_per_s, collision report)."""
     from mpinn.data.chunks import TablePass
-    from mpinn.data.labels import binary_classes
     from mpinn.data.packing import PackedWriter, StreamingPackedWriter
-    from mpinn.data.transform import NumericTransform
     from mpinn.hashing import per_feature_nnz
-    if passes not in (None, 1, 2):
-        raise ValueError("passes: None, 1 or 2")
+    if passes not in (None, 1, 2) or stats not in ("meta", "return", None):
+        raise ValueError("passes: None, 1 or 2; stats: meta, return or None")
     progress = progress or Progress(False)
     t0 = time.perf_counter()
-    if spec.classes is None and source.kind == "default":
-        spec = replace(spec, task="binary", classes=["0", "1"])        # as training reads it (load_default)
-    elif spec.classes is None and source.kind == "criteo" and source.has_label and spec.task in ("auto", "binary") \
-            and passes != 2:
-        # the reader lets no label but 0 and 1 through: the task is known before any row is read
-        spec = replace(spec, task="binary", classes=binary_classes(["0", "1"], spec.positive))
-    if source.kind in ("default", "criteo") and hashing.contract is None and hashing.bits is None:
-        # what auto gives for the click logs' 10^5+ values (auto needs every distinct value of every column
-        # first: a pass of its own, and memory that grows with the log)
-        hashing = replace(hashing, bits=18)
+    spec, hashing = known_up_front(source, spec, hashing, passes)
     table = TablePass(source, spec, hashing, threads, count_values=report)
+    if stats is None:
+        table.stats = None
     n = source.n_rows
     one_pass = passes != 2 and not table.needs_scan
     if passes == 1 and not one_pass:
@@ -95,15 +124,9 @@ def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, nu
     meta = dict(source.meta, hashing=contract, task=task, classes=classes, has_label=source.has_label)
 
     def finish_meta():
-        if table.stats is not None:
-            meta["numeric_stats"] = table.numeric_stats()
-            if transform is not None:
-                fixed = NumericTransform.from_dict(transform)
-                fixed.check_columns(source.numeric, source.path or "the embedded click log")
-                meta["transform"] = fixed.to_dict()
-            else:
-                fitted = NumericTransform.fit(meta["numeric_stats"], numeric_transform)
-                meta["transform"] = fitted.to_dict() if fitted is not None else None
+        if stats == "meta" and table.stats is not None:
+            finished_meta(meta, table.numeric_stats(), source.numeric, transform, numeric_transform,
+                          source.path or "the embedded click log")
         return meta
     y_dtype = np.int64 if task == "multiclass" else np.float64
     n_columns = contract["n_columns"] if contract else 0
@@ -133,6 +156,8 @@ def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, nu
                "task": task, "classes": classes, "bytes": os.path.getsize(out), "seconds": seconds,
                "rows_per_s": rows / seconds if seconds else 0.0, "hashing": contract,
                "transform": meta.get("transform"), "passes": 2 if scan else 1}
+    if stats == "return":
+        summary["stats"] = table.stats
     if table.fitter is not None and contract is not None:
         summary["collisions"] = table.fitter.report(contract)
     return summary
