@@ -39,7 +39,7 @@ class Rows:
         if not self.raw_dense:
             return None
         stats = self.meta.get("numeric_stats")
-        if stats is not None and stats.get("rows") == len(self):
+        if stats is not None and stats.get("rows") == len(self) and "quantiles" in stats:   # older files: none
             return stats
         acc = ColumnStats(self.numeric_names)
         for s in range(0, len(self), CHUNK_ROWS):

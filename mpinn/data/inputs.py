@@ -46,9 +46,9 @@ def check_labels(data, label="the label"):
                          % (label, ", ".join(repr(c) for c in seen) or "none", n))
 
 
-def fit_transform(data, mode):
+def fit_transform(data, mode, bins="auto"):
     """The NumericTransform of a training file (statistics of all its rows), or None."""
-    t = NumericTransform.fit(data.numeric_stats(), mode, data.target_stats())
+    t = NumericTransform.fit(data.numeric_stats(), mode, data.target_stats(), bins)
     data.meta["transform"] = t.to_dict() if t is not None else None
     return t
 
@@ -96,7 +96,7 @@ def load_everywhere(args, comm, say):
         else:
             data = args.data if isinstance(args.data, Rows) else load_data(
                 args.data, spec, hashing, args.default_rows, args.seed)
-        transform = fit_transform(data, args.numeric_transform)
+        transform = fit_transform(data, args.numeric_transform, args.numeric_bins)
         set_transform(data, transform, "the data")
         if streamed is not None:
             train = data

@@ -4,7 +4,9 @@ import numpy as np
 from mpinn.config import MpinnError
 
 BLOCK = 4096        # rows per block: the unit the statistics are folded in, counted from the first row
-FIELDS = ("count", "missing", "mean", "std", "min", "max", "skew", "log_mean", "log_std", "log_skew")
+FIELDS = ("count", "missing", "mean", "std", "min", "max", "skew", "log_mean", "log_std", "log_skew", "quantiles")
+QUANTILES = 64      # "quantiles": each column's values at 0, 1/64, ..., 1 (bin edges are picked from them)
+SAMPLE_VALUES = 1 << 22     # the quantiles' sample holds at most this many values (32 MB), and 4096 to 65536 rows
 
 
 def _block_moments(X, shift):
@@ -27,6 +29,69 @@ def _block_moments(X, shift):
     return out[0], out[1], lo, hi
 
 
+def _row_keys(start, n):
+    """splitmix64 of the row numbers start..start+n-1: a fixed pseudo-random key per row, distinct for distinct
+    rows (the mix is a bijection), so the rows with the smallest keys are a uniform sample that depends on the
+    rows alone, never on how they were chunked."""
+    z = np.arange(start, start + n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class _Sample:
+    """The `size` rows of smallest key (_row_keys): every row while there are at most `size`, so the quantiles
+    of up to `size` rows are exact, and a uniform sample of that many rows after."""
+
+    def __init__(self, size):
+        self.size = size
+        self.keys = np.zeros(0, np.uint64)
+        self.rows = []
+        self._bar = None        # the largest key kept once `size` rows are held: a larger one never enters
+
+    def add(self, start, X):
+        keys = _row_keys(start, X.shape[0])
+        if self._bar is not None:
+            keep = keys < self._bar
+            keys, X = keys[keep], X[keep]
+        if keys.size:
+            self.keys = np.concatenate([self.keys, keys])
+            self.rows.append(np.array(X, dtype=np.float64))
+            if self.keys.size >= 2 * self.size:
+                self._prune()
+
+    def _prune(self):
+        X = np.concatenate(self.rows) if len(self.rows) != 1 else self.rows[0]
+        order = np.argsort(self.keys, kind="stable")[:self.size]
+        self.keys, self.rows = self.keys[order], [X[order]]
+        if self.keys.size == self.size:
+            self._bar = self.keys[-1]
+
+    def values(self, d):
+        """(rows kept, d), in key order."""
+        if not self.rows:
+            return np.zeros((0, d))
+        self._prune()
+        return self.rows[0]
+
+
+def _quantiles(sample, lo, hi):
+    """Each column's values at 0, 1/QUANTILES, ..., 1 of the sample's finite values (empirical quantiles:
+    values that occur), the ends the column's exact minimum and maximum; None for a column without values."""
+    grid = np.linspace(0.0, 1.0, QUANTILES + 1)
+    out = []
+    for j in range(sample.shape[1]):
+        v = sample[:, j]
+        v = v[np.isfinite(v)]
+        if v.size == 0 or not np.isfinite(lo[j]):
+            out.append(None)
+            continue
+        q = np.quantile(v, grid, method="inverted_cdf")
+        q[0], q[-1] = lo[j], hi[j]
+        out.append([float(x) for x in np.clip(q, lo[j], hi[j])])
+    return out
+
+
 def _merge(a, b):
     """Chan et al.'s pairwise update of (count, mean, M2, M3) rows; a column empty on one side takes the other's."""
     na, ma, m2a, m3a = a
@@ -44,7 +109,9 @@ def _merge(a, b):
 class ColumnStats:
     """count, missing, mean, std (population), min, max and skewness of each numeric column, and the
     mean, std and skewness of log1p(max(x, 0)), from rows fed in chunks of any size. Missing and
-    non-finite values are counted, not used. Rows are folded a block of BLOCK rows at a time, blocks
+    non-finite values are counted, not used. "quantiles": each column's quantiles (QUANTILES + 1 values,
+    for bin edges) over a uniform sample of the rows that depends on the rows alone (_Sample: every row up
+    to 4096..65536 rows, as many as SAMPLE_VALUES allows). Rows are folded a block of BLOCK rows at a time, blocks
     counted from the first row, each block's moments merged into the total in row order: the result
     is the same, bit for bit, however the rows were chunked (CSV reader, prepare, a packed file)."""
 
@@ -54,6 +121,8 @@ class ColumnStats:
         self._held = []             # rows read but not yet a whole block
         self._held_n = 0
         self._acc = None            # (raw moments, log moments, min, max)
+        self._sample = _Sample(int(np.clip(SAMPLE_VALUES // max(len(self.names), 1), BLOCK, 16 * BLOCK)))
+        self._folded = 0            # rows folded so far: the next block's first row number
         # each column's first finite value (and its log1p), subtracted before the moments are taken
         self._shift = np.full((2, len(self.names)), np.nan)
 
@@ -80,6 +149,8 @@ class ColumnStats:
         return self
 
     def _fold(self, block):
+        self._sample.add(self._folded, block)
+        self._folded += block.shape[0]
         unset = np.isnan(self._shift[0])
         if unset.any():
             finite = np.isfinite(block[:, unset])
@@ -121,6 +192,7 @@ class ColumnStats:
             out[prefix + "skew"] = [float(v) for v in skew]
         out["min"] = [float(v) if np.isfinite(v) else None for v in lo]
         out["max"] = [float(v) if np.isfinite(v) else None for v in hi]
+        out["quantiles"] = _quantiles(self._sample.values(d), lo, hi)
         return out
 
 

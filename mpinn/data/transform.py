@@ -3,8 +3,9 @@ them, fitted from ColumnStats and stored in the model file; the same arithmetic 
 import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.data.bins import Bins, fit_edges
 
-TRANSFORM_VERSION = 1
+TRANSFORM_VERSION = 2       # 2: quantile bins ("bins"); a transform without bins is still written as 1
 MODES = ("auto", "standard", "none")
 SKEWED = 2.0        # auto: a non-negative column whose skewness exceeds this is heavy-tailed (money, counts)
 FARTHEST = 10.0     # auto: no training value ends more than this many scales from the mean (the scale's floor)
@@ -29,6 +30,8 @@ class NumericTransform:
     centring) and turns on an indicator input appended after the columns (one per column that had
     missing values in training). Regression targets are centred and scaled too (predictions are
     scaled back). mode none: values go in as they are; missing ones are still imputed and flagged.
+    Quantile bins (mpinn.data.bins, --numeric-bins): a binned column also enters as its piecewise-linear
+    encoding, after the indicators; the inputs are [values | indicators | bins].
 
     auto never takes the log of a column already in [-1, 1] (a pixel, a 0/1 flag; kind "bounded"), and
     floors every column's scale so that no training value ends more than FARTHEST scales from the mean (a
@@ -50,12 +53,13 @@ class NumericTransform:
         self.log_cols = [j for j, k in enumerate(self.kind) if k == "log"]
         t = d.get("target")
         self.target = (float(t["center"]), float(t["scale"])) if t else None
+        self.bins = Bins(d["bins"]["edges"]) if d.get("bins") else None
 
     # ------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, stats, mode="auto", target=None):
+    def fit(cls, stats, mode="auto", target=None, bins="off"):
         """From a ColumnStats result (stats may be None: no numeric columns) and, for regression,
-        the label's (target); None when there is nothing to do."""
+        the label's (target); bins: --numeric-bins (auto, off or a count). None when there is nothing to do."""
         if mode not in MODES:       # the option's choices keep other modes off the command line
             raise ValueError("the numeric transform's mode must be one of %s, not %r" % ("|".join(MODES), mode))
         names = list(stats["columns"]) if stats else []
@@ -98,6 +102,10 @@ class NumericTransform:
             d["target"] = {"center": target["mean"][0], "scale": sd if sd > 0 else 1.0}
         if not names and d["target"] is None:
             return None
+        edges = fit_edges(stats, bins)
+        if any(edges):
+            d["version"] = 2
+            d["bins"] = {"spec": str(bins), "edges": edges}
         return cls(d)
 
     def to_dict(self):
@@ -119,7 +127,7 @@ class NumericTransform:
 
     @property
     def n_out(self):
-        return len(self.columns) + len(self.indicators)
+        return len(self.columns) + len(self.indicators) + (self.bins.n_out if self.bins else 0)
 
     def apply(self, X):
         """(m, n_in) raw values -> (m, n_out) float64 network inputs (a new array)."""
@@ -130,6 +138,8 @@ class NumericTransform:
         V = out[:, :self.n_in]
         missing = ~np.isfinite(X)
         np.clip(X, self.lo, self.hi, out=V)     # a non-finite value is overwritten below
+        if self.bins is not None:
+            self.bins.encode(V, missing, out[:, self.n_in + len(self.indicators):])
         if self.log_cols:
             c = self.log_cols
             V[:, c] = np.log1p(np.maximum(V[:, c], 0.0))
@@ -137,7 +147,7 @@ class NumericTransform:
         V /= self.scale
         if missing.any():
             np.copyto(V, np.broadcast_to(self.fill, V.shape), where=missing)
-        out[:, self.n_in:] = missing[:, self.indicators]
+        out[:, self.n_in:self.n_in + len(self.indicators)] = missing[:, self.indicators]
         return out
 
     def apply_target(self, y):
@@ -183,6 +193,11 @@ class NumericTransform:
                 parts.append("missing values imputed with the mean and flagged in %d column%s (%s)"
                              % (len(self.indicators), "" if len(self.indicators) == 1 else "s",
                                 _names([self.columns[j] for j in self.indicators])))
+        if self.bins is not None:
+            binned = self.bins.binned
+            parts.append("quantile bins, piecewise-linear, for %d column%s (%d inputs): %s" % (
+                len(binned), "" if len(binned) == 1 else "s", self.bins.n_out,
+                _names([self.columns[j] for j in binned])))
         if self.target is not None:
             parts.append("regression target standardised (mean %.4g, std %.4g)" % self.target)
         return "; ".join(parts)
@@ -204,7 +219,8 @@ def check_same(stored, wanted, what):
         raise MpinnError("%s: one side has a numeric transform and the other has none" % what)
     if a is None:
         return
-    for key in ("version", "mode", "columns", "kind", "center", "scale", "fill", "clip", "indicators", "target"):
+    for key in ("version", "mode", "columns", "kind", "center", "scale", "fill", "clip", "indicators", "target",
+                "bins"):
         if a.get(key) != b.get(key):
             raise MpinnError("%s: the numeric transform differs in %r (%s against %s)"
                              % (what, key, _short(a.get(key)), _short(b.get(key))))
