@@ -137,8 +137,9 @@ class RunConfig:
                                  "order (the memory rank 0 holds grows with N, not with the rows)",
                                  type=positive_int, metavar="N")
     readers: str = option("1", "data", "who reads a stream: 1: rank 0 reads, hashes and scatters each batch; all: "
-                          "every rank reads its share of the files (file i on rank i mod N) and trains on its own "
-                          "rows, so reading scales with the ranks (the model then depends on the number of ranks)",
+                          "every rank reads its share and trains on its own rows, so reading scales with the ranks "
+                          "(the model then depends on the number of ranks): an N-th of the bytes of each plain "
+                          "click-log text file, and gzipped, CSV or Parquet files whole, file i on rank i mod N",
                           choices=("1", "all"))
     hash_mode: str = option("trick", "data", "trick: one column per feature, hash mod 2**bits; split: the value's "
                             "xxh64 cut in k slices, one column in each of k blocks per feature; onehot: one column "
@@ -211,8 +212,9 @@ class RunConfig:
     early_stop: Optional[int] = option(
         None, "optimisation", "stop when the held-out metric has not improved for PATIENCE epochs (0: never; "
         "default: by model shape); needs held-out rows", resume=True, type=nonneg_int, metavar="PATIENCE")
-    keep: str = option("best", "optimisation", "the parameters the model file holds: those of the epoch with the "
-                       "best held-out metric (the last epoch's without held-out rows), or the last epoch's",
+    keep: str = option("best", "optimisation", "the parameters the model file holds: those of the best held-out "
+                       "evaluation, an epoch's end or an --eval-every point inside one (the last epoch's without "
+                       "held-out rows), or the last epoch's",
                        resume=True, choices=("best", "last"))
     stop_metric: str = option("auto", "optimisation", "the held-out metric for --early-stop and --keep best (auto: "
                               "logloss, rmse for regression)", choices=("auto", "logloss", "auc", "accuracy", "rmse"))
@@ -304,8 +306,9 @@ class RunConfig:
                                   metavar="FILE")
     eval_every: int = option(0, "output", "also evaluate the held-out rows every N steps inside each epoch (0: at "
                              "epoch ends only): a line each, and a row in --curve with the step, the rows seen and "
-                             "the seconds since the start (how a one-pass click log is watched); the best epoch and "
-                             "early stop count epoch ends only", resume=True, type=nonneg_int, metavar="N")
+                             "the seconds since the start (how a one-pass click log is watched; a log's default: an "
+                             "eighth of its one epoch); --keep best may keep such a point, early stop counts epoch "
+                             "ends only", resume=True, type=nonneg_int, metavar="N")
     plot: Optional[str] = option(None, "output", "at the end, plot the loss and metric curves to PNG (needs "
                                  "matplotlib: pip install 'mpinn[plot]')", resume=True, metavar="PNG")
     log_dir: Optional[str] = option(None, "output", "write TensorBoard event files here (rank 0): the training loss, "
