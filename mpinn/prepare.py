@@ -47,8 +47,9 @@ def build_parser():
     # 64k rows: peak memory ~120 MB (trick) / ~160 MB (split k=4, 20 features), no slower than bigger chunks
     r.add_argument("--chunk-rows", type=positive_int, default=65_536,
                    help="rows per chunk (bounds memory; default 65536)")
-    r.add_argument("--threads", type=positive_int, default=min(4, os.cpu_count() or 1),
-                   help="columns hashed in parallel (default min(4, cores))")
+    r.add_argument("--threads", type=positive_int,
+                   help="columns hashed in parallel (default min(4, cores); under mpirun, the cores shared among "
+                        "the ranks on a machine)")
     r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums")
     r.add_argument("--report", action="store_true", help="print the collision report of every feature")
     r.add_argument("--quiet", action="store_true", help="only errors")
@@ -125,7 +126,7 @@ def run(args):
                              default_rows=args.default_rows, default_seed=args.default_seed,
                              chunk_rows=args.chunk_rows)
     s = prepare(source, args.out, spec, hashing, like.get("transform") if like else None, args.numeric_transform,
-                args.threads, Progress(not args.quiet), args.report)
+                args.threads or min(4, os.cpu_count() or 1), Progress(not args.quiet), args.report)
     if args.verify:
         from mpinn.data.packed import PackedDataset
         PackedDataset(args.out, verify=True)
@@ -182,7 +183,8 @@ def run_ranks(args, comm):
         raise MpinnError("prepare at %d ranks packs the files of --data, each rank its share: the embedded click "
                          "log is prepared by one process" % comm.size, collective=True)
     s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing, like.get("transform") if like else None,
-                      args.numeric_transform, args.threads, args.quiet, args.report, args.verify, args.chunk_rows)
+                      args.numeric_transform, args.threads or _threads_per_rank(comm.size), args.quiet, args.report,
+                      args.verify, args.chunk_rows)
     if comm.rank != 0:
         return 0
     say("wrote %s: %d rows in %d parts (%s/, by %d ranks), %d input columns (%s) + %d dense, task %s, %.1f MB in "
@@ -192,6 +194,13 @@ def run_ranks(args, comm):
             "rank 0 scanned every file first, then every rank packed its share in one pass" if s["scanned"]
             else "one pass on every rank", ", checksums verified" if args.verify else ""))
     return _done(s, args, say)
+
+
+def _threads_per_rank(size):
+    """Hashing threads of a rank: the machine's cores shared among the ranks on it (the launcher says how many;
+    else all of them), at most 4."""
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or str(size)
+    return max(1, min(4, (os.cpu_count() or 1) // max(int(local), 1)))
 
 
 def _launched_ranks():

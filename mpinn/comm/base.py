@@ -1,5 +1,7 @@
 """Communicator: checked typed collectives over a duplicate of the communicator it is given; the
 strategy-specific methods (reduce_gradients_, sync_params_, agree_) are the subclasses'."""
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -39,6 +41,13 @@ class Communicator:
 
     def barrier(self):
         self.comm.Barrier()
+
+    def barrier_asleep(self, poll=0.005):
+        """A barrier whose waiting ranks sleep (polled every `poll` s): MPI's blocking calls spin a core, which
+        a rank that is done early takes from a rank still working where they share the cores (prepare's)."""
+        request = self.comm.Ibarrier()
+        while not request.Test():
+            time.sleep(poll)
 
     def allreduce_min_obj(self, value):
         return self.comm.allreduce(value, op=MPI.MIN)

@@ -58,6 +58,7 @@ def test_shares_are_runs_of_files_in_order_balanced_by_bytes():
     assert shares([10] * 8, 3) == [0, 0, 0, 1, 1, 2, 2, 2]
     assert shares([90, 5, 5], 3) == [0, 1, 1]           # rank 0 always has the first file (it decides the columns)
     assert shares([1, 1], 4) == [0, 2]                  # more ranks than files: some pack nothing
+    assert shares([10] * 8, 2, first=0.6) == [0] * 3 + [1] * 5      # rank 0 folds the statistics too: fewer files
     for sizes in ([3, 1, 4, 1, 5, 9, 2, 6], [0, 0, 7], [100]):
         s = shares(sizes, 3)
         assert s == sorted(s) and s[0] == 0
@@ -165,3 +166,14 @@ def test_a_bad_file_in_the_middle_is_one_line_and_leaves_nothing(logs, tmp_path,
     assert sorted(os.listdir(tmp_path)) == before and len(open_packed(out)) == 2 * ROWS    # the old one, intact
     r = prepare_at(n, bad, str(tmp_path / "new.mpinn"), "--hash-bits", "12", "--quiet")
     assert r.returncode == 2 and sorted(os.listdir(tmp_path)) == before, r.stderr     # nothing written
+
+
+@pytest.mark.mpi
+def test_a_rank_done_early_waits_asleep(launcher):
+    """The ranks share the cores: one whose share is done must not spin in MPI while another packs."""
+    code = ("import time; from mpinn.comm import Communicator; c = Communicator(); time.sleep(1.5 if c.rank else 0); "
+            "t = time.process_time(); c.barrier_asleep(); print(c.rank, time.process_time() - t)")
+    r = mpirun(2, ["-c", code], timeout=60)
+    assert r.returncode == 0, r.stderr
+    cpu = dict(line.split() for line in r.stdout.splitlines() if line.strip())
+    assert float(cpu["0"]) < 0.5, cpu           # a blocking Barrier spins the whole 1.5 s
