@@ -6,13 +6,15 @@ packing its share of the files), timed as a user runs it (wall seconds of the wh
 
 The data: W4 (python -m mpinn.bench.w4) as tab-separated text, the log's first --rows rows cut into --files files,
 written once into --workdir and reused. The runs alternate (np 1, np 2, np 1, ...), --reps of each; the table gives
-each np's median and its speed against np 1's median, and whether the multi-part dataset's meta (the hashing
-contract, classes, numeric statistics and transform) is np 1's file's, bit for bit.
+each np's median, its speed against np 1's median, the CPU seconds of all its processes (the work, whatever else
+the machine runs), and whether the multi-part dataset's meta (the hashing contract, classes, numeric statistics
+and transform) is np 1's file's, bit for bit.
 
 Output: a Markdown table, and scripts/results/prepare-parallel-DATE.json with every run's record."""
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,18 +42,21 @@ def make_files(workdir, rows, files, scale):
 
 
 def prepare(data, np_, out, threads):
-    """One run: its wall seconds."""
+    """One run: its wall seconds and the CPU seconds of all its processes (user + system)."""
     cmd = [sys.executable, "-m", "mpinn.prepare", "--data", data, "--out", out, "--quiet"]
     if threads:
         cmd += ["--threads", str(threads)]
     if np_ > 1:
         cmd = ["mpiexec", "-n", str(np_)] + cmd
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)      # the launcher waits for its ranks: they count
+    cpu = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
     if r.returncode != 0:
         sys.exit("failed: %s\n%s" % (" ".join(cmd), r.stderr[-3000:]))
-    return seconds
+    return seconds, cpu
 
 
 def main(argv=None):
@@ -66,10 +71,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     nps = [int(x) for x in args.nps.split(",")]
     data = make_files(args.workdir, args.rows, args.files, args.scale)
-    times = {n: [] for n in nps}
+    times, cpus, loads = {n: [] for n in nps}, {n: [] for n in nps}, []
     for _ in range(args.reps):
         for n in nps:
-            times[n].append(prepare(data, n, os.path.join(args.workdir, "np%d.mpinn" % n), args.threads))
+            loads.append(os.getloadavg()[0])
+            t, c = prepare(data, n, os.path.join(args.workdir, "np%d.mpinn" % n), args.threads)
+            times[n].append(t)
+            cpus[n].append(c)
     from mpinn.data.parts import open_packed
     base_meta = open_packed(os.path.join(args.workdir, "np%d.mpinn" % nps[0])).meta
     base = statistics.median(times[nps[0]])
@@ -79,17 +87,18 @@ def main(argv=None):
         d = open_packed(os.path.join(args.workdir, "np%d.mpinn" % n))
         same = d.meta == base_meta and len(d) == args.rows
         parts = len(getattr(d, "parts", [d]))
-        rows_out.append("| %d | %d | %s | %.2f | %.0f | %.2fx | %s |" % (
+        rows_out.append("| %d | %d | %s | %.2f | %.0f | %.2fx | %.1f | %s |" % (
             n, parts, ", ".join("%.2f" % t for t in times[n]), med, args.rows / med, base / med,
-            "yes" if same else "NO"))
+            statistics.median(cpus[n]), "yes" if same else "NO"))
         records.append({"np": n, "parts": parts, "seconds": times[n], "median_s": med, "rows_per_s": args.rows / med,
-                        "speedup": base / med, "same_meta": same})
-    table = "\n".join(["prepare of %d W4 rows (--scale %g) in %d text files, %d cores, medians of %d alternating runs"
-                       % (args.rows, args.scale, args.files, os.cpu_count() or 1, args.reps), "",
-                       "| np | parts | runs (s) | median (s) | rows/s | speed vs np %d | meta = np %d's |"
-                       % (nps[0], nps[0]), "|---|---|---|---|---|---|---|"] + rows_out)
+                        "speedup": base / med, "cpu_seconds": cpus[n], "same_meta": same})
+    table = "\n".join(["prepare of %d W4 rows (--scale %g) in %d text files, %d cores (load average %.1f to %.1f "
+                       "before the runs), medians of %d alternating runs" % (
+                           args.rows, args.scale, args.files, os.cpu_count() or 1, min(loads), max(loads), args.reps),
+                       "", "| np | parts | runs (s) | median (s) | rows/s | speed vs np %d | CPU s, all ranks | "
+                       "meta = np %d's |" % (nps[0], nps[0]), "|---|---|---|---|---|---|---|---|"] + rows_out)
     print_and_save("prepare-parallel", table, {"rows": args.rows, "files": args.files, "scale": args.scale,
-                                               "cores": os.cpu_count(), "runs": records})
+                                               "cores": os.cpu_count(), "load_before_runs": loads, "runs": records})
 
 
 if __name__ == "__main__":
