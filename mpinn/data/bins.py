@@ -10,7 +10,9 @@ MAX_BINS = QUANTILES    # edges are picked from the statistics' quantile grid
 # 10,000 rows (census income +0.005 to +0.006 test AUC on each of 3 seeds, diamonds -1.2% RMSE on their mean, the
 # rest within noise); none on smaller ones (cells, 1,009 training rows of 56 columns: -0.007 AUC on the mean of 3
 # seeds) nor on more than 64 numeric columns (pixels, embeddings: the first layer would grow 32-fold); none from a
-# million rows (a log, streamed by default: not measured to help, and the wider first layer costs every step)
+# million rows nor on click logs (the embedded one, Criteo's text, W4): a log is streamed by default, bins were not
+# measured to help there (the embedded log: -0.002 held-out AUC), and the wider first layer costs every step
+CLICK_LOGS = ("default", "criteo", "w4")      # their meta["source"]
 AUTO_BINS = 32
 AUTO_MIN_ROWS = 10_000
 AUTO_MAX_ROWS = 1_000_000
@@ -31,18 +33,20 @@ def parse(spec):
     return n
 
 
-def fit_edges(stats, spec="auto"):
+def fit_edges(stats, spec="auto", source=None):
     """Each column's bin edges b_0 < ... < b_T (a list; [] for a column without bins) from the statistics'
     quantiles: b_0 and b_T the training minimum and maximum, the others at equal shares of the rows; tied
     quantiles (a column of few values, a mass at 0) merge, and a column left with one bin (linear in the value
     itself, so nothing new) or none gets no bins. auto: AUTO_BINS per column when the statistics saw at least
-    AUTO_MIN_ROWS and fewer than AUTO_MAX_ROWS rows of at most AUTO_MAX_COLUMNS numeric columns, else none."""
+    AUTO_MIN_ROWS and fewer than AUTO_MAX_ROWS rows of at most AUTO_MAX_COLUMNS numeric columns, and the data
+    (source: its meta["source"]) is not a click log, else none."""
     n = parse(spec)
     names = list(stats["columns"]) if stats else []
     if n == "off" or not names:
         return [[] for _ in names]
     if n == "auto":
-        if len(names) > AUTO_MAX_COLUMNS or not AUTO_MIN_ROWS <= stats["rows"] < AUTO_MAX_ROWS:
+        if (len(names) > AUTO_MAX_COLUMNS or not AUTO_MIN_ROWS <= stats["rows"] < AUTO_MAX_ROWS
+                or source in CLICK_LOGS):
             return [[] for _ in names]
         n = AUTO_BINS
     grid = stats.get("quantiles")

@@ -48,7 +48,7 @@ def check_labels(data, label="the label"):
 
 def fit_transform(data, mode, bins="auto"):
     """The NumericTransform of a training file (statistics of all its rows), or None."""
-    t = NumericTransform.fit(data.numeric_stats(), mode, data.target_stats(), bins)
+    t = NumericTransform.fit(data.numeric_stats(), mode, data.target_stats(), bins, data.meta.get("source"))
     data.meta["transform"] = t.to_dict() if t is not None else None
     return t
 

@@ -57,15 +57,16 @@ class NumericTransform:
 
     # ------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, stats, mode="auto", target=None, bins="off"):
+    def fit(cls, stats, mode="auto", target=None, bins="off", source=None):
         """From a ColumnStats result (stats may be None: no numeric columns) and, for regression,
-        the label's (target); bins: --numeric-bins (auto, off or a count). None when there is nothing to do."""
+        the label's (target); bins: --numeric-bins (auto, off or a count), source: the data's kind (meta["source"],
+        which auto reads). None when there is nothing to do."""
         if mode not in MODES:       # the option's choices keep other modes off the command line
             raise ValueError("the numeric transform's mode must be one of %s, not %r" % ("|".join(MODES), mode))
         names = list(stats["columns"]) if stats else []
         d = {"version": TRANSFORM_VERSION, "mode": mode, "columns": names, "kind": [], "center": [],
              "scale": [], "fill": [], "clip": [[], []], "indicators": [], "target": None,
-             "stats": stats}
+             "stats": {k: v for k, v in stats.items() if k != "quantiles"} if stats else stats}   # edges: "bins"
         for j in range(len(names)):
             if stats["count"][j] == 0:
                 raise MpinnError("numeric column %r has no values (all %d rows missing or not finite); leave it "
@@ -102,7 +103,7 @@ class NumericTransform:
             d["target"] = {"center": target["mean"][0], "scale": sd if sd > 0 else 1.0}
         if not names and d["target"] is None:
             return None
-        edges = fit_edges(stats, bins)
+        edges = fit_edges(stats, bins, source)
         if any(edges):
             d["version"] = 2
             d["bins"] = {"spec": str(bins), "edges": edges}

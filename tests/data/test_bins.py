@@ -85,6 +85,7 @@ def test_auto_bins_tables_of_enough_rows_and_not_too_many_columns():
     assert not any(fit_edges(wide, "auto"))
     log = dict(many, rows=AUTO_MAX_ROWS)          # the statistics of a million rows: a log
     assert fit_edges(log, "auto") == [[], []] and len(fit_edges(log, 4)[0]) == 5
+    assert fit_edges(many, "auto", "criteo") == [[], []] and fit_edges(many, "auto", "csv") == fit_edges(many, "auto")
 
 
 def test_gradients_through_the_bins_match_finite_differences():
