@@ -180,8 +180,7 @@ def run_ranks(args, comm):
         raise MpinnError(next(e for e in errors if e), collective=True)
     paths, formats, columns, spec, hashing, like = inputs
     if not paths:
-        raise MpinnError("prepare at %d ranks packs the files of --data, each rank its share: the embedded click "
-                         "log is prepared by one process" % comm.size, collective=True)
+        raise MpinnError(messages.prepare_parts_need_files(comm.size), collective=True)
     s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing, like.get("transform") if like else None,
                       args.numeric_transform, args.threads or _threads_per_rank(comm.size), args.quiet, args.report,
                       args.verify, args.chunk_rows)

@@ -48,3 +48,9 @@ def model_not_written(path, why, existed, fallback, checkpoint):
     else:
         where = "nor to a fallback file: the trained parameters are lost (--checkpoint-dir keeps them)"
     return "the model could not be written to %s (%s)%s; %s" % (path, why, kept, where)
+
+
+def prepare_parts_need_files(ranks):
+    """prepare under mpirun with no --data: the embedded click log is one process's to prepare."""
+    return ("prepare at %d ranks packs the files of --data, each rank its share: the embedded click log is prepared "
+            "by one process" % ranks)
