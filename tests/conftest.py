@@ -49,3 +49,22 @@ if UNDER_MPI:
         if COMM.rank > 0:
             sys.stdout = open(os.devnull, "w")
             config.option.verbose = -2
+
+
+@pytest.fixture
+def memory_group():
+    """memory_group(limit_bytes, tag): a memory cgroup for a run to be put in (skips where there is none), closed
+    after the test, and checked gone."""
+    from scripts.bench.larger_than_memory.cgroup import MemoryGroup, Unavailable
+    made = []
+
+    def make(limit, tag):
+        try:
+            made.append(MemoryGroup(limit, tag=tag))
+        except Unavailable as e:
+            pytest.skip("no memory cgroup to limit the run: %s" % e)
+        return made[-1]
+    yield make
+    for group in made:
+        group.close()
+        assert group.path is None, "the test's cgroup was left behind"

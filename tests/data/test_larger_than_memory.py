@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run
 from mpinn.data.packed import RELEASE_BYTES
-from scripts.bench.larger_than_memory.cgroup import MIB, MemoryGroup, Unavailable
+from scripts.bench.larger_than_memory.cgroup import MIB
 from scripts.bench.larger_than_memory.runs import run_training, same_model
 
 # np 2 under mpiexec needs about 180 MiB of its own here (165 anonymous, 14 shared); the rest of the limit
@@ -23,20 +23,10 @@ TRAIN = ["--epochs", "1", "--hidden", "8", "--hash-bits", "12", "--batch-size", 
          "--holdout-by", "last", "--holdout", "0.01", "--no-progress"]
 
 
-@pytest.fixture
-def limited_group():
-    try:
-        group = MemoryGroup(LIMIT, tag="mpinn-test-ltm")
-    except Unavailable as e:
-        pytest.skip("no memory cgroup to limit the run: %s" % e)
-    yield group
-    group.close()
-    assert group.path is None, "the test's cgroup was left behind"
-
-
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_a_file_three_times_the_memory_limit_trains_to_the_same_model(tmp_path, limited_group, launcher):
+def test_a_file_three_times_the_memory_limit_trains_to_the_same_model(tmp_path, memory_group, launcher):
+    limited_group = memory_group(LIMIT, "mpinn-test-ltm")
     data, quiet = str(tmp_path / "w4.mpinn"), (lambda msg: None)
     try:
         r = run([sys.executable, "-m", "mpinn.bench.w4", "--rows", str(ROWS), "--out", data, "--scale", "100",

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import run
-from scripts.bench.larger_than_memory.cgroup import MIB, MemoryGroup, Unavailable
+from scripts.bench.larger_than_memory.cgroup import MIB
 from scripts.bench.larger_than_memory.runs import run_training
 
 LIMIT = 450 * MIB
@@ -16,20 +16,10 @@ TRAIN = ["--stream", "on", "--epochs", "1", "--hidden", "8", "--hash-bits", "12"
          "--shuffle-window", "16384", "--holdout", "0.02", "--no-progress"]
 
 
-@pytest.fixture
-def limited_group():
-    try:
-        group = MemoryGroup(LIMIT, tag="mpinn-test-stream")
-    except Unavailable as e:
-        pytest.skip("no memory cgroup to limit the run: %s" % e)
-    yield group
-    group.close()
-    assert group.path is None, "the test's cgroup was left behind"
-
-
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_a_stream_of_800k_rows_trains_under_450_mib(tmp_path, limited_group, launcher):
+def test_a_stream_of_800k_rows_trains_under_450_mib(tmp_path, memory_group, launcher):
+    limited_group = memory_group(LIMIT, "mpinn-test-stream")
     d = tmp_path / "days"
     d.mkdir()
     for i in range(2):
