@@ -38,3 +38,27 @@ def print_and_save(name, table, record):
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
     return path
+
+
+def w4_day_files(d, rows, files, scale, jobs=2):
+    """The directory d of `files` W4 text files (day_0.tsv ...) holding the log's first `rows` rows in order, made
+    `jobs` at a time, once: a hidden manifest says what is there, and a directory that matches it is reused."""
+    import subprocess
+    os.makedirs(d, exist_ok=True)
+    manifest = os.path.join(d, ".made.json")
+    want = {"rows": rows, "files": files, "scale": scale}
+    if os.path.exists(manifest) and json.load(open(manifest)) == want:
+        return d
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    per = [rows // files + (i < rows % files) for i in range(files)]
+    running = []
+    for i in range(files):
+        running.append(subprocess.Popen([sys.executable, "-m", "mpinn.bench.w4", "--rows", str(per[i]), "--start",
+                                         str(sum(per[:i])), "--scale", str(scale), "--out",
+                                         os.path.join(d, "day_%d.tsv" % i), "--quiet"]))
+        if len(running) >= jobs:
+            assert running.pop(0).wait() == 0
+    assert all(p.wait() == 0 for p in running)
+    json.dump(want, open(manifest, "w"))
+    return d

@@ -12,7 +12,6 @@ and transform) is np 1's file's, bit for bit.
 
 Output: a Markdown table, and scripts/results/prepare-parallel-DATE.json with every run's record."""
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -20,25 +19,12 @@ import subprocess
 import sys
 import time
 
-from scripts.bench.common import print_and_save
+from scripts.bench.common import print_and_save, w4_day_files
 
 
 def make_files(workdir, rows, files, scale):
     """The directory of `files` W4 text files holding the log's first `rows` rows (made once)."""
-    d = os.path.join(workdir, "logs")
-    made = os.path.join(workdir, "made.json")
-    want = {"rows": rows, "files": files, "scale": scale}
-    if os.path.exists(made) and json.load(open(made)) == want:
-        return d
-    os.makedirs(d, exist_ok=True)
-    for f in os.listdir(d):
-        os.remove(os.path.join(d, f))
-    per = [rows // files + (i < rows % files) for i in range(files)]
-    for i in range(files):
-        subprocess.run([sys.executable, "-m", "mpinn.bench.w4", "--rows", str(per[i]), "--start", str(sum(per[:i])),
-                        "--scale", str(scale), "--out", os.path.join(d, "day_%d.tsv" % i), "--quiet"], check=True)
-    json.dump(want, open(made, "w"))
-    return d
+    return w4_day_files(os.path.join(workdir, "logs"), rows, files, scale)
 
 
 def prepare(data, np_, out, threads):

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from scripts.bench.common import print_and_save
+from scripts.bench.common import print_and_save, w4_day_files
 from scripts.bench.larger_than_memory.runs import mpiexec
 
 TEST_START = 40_000_000         # the test rows: this far into the log, after any training set here
@@ -29,29 +29,6 @@ TEST_START = 40_000_000         # the test rows: this far into the log, after an
 def generate(path, rows, start, scale):
     return subprocess.Popen([sys.executable, "-m", "mpinn.bench.w4", "--rows", str(rows), "--start", str(start),
                              "--scale", str(scale), "--out", path, "--quiet"])
-
-
-def make_set(workdir, name, rows, files, scale, jobs=2):
-    """The directory of `files` text files holding the log's first `rows` rows (made once; a manifest says what
-    is there)."""
-    d = os.path.join(workdir, name)
-    manifest = os.path.join(d, ".made.json")
-    want = {"rows": rows, "files": files, "scale": scale}
-    if os.path.exists(manifest) and json.load(open(manifest)) == want:
-        return d
-    os.makedirs(d, exist_ok=True)
-    for f in os.listdir(d):
-        os.remove(os.path.join(d, f))
-    per = [rows // files + (i < rows % files) for i in range(files)]
-    starts = [sum(per[:i]) for i in range(files)]
-    running = []
-    for i in range(files):
-        running.append(generate(os.path.join(d, "day_%d.tsv" % i), per[i], starts[i], scale))
-        if len(running) >= jobs:
-            assert running.pop(0).wait() == 0
-    assert all(p.wait() == 0 for p in running)
-    json.dump(want, open(manifest, "w"))
-    return d
 
 
 def train(data, np_, out_dir, extra=()):
@@ -123,9 +100,8 @@ def main(argv=None):
     test = os.path.join(a.workdir, "test.tsv")
     if not os.path.exists(test):
         assert generate(test, a.test_rows, TEST_START, a.scale).wait() == 0
-    sets = {"large": make_set(a.workdir, "large", a.rows, a.files, a.scale),
-            "small": make_set(a.workdir, "small", a.small_rows, a.files, a.scale),
-            "compare": make_set(a.workdir, "compare", a.compare_rows, a.files, a.scale)}
+    sets = {name: w4_day_files(os.path.join(a.workdir, name), rows, a.files, a.scale)
+            for name, rows in (("large", a.rows), ("small", a.small_rows), ("compare", a.compare_rows))}
     record = {"rows": a.rows, "small_rows": a.small_rows, "files": a.files, "scale": a.scale, "runs": []}
     record["reader"] = reader_speed(sets["large"], a.reader_rows)
     print("reader: %(mpinn_rows_per_s).0f rows/s (mpinn, parse + hash + batch), pyarrow read_csv alone "
