@@ -104,18 +104,21 @@ class Stream(Rows):
                 yield Dataset(Xs, part.Xd if self._raw_dense else None, y, self.meta)
 
     def windows(self, seed, epoch):
-        """(rows, order) of each shuffle window in turn: its rows in file order and the order they go in."""
+        """(rows, order) of each shuffle window in turn: its rows in file order and the order they go in. Only the
+        chunk that straddles a window's end is cut; the window's chunks are joined once."""
         buf, n, k = [], 0, 0
         for piece in self.pieces():
-            buf.append(piece)
-            n += len(piece)
-            while n >= self.window:
-                rows = _concat(buf, self.meta)
-                head = rows.subset(slice(0, self.window))
-                rest = rows.subset(slice(self.window, n))
-                yield head, _window_order(self.window, seed, epoch, k, self.salt)
-                k += 1
-                buf, n = ([rest] if len(rest) else []), len(rest)
+            while piece is not None:
+                room = self.window - n
+                if len(piece) <= room:
+                    buf.append(piece)
+                    n, piece = n + len(piece), None
+                else:
+                    buf.append(piece.subset(slice(0, room)))
+                    n, piece = self.window, piece.subset(slice(room, len(piece)))
+                if n == self.window:
+                    yield _concat(buf, self.meta), _window_order(n, seed, epoch, k, self.salt)
+                    buf, n, k = [], 0, k + 1
         if n:
             yield _concat(buf, self.meta), _window_order(n, seed, epoch, k, self.salt)
 
