@@ -112,7 +112,7 @@ class RunConfig:
         "bins per column (2..64) with edges at equal shares of the training rows, fitted in the reading pass and "
         "stored in the model; bin t of edges b0 < ... < bT is 0 below its lower edge, 1 above its upper edge and "
         "linear between; tied edges merge (a 0/1 flag gets none). off: none. auto: 32 bins per column for a table "
-        "of 10,000 to a million rows and at most 64 numeric columns, none for click logs (the embedded one, "
+        "of 10,000 to a million rows and 2 to 64 numeric columns, none for click logs (the embedded one, "
         "--format criteo) and other data (measured: docs/data.md)",
         type=numeric_bins, metavar="auto|off|N")
     valid: Optional[str] = option(None, "data", "held-out file (same format); default: --holdout of the data",

@@ -86,6 +86,8 @@ def test_auto_bins_tables_of_enough_rows_and_not_too_many_columns():
     log = dict(many, rows=AUTO_MAX_ROWS)          # the statistics of a million rows: a log
     assert fit_edges(log, "auto") == [[], []] and len(fit_edges(log, 4)[0]) == 5
     assert fit_edges(many, "auto", "criteo") == [[], []] and fit_edges(many, "auto", "csv") == fit_edges(many, "auto")
+    one = column_stats(np.random.default_rng(3).normal(size=(20_000, 1)), ["year"])
+    assert fit_edges(one, "auto") == [[]] and len(fit_edges(one, 8)[0]) == 9      # a lone numeric column: none
 
 
 def test_gradients_through_the_bins_match_finite_differences():
