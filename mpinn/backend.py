@@ -89,25 +89,30 @@ class CupyBackend(Backend):
             self.syncs += 1
         return to_host(a)
 
-    # ---------------------------------------------------------------- the hashed block's products (cuSPARSE SpMM)
+    # ---------------------------------------------------------------- the hashed block's products (one kernel)
     def sparse_matmul(self, X, W):
-        """X @ W by cuSPARSE SpMM on W's transposed view (W C-contiguous, so W.T is the Fortran-ordered matrix SpMM
-        reads, with op(B) = transpose): cupyx's X @ W copies the whole of W to Fortran order first, every forward
-        (the hashed block: 262144 x 65 for the click log). X is sorted and summed only when not canonical (the
-        device feed canonicalised it on the host and said so: mpinn.training.staging)."""
-        if not (W.flags.c_contiguous and W.dtype == X.dtype):
-            return X @ W
-        X.sum_duplicates()
-        from cupyx import cusparse
-        return cusparse.spmm(X, W.T, transb=True)
+        """X @ W by rows_times (below): the same bits every run, duplicates summed as they come, no sort."""
+        return self.rows_times(X.indptr, X.indices, X.data, W, X.shape[0])
 
     def sparse_t_matmul(self, X, D):
-        """X^T @ D by SpMM with op(A) and op(B) transposed (D C-contiguous): no copy of D, no csc matrix made."""
-        if not (D.flags.c_contiguous and D.dtype == X.dtype):
-            return X.T @ D
-        X.sum_duplicates()
-        from cupyx import cusparse
-        return cusparse.spmm(X, D.T, transa=True, transb=True)
+        """X^T @ D: X^T made by transpose_csr (a sort on a unique key), then rows_times. cuSPARSE's SpMM is not
+        used: with op(A) transposed it sums with atomics ("may produce slightly different results during
+        different runs", its documentation), and on an H200 so did csr2csc then SpMM on a batch of Zipf ids:
+        20 runs gave 20 different results, and a resumed run missed the uninterrupted one's last bits."""
+        indptr, rows, data = transpose_csr(self.cupy, X)
+        return self.rows_times(indptr, rows, data, D, X.shape[1])
+
+    def rows_times(self, indptr, indices, data, B, n):
+        """(n, B's width) = the CSR rows (indptr, indices, data) times B: one thread an output element, summing
+        its row's entries in order, each product and sum rounded on its own (no fused multiply-add): scipy's
+        order and rounding for X @ B and X.T @ B, so each run gives the same bits."""
+        cp = self.cupy
+        dtype = cp.result_type(data.dtype, B.dtype)
+        B = cp.ascontiguousarray(B, dtype=dtype)
+        out = cp.empty((n, B.shape[1] if B.ndim == 2 else 1), dtype=dtype)
+        if out.size:
+            _rows_times_kernel(cp)(indptr, indices, data.astype(dtype, copy=False), B, out.shape[1], out)
+        return out if B.ndim == 2 else out[:, 0]
 
     def canonical_like_(self, compact, X):
         """compact is X with its columns renumbered in increasing order (model.compact_csr): canonical where X is
@@ -190,6 +195,42 @@ class CupyBackend(Backend):
         """(host, PCI bus id) of this process's GPU: two ranks with the same key share one GPU."""
         import socket
         return socket.gethostname(), self.cupy.cuda.Device(self.device).pci_bus_id
+
+
+def transpose_csr(xp, X):
+    """(indptr, indices, data) of X^T as CSR, each of its rows' entries in X's row order (the order in which
+    scipy's X.T @ D adds them), made by sorting a unique key (column, position), so the same every run."""
+    nnz = int(X.data.shape[0])
+    pos = xp.arange(nnz, dtype=xp.int64)
+    rows = xp.searchsorted(X.indptr.astype(xp.int64), pos, side="right") - 1
+    order = xp.argsort(X.indices.astype(xp.int64) * max(nnz, 1) + pos)
+    cols = X.indices[order].astype(xp.int64)
+    indptr = xp.searchsorted(cols, xp.arange(X.shape[1] + 1, dtype=xp.int64), side="left")
+    return indptr, rows[order], X.data[order]
+
+
+_ROWS_TIMES = None
+
+
+def _rows_times_kernel(cp):
+    """out[r, j] = sum over k in indptr[r]..indptr[r+1] of data[k] * B[indices[k], j], k in order."""
+    global _ROWS_TIMES
+    if _ROWS_TIMES is None:
+        _ROWS_TIMES = cp.ElementwiseKernel(
+            "raw I indptr, raw J idx, raw T data, raw T B, int64 m", "T out",
+            """
+            const long long r = i / m, j = i % m;
+            T s = 0;
+            for (long long k = indptr[r]; k < indptr[r + 1]; ++k)
+                s = add_rn(s, mul_rn(data[k], B[(long long) idx[k] * m + j]));
+            out = s;
+            """, "mpinn_rows_times", preamble="""
+            __device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+            __device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+            __device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
+            __device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
+            """)
+    return _ROWS_TIMES
 
 
 def canonical_csr(X):

@@ -283,6 +283,48 @@ def test_the_backends_products_equal_scipys(kind, dtype):
         close(b.sparse_t_matmul(dev, b.xp.asarray(D)), host.T @ D, dtype, "X^T @ D")
 
 
+def rows_times_on_the_host(indptr, indices, data, B):
+    """The GPU kernel's arithmetic (mpinn.backend._rows_times_kernel) written out in numpy, one output row at a
+    time, each entry's product then sum rounded in turn."""
+    out = np.zeros((len(indptr) - 1, B.shape[1]), np.result_type(data, B))
+    for r in range(len(indptr) - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            out[r] = out[r] + data[k] * B[indices[k]]
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_kernels_order_is_scipys_so_a_transposed_product_is_bitwise(dtype):
+    """transpose_csr orders X^T's rows by X's row (a unique sort key); summed in that order, as the GPU kernel
+    does, X @ W and X^T @ D equal scipy's to the bit, duplicates and unsorted rows included."""
+    from mpinn.backend import transpose_csr
+    rng = np.random.default_rng(3)
+    X = messy_csr(40, 70, rng, dtype)
+    W, D = rng.standard_normal((70, 5)).astype(dtype), rng.standard_normal((40, 5)).astype(dtype)
+    assert np.array_equal(rows_times_on_the_host(X.indptr, X.indices, X.data, W), X @ W)
+    indptr, rows, data = transpose_csr(np, X)
+    assert np.array_equal(rows_times_on_the_host(indptr, rows, data, D), X.T @ D)
+    assert np.array_equal(np.diff(indptr), np.bincount(X.indices, minlength=70))
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+def test_the_hashed_gradient_is_the_same_bits_every_run(kind):
+    """X^T @ D for a 1024-row batch of 20 Zipf ids a row (hot columns summing hundreds of rows), 20 times: the
+    same bits each time, as a resumed run needs. cuSPARSE's SpMM with op(A) transposed sums with atomics and
+    does not (its documentation; on the H200 a resumed run differed in the last bits)."""
+    from mpinn.backend import to_host
+    b = backend_of(kind)
+    rng = np.random.default_rng(7)
+    n, width = 1024, 20000
+    cols = np.minimum(rng.zipf(1.1, size=(n, 20)) - 1, width - 1)
+    X = sp.csr_matrix((np.ones(n * 20, np.float32), cols.ravel(), 20 * np.arange(n + 1)), shape=(n, width))
+    D = rng.standard_normal((n, 65)).astype(np.float32)
+    runs = [to_host(b.sparse_t_matmul(b.sparse.csr_matrix(X) if kind == "cupy" else X.copy(), b.xp.asarray(D)))
+            for _ in range(20)]
+    close(runs[0], X.T @ D, "float32", "X^T @ D")
+    assert all(np.array_equal(r, runs[0]) for r in runs[1:])
+
+
 @pytest.mark.gpu
 @needs_gpu
 def test_cupy_device_feed_matches_the_host_batches():

@@ -38,8 +38,9 @@ def test_train_predict_kill_and_resume_exactly(tmp_path, device, launcher):
     r = train(1, device, tmp_path, "--model-out", "ref.npz", "--metrics-out", "ref.json")
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
-    assert first.startswith("device: gpu 0 of " if device == "gpu" else "device: cpu"), first
-    if device == "gpu":
+    assert first.startswith("device: gpu 0 (" if device == "gpu" else "device: cpu"), first
+    if device == "gpu":        # device: gpu 0 (NVIDIA H200, cupy 14.2.0), gpu 0 of 1 (local rank 0 mod 1); ...
+        assert "gpu 0 of 1 (local rank 0 mod 1)" in first, first
         assert first.endswith("gradients stay on the GPU (one rank: nothing to exchange)"), first
     reported = json.load(open(tmp_path / "ref.json"))["valid"]
     p = run([sys.executable, "-m", "mpinn.predict", "--model", "ref.npz", "--metrics-out", "p.json"],
