@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 
 SCALINGS = ("none", "linear", "sqrt")
-DECAYS = ("none", "cosine", "step")
+DECAYS = ("none", "cosine", "step", "plateau")
+PLATEAU_FACTOR, PLATEAU_CUTS = 0.1, 2       # plateau: x0.1 for each epoch no better on held-out rows, twice at most
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,9 @@ class Schedule:
     target, as Goyal et al. do. After warm-up, the decay multiplies the target by a factor of the share
     s of the remaining steps done: cosine 0.5 (1 + cos(pi s)), from 1 down to 0 at the end of the run
     (Loshchilov and Hutter 2017, one cycle); step 1, then 0.1 from half-way and 0.01 from three
-    quarters (Goyal et al.'s schedule, in steps); none 1."""
+    quarters (Goyal et al.'s schedule, in steps); plateau 0.1 ** k, k the epochs so far whose held-out metric
+    was no better than the best (at most 2; the trainer counts them and passes k: as Keras's ReduceLROnPlateau
+    with no patience); none 1."""
     lr: float                   # the rate as given
     target: float               # after scaling with the global batch
     start: float                # the rate at step 0 of a warm-up
@@ -27,16 +30,22 @@ class Schedule:
     decay: str = "none"
     total_steps: int = 0        # the run's steps (the decay's span ends there)
 
+    def cuts(self, plateaus):
+        """Does the rate fall at the plateaus-th epoch no better than the best?"""
+        return self.decay == "plateau" and 1 <= plateaus <= PLATEAU_CUTS
+
     @property
     def constant(self):
         return not self.warmup_steps and self.decay == "none"
 
-    def __call__(self, step):
+    def __call__(self, step, plateaus=0):
         w = self.warmup_steps
         if step < w:
             return self.start + (self.target - self.start) * step / w
         if self.decay == "none":
             return self.target
+        if self.decay == "plateau":
+            return self.target * PLATEAU_FACTOR ** min(plateaus, PLATEAU_CUTS)
         s = min((step - w) / max(self.total_steps - w, 1), 1.0)
         if self.decay == "cosine":
             return self.target * 0.5 * (1.0 + math.cos(math.pi * s))

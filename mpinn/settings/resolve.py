@@ -59,13 +59,16 @@ def resolve(cfg, info, ranks):
         if info.has_valid and cfg.where("eval_every") != "given":
             batch = cfg.batch_per_rank * ranks if cfg.batch_per_rank else d.get("batch_size")
             d("eval_every", max(1, math.ceil(math.ceil(info.n_train / batch) / LOG_POINTS)))
-    for key in ("epochs", "lr_decay", "early_stop"):
+    for key in ("epochs", "early_stop"):
         if d.get(key) is None:
             d(key, defaults[key])
     if cfg.parallel == "tower" or not info.has_valid:    # nothing to pick the best epoch by
         if cfg.where("early_stop") != "given":
             d("early_stop", 0)
         d("keep", "last")
+    if d.get("lr_decay") is None:       # plateau counts epochs by the held-out metric: without it, none
+        plateau_ok = info.has_valid and cfg.parallel != "tower"
+        d("lr_decay", defaults["lr_decay"] if defaults["lr_decay"] != "plateau" or plateau_ok else "none")
     if cfg.stop_metric == "auto":
         d("stop_metric", METRIC_OF_TASK[task])
     target = ((info.meta.get("transform") or {}).get("target") or {})

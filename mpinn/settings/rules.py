@@ -239,6 +239,9 @@ def check_data(cfg, shapes):
     if cfg.table == "sharded" and not shapes["n_sparse"]:
         raise MpinnError("--table sharded splits the hashed block of the first layer: this model has no "
                          "hashed inputs", collective=True)
+    if cfg.lr_decay == "plateau" and cfg.where("lr_decay") == "given" and not shapes["has_valid"]:
+        raise MpinnError("--lr-decay plateau needs held-out rows: the data gave none (--valid FILE or --holdout > 0)",
+                         collective=True)
     if cfg.early_stop and cfg.where("early_stop") == "given" and not shapes["has_valid"]:
         raise MpinnError("--early-stop needs held-out rows: the data gave none (--valid FILE or --holdout > 0)",
                          collective=True)

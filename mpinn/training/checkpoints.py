@@ -52,7 +52,7 @@ def restore(trainer, arrays, header):
     header = comm.bcast_obj(header)
     trainer.stepper.restore_(arrays, header.get("path"))   # a sharded table: each rank takes its rows
     pos = header["position"]
-    trainer.best = pos.get("best")
+    trainer.best, trainer.plateaus = pos.get("best"), pos.get("plateaus", 0)
     if comm.bcast_obj("best_params" in arrays if comm.rank == 0 else None):
         trainer.best_params = trainer.stepper.restore_whole(arrays["best_params"] if comm.rank == 0 else None)
     trainer.epoch, trainer.next_step, trainer.global_step = pos["epoch"], pos["next_step"], pos["global_step"]

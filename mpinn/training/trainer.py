@@ -75,6 +75,7 @@ class Trainer:
         self.epoch, self.next_step, self.global_step = 1, 0, 0
         self.loss_sum, self.loss_n = 0.0, 0
         self.skipped, self.bad_streak = 0, 0
+        self.plateaus = 0             # epoch ends no better than the best so far (--lr-decay plateau cuts the rate)
         self.checkpoints = None       # mpinn.training.checkpoints.Checkpoints: where they go (None: nowhere)
 
     @property
@@ -91,7 +92,7 @@ class Trainer:
         return {"epoch": self.epoch, "next_step": self.next_step, "global_step": self.global_step,
                 "samples": self.samples, "loss_sum": self.loss_sum, "loss_n": self.loss_n,
                 "skipped": self.skipped, "bad_streak": self.bad_streak, "history": self.history, "best": self.best,
-                "seed": self.seed, "batch_size": self.batch_size}
+                "plateaus": self.plateaus, "seed": self.seed, "batch_size": self.batch_size}
 
     @property
     def shared_params(self):
@@ -135,7 +136,8 @@ class Trainer:
         """The step once this rank has its rows (the strategy's). Returns (mean loss, ok); ok is False
         when the step was skipped for a non-finite loss or gradient on some rank (every rank reaches
         the same verdict)."""
-        loss, ok = self.stepper(local, n_global, self.global_step + 1, self.schedule(self.global_step))
+        rate = self.schedule(self.global_step, self.plateaus)
+        loss, ok = self.stepper(local, n_global, self.global_step + 1, rate)
         self.samples += n_global
         return loss, ok
 
@@ -224,6 +226,9 @@ class Trainer:
                 self.log("epoch %d/%d  train loss %.4f  valid: %s  (%.1f s)" % (
                     epoch, epochs, record["train_loss"],
                     format_metrics(record.get("valid", {})) or "-", record["seconds"]))
+                if self.best and self.best["bad_epochs"] and self.schedule.cuts(self.plateaus):
+                    self.log("  no better held-out %s: the rate is now %g (--lr-decay plateau)" % (
+                        self.stop_metric, self.schedule(self.global_step, self.plateaus)))
             if self.on_epoch is not None:
                 self.on_epoch(record)
             if self.checkpoints is not None:
@@ -290,6 +295,7 @@ class Trainer:
             return
         elif self.best is not None:
             self.best["bad_epochs"] += 1
+            self.plateaus += 1
         else:       # no finite metric yet: the first epoch stands in
             self.best = {"epoch": record["epoch"], "value": float("nan"), "bad_epochs": 1, "at": "epoch"}
             if self.keep_best:
