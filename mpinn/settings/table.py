@@ -310,8 +310,8 @@ class RunConfig:
                                   metavar="FILE")
     eval_every: int = option(0, "output", "also evaluate the held-out rows every N steps inside each epoch (0: at "
                              "epoch ends only): a line each, and a row in --curve with the step, the rows seen and "
-                             "the seconds since the start (how a one-pass click log is watched; a log's default: an "
-                             "eighth of its one epoch); --keep best may keep such a point, early stop counts epoch "
+                             "the seconds since the start (how a one-pass click log is watched; a log's default: a "
+                             "quarter of its one epoch); --keep best may keep such a point, early stop counts epoch "
                              "ends only", resume=True, type=nonneg_int, metavar="N")
     plot: Optional[str] = option(None, "output", "at the end, plot the loss and metric curves to PNG (needs "
                                  "matplotlib: pip install 'mpinn[plot]')", resume=True, metavar="PNG")

@@ -1,5 +1,5 @@
 """A log's defaults (issue 37, item 3), through the CLI: the embedded click log (hashed, 108,000 training rows) is
-one pass with 8 held-out checks inside it, said on the config line; with --keep best (the default) the kept
+one pass with 4 held-out checks in it (3 inside, and the end), said on the config line; with --keep best (the default) the kept
 parameters are those of the best evaluation, a point inside an epoch included, and predict's held-out metrics are
 that point's, as the curve file recorded them."""
 import json
@@ -12,13 +12,13 @@ from conftest import mpirun, run
 
 
 @pytest.mark.mpi
-def test_a_log_is_one_pass_checked_eight_times(tmp_path, launcher):
+def test_a_log_is_one_pass_checked_four_times(tmp_path, launcher):
     r = mpirun(2, ["-m", "mpinn.train", "--default-rows", "120000", "--no-progress", "--hidden", "16",
                    "--model-out", str(tmp_path / "m.npz")], timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     config = next(line for line in r.stdout.splitlines() if line.startswith("config:"))
-    assert "--epochs 1" in config.split("chosen from the data")[1] and "--eval-every 53" in config   # 422 steps of 256
-    assert len([line for line in r.stdout.splitlines() if line.startswith("step ")]) == 7       # + the epoch's end
+    assert "--epochs 1" in config.split("chosen from the data")[1] and "--eval-every 106" in config   # 422 steps of 256
+    assert len([line for line in r.stdout.splitlines() if line.startswith("step ")]) == 3       # + the epoch's end
     assert "epoch 1/1" in r.stdout
 
 
