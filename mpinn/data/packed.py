@@ -158,14 +158,13 @@ class _PackedFile:
             self.mm.madvise(mmap.MADV_DONTNEED)
 
 
-class _SparseColumns:
-    """Stands for a packed file's CSR input where code asks only its shape or entry count
-    (.shape, .nnz, .getnnz()); [rows] returns those rows as a scipy CSR matrix."""
+class Columns:
+    """Stands for a packed dataset's CSR or dense input where code asks only its shape, dtype or entry count
+    (.shape, .nnz, .getnnz()); [rows] reads those rows: a scipy CSR matrix, or a dense array in memory.
+    PackedDataset and the multi-part dataset (mpinn.data.parts) hand these out."""
 
-    def __init__(self, data):
-        self._data = data
-        self.shape = (len(data), data._file.n_columns)
-        self.dtype = np.dtype(np.float32)
+    def __init__(self, data, width, dtype, sparse):
+        self._data, self.shape, self.dtype, self._sparse = data, (len(data), width), np.dtype(dtype), sparse
 
     @property
     def nnz(self):
@@ -175,19 +174,8 @@ class _SparseColumns:
         return self.nnz
 
     def __getitem__(self, rows):
-        return self._data.take(rows).Xs
-
-
-class _DenseColumns:
-    """Stands for a packed file's dense input (.shape, .dtype); [rows] returns those rows in memory."""
-
-    def __init__(self, data):
-        self._data = data
-        self.shape = (len(data), data.n_dense)
-        self.dtype = np.dtype(np.float64)
-
-    def __getitem__(self, rows):
-        return self._data.take(rows).Xd
+        b = self._data.take(rows)
+        return b.Xs if self._sparse else b.Xd
 
 
 def _as_range(rows):
@@ -233,11 +221,11 @@ class PackedDataset(Rows):
 
     @property
     def Xs(self):
-        return _SparseColumns(self) if self._file.n_columns else None
+        return Columns(self, self._file.n_columns, np.float32, True) if self._file.n_columns else None
 
     @property
     def Xd(self):
-        return _DenseColumns(self) if self._file.n_dense else None
+        return Columns(self, self._file.n_dense, np.float64, False) if self._file.n_dense else None
 
     @property
     def y(self):

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from mpinn.config import MpinnError
 from mpinn.data.base import Rows
-from mpinn.data.packed import PackedDataset, check_packed
+from mpinn.data.packed import Columns, PackedDataset, check_packed
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -83,24 +83,6 @@ def open_part(path, entry, manifest):
     return p
 
 
-class _Columns:
-    """Stands for the dataset's sparse or dense input where code asks its shape (and nnz); [rows] reads them."""
-
-    def __init__(self, data, width, dtype, sparse):
-        self._data, self.shape, self.dtype, self._sparse = data, (len(data), width), np.dtype(dtype), sparse
-
-    @property
-    def nnz(self):
-        return self._data._nnz()
-
-    def getnnz(self):
-        return self.nnz
-
-    def __getitem__(self, rows):
-        b = self._data.take(rows)
-        return b.Xs if self._sparse else b.Xd
-
-
 class PartsDataset(Rows):
     """The rows of a multi-part dataset's parts (PackedDataset each) as one: global row i is row i - starts[k]
     of part k. The same interface as PackedDataset (take, subset, split, y, dense_rows, ...): subset() gives
@@ -127,11 +109,11 @@ class PartsDataset(Rows):
 
     @property
     def Xs(self):
-        return _Columns(self, self.n_sparse, np.float32, True) if self.n_sparse else None
+        return Columns(self, self.n_sparse, np.float32, True) if self.n_sparse else None
 
     @property
     def Xd(self):
-        return _Columns(self, self.raw_dense, np.float64, False) if self.raw_dense else None
+        return Columns(self, self.raw_dense, np.float64, False) if self.raw_dense else None
 
     @property
     def y(self):
