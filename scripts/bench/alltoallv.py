@@ -25,7 +25,7 @@ import sys
 import time
 
 from scripts import RESULTS, ROOT
-from scripts.bench.common import timed_on_all_ranks
+from scripts.bench.common import mpiexec, timed_on_all_ranks
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -87,11 +87,6 @@ def slope(table):
     pts = [(int(k), v) for k, v in table.items()]
     mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
     return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-
-
-def mpiexec():
-    d = os.path.dirname(sys.executable)
-    return os.path.join(d, "mpiexec") if os.path.exists(os.path.join(d, "mpiexec")) else "mpiexec"
 
 
 def main():

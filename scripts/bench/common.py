@@ -1,12 +1,19 @@
-"""What the benchmark scripts share: timing a collective on every rank, and printing a Markdown table
-then writing it with its records as JSON under scripts/results/NAME-DATE.json."""
+"""What the benchmark scripts share: the MPI launcher, timing a collective on every rank, and printing a Markdown
+table then writing it with its records as JSON under scripts/results/NAME-DATE.json."""
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
 
 from scripts import RESULTS
+
+
+def mpiexec():
+    """The launcher beside this Python (the mpich wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec") or "mpiexec"
 
 
 def timed_on_all_ranks(comm, fn, reps):

@@ -23,13 +23,14 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from scripts.bench.common import mpiexec
 
 PARTS = ("workloads", "shared", "crossover", "auc")
 DEVICE = "gpu"          # what the GPU side runs with (tests/entry/test_bench_gpu.py points it at the CPU to rehearse)
@@ -41,16 +42,11 @@ def say(msg):
     print("bench_gpu: " + msg, file=sys.stderr, flush=True)
 
 
-def launcher():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")      # the mpich wheel's, else PATH's
-    return here if os.path.exists(here) else shutil.which("mpiexec") or "mpirun"
-
-
 def bench(workload, device, ranks, timeout):
     """One python -m mpinn.bench run's record (the peers' format), or {"error": ...}."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.jsonl")
-        cmd = [launcher(), "-n", str(ranks), sys.executable, "-m", "mpinn.bench", "--workload", workload,
+        cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpinn.bench", "--workload", workload,
                "--device", device, "--timing-steps", "0", "--out", out]
         say(" ".join(cmd[3:]))
         try:

@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from scripts import RESULTS
+from scripts.bench.common import mpiexec
 
 TRAIN = ["--hidden", "800", "--epochs", "10"]
 SETTINGS = {"defaults": [], "cosine": ["--lr-decay", "cosine"]}
@@ -49,11 +50,6 @@ def digits():
     is_test = np.zeros(len(y), bool)
     is_test[test] = True
     return X[~is_test], y[~is_test], X[is_test], y[is_test]
-
-
-def mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else "mpiexec"
 
 
 def run_mpinn(name, data, work, np_, setting):

@@ -51,6 +51,7 @@ import time
 import numpy as np
 
 from scripts import RESULTS
+from scripts.bench.common import mpiexec
 from scripts.bench.real_sets import SETS, columns_of, ensure
 
 # settings tried besides the defaults (options of python -m mpinn.train)
@@ -59,11 +60,6 @@ SETTINGS = [["--optimizer", "adam"], ["--optimizer", "adagrad", "--lr", "0.05"],
 
 
 # ---------------------------------------------------------------- mpinn, under mpiexec
-def mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else "mpiexec"
-
-
 def run_mpinn(name, spec, work, extra, tag, np_=2, label_only=False):
     """Train at np 2 on the training file with the label and the column kinds (label_only: the label and the
     positive class, nothing on the columns), predict the test file; the test and held-out metrics."""

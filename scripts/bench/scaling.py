@@ -27,7 +27,7 @@ import sys
 import time
 
 from scripts import RESULTS, ROOT
-from scripts.bench.common import timed_on_all_ranks
+from scripts.bench.common import mpiexec, timed_on_all_ranks
 
 CORES = os.cpu_count() or 1
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -179,11 +179,6 @@ def roofline(wl, P, kernels, comm_probe):
 
 
 # ---------------------------------------------------------------- driver
-def mpiexec():
-    d = os.path.dirname(sys.executable)
-    return os.path.join(d, "mpiexec") if os.path.exists(os.path.join(d, "mpiexec")) else "mpiexec"
-
-
 def busy_cores(seconds=1.0):
     """Machine-wide busy cores over `seconds` while this process sleeps (/proc/stat)."""
     def busy():

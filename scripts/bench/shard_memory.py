@@ -22,7 +22,7 @@ import sys
 import time
 
 from scripts import ROOT
-from scripts.bench.common import print_and_save
+from scripts.bench.common import mpiexec, print_and_save
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -92,11 +92,6 @@ def probe(args):
     if comm.rank == 0:
         with open(args.probe, "w") as f:
             json.dump({"ranks": recs, "seconds": seconds}, f)
-
-
-def mpiexec():
-    d = os.path.dirname(sys.executable)
-    return os.path.join(d, "mpiexec") if os.path.exists(os.path.join(d, "mpiexec")) else "mpiexec"
 
 
 def main():

@@ -20,8 +20,7 @@ import subprocess
 import sys
 import time
 
-from scripts.bench.common import print_and_save, w4_day_files
-from scripts.bench.larger_than_memory.runs import mpiexec
+from scripts.bench.common import mpiexec, print_and_save, w4_day_files
 
 TEST_START = 40_000_000         # the test rows: this far into the log, after any training set here
 

@@ -2,11 +2,11 @@
 from /proc; and the verdict on two runs' models (bit for bit)."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
+from scripts.bench.common import mpiexec
 from scripts.bench.larger_than_memory.cgroup import kill, read
 
 # Each rank runs mpinn.train in this wrapper, in the same process: at exit it writes its peak resident set
@@ -52,11 +52,6 @@ def cached_share(path):
     size = sum(os.path.getsize(f) for f in files)
     return sum(resident_bytes(np.memmap(f, dtype=np.uint8, mode="r")) for f in files if os.path.getsize(f)) / size \
         if size else 0.0
-
-
-def mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else shutil.which("mpiexec") or "mpiexec"
 
 
 def _job(run_dir):
