@@ -203,9 +203,9 @@ def transpose_csr(xp, X):
     nnz = int(X.data.shape[0])
     pos = xp.arange(nnz, dtype=xp.int64)
     rows = xp.searchsorted(X.indptr.astype(xp.int64), pos, side="right") - 1
-    order = xp.argsort(X.indices.astype(xp.int64) * max(nnz, 1) + pos)
-    cols = X.indices[order].astype(xp.int64)
-    indptr = xp.searchsorted(cols, xp.arange(X.shape[1] + 1, dtype=xp.int64), side="left")
+    cols = X.indices.astype(xp.int64)
+    order = xp.argsort(cols * max(nnz, 1) + pos)
+    indptr = xp.searchsorted(cols[order], xp.arange(X.shape[1] + 1, dtype=xp.int64), side="left")
     return indptr, rows[order], X.data[order]
 
 

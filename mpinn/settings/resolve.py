@@ -67,8 +67,8 @@ def resolve(cfg, info, ranks):
             d("early_stop", 0)
         d("keep", "last")
     if d.get("lr_decay") is None:       # plateau counts epochs by the held-out metric: without it, none
-        plateau_ok = info.has_valid and cfg.parallel != "tower"
-        d("lr_decay", defaults["lr_decay"] if defaults["lr_decay"] != "plateau" or plateau_ok else "none")
+        counted = info.has_valid and cfg.parallel != "tower"
+        d("lr_decay", "none" if defaults["lr_decay"] == "plateau" and not counted else defaults["lr_decay"])
     if cfg.stop_metric == "auto":
         d("stop_metric", METRIC_OF_TASK[task])
     target = ((info.meta.get("transform") or {}).get("target") or {})
