@@ -99,6 +99,7 @@ class StopSignals:
     def __init__(self):
         self.signal, self._previous, self._wakeup = 0, {}, None
         self.agreed, self._at, self._due = False, None, None     # _due: None until the training loop begins
+        self._took, self._began = {}, None                        # expect(): seconds each kind of work took
         self._lock = threading.Lock()
 
     def install(self):
@@ -135,6 +136,21 @@ class StopSignals:
     def beat(self, allow):
         """The trainer is at a boundary; its next agreement on a stop comes within `allow` seconds."""
         self._due = time.monotonic() + allow
+
+    def expect(self, kind, first, cap):
+        """The trainer begins work of a kind ("evaluation", "epoch end") before its next agreement. It is
+        allowed twice what that work took the last time plus 2 s, or `first` seconds the first time; never
+        more than cap (the step deadline). Not the deadline itself: a peer killed while this rank scores the
+        held-out rows would otherwise keep it waiting 300 s after Slurm's SIGTERM, past Slurm's SIGKILL."""
+        took = self._took.get(kind)
+        self._began = (kind, time.monotonic())
+        self.beat(min(cap, first if took is None else 2 * took + 2.0))
+
+    def done(self):
+        """The work expect() announced is over: its time is what the next of its kind is allowed from."""
+        if self._began is not None:
+            kind, t = self._began
+            self._took[kind], self._began = time.monotonic() - t, None
 
     def _watch(self):
         while not self.agreed:

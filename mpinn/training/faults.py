@@ -13,9 +13,11 @@ class Faults:
     failure paths are tested for real. Spec: kind:rank:step[+], comma-separated; kind is nan
     (poison this rank's gradient), huge (the largest finite gradient value, which overflows a
     16-bit cast: --compress), hang (sleep for an hour), kill (SIGKILL itself), raise, or slow (sleep
-    0.1 s: a run slow enough to be signalled mid-epoch); a trailing + repeats it on every later step."""
+    0.1 s: a run slow enough to be signalled mid-epoch); a trailing + repeats it on every later step.
+    evalhang:rank:step sleeps for an hour in the first held-out evaluation after that step (a peer lost
+    while the others score the held-out rows)."""
 
-    KINDS = ("nan", "huge", "hang", "kill", "raise", "slow")
+    KINDS = ("nan", "huge", "hang", "kill", "raise", "slow", "evalhang")
 
     def __init__(self, spec="", rank=0):
         self.rules = []
@@ -47,3 +49,8 @@ class Faults:
                     raise RuntimeError("injected failure at step %d" % step)
                 elif kind == "slow":
                     time.sleep(0.1)
+
+    def fire_evaluation(self, step):
+        for kind, _, at, _ in self.rules:
+            if kind == "evalhang" and step >= at:
+                time.sleep(3600)

@@ -213,7 +213,8 @@ class Trainer:
             record = self.record(epoch, t_epoch, "epoch")
             self.watchdog.arm("evaluation after epoch %d" % epoch)
             if self.stop is not None:   # evaluation and the epoch's checkpoint come before the next agreement
-                self.stop.beat(step_timeout)
+                self.stop.expect("epoch end", step_timeout if self.checkpoints is not None      # not yet timed
+                                 else 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
             if has_valid:
                 record["valid"] = self.evaluate(valid)
             self.watchdog.disarm()
@@ -233,6 +234,8 @@ class Trainer:
                 self.on_epoch(record)
             if self.checkpoints is not None:
                 self.checkpoints.save(self, "epoch")
+            if self.stop is not None:
+                self.stop.done()
             if self.epoch <= epochs and not self.stopping:
                 stop_if_asked(self, epoch, at_epoch_end=True)
             if self.stopping:
@@ -261,8 +264,8 @@ class Trainer:
         self.settle_()
         record = self.record(epoch, t_epoch, "step")
         self.watchdog.arm("evaluation at step %d" % self.global_step)
-        if self.stop is not None:
-            self.stop.beat(step_timeout)
+        if self.stop is not None:       # the first time: scoring costs less than the training since the epoch began
+            self.stop.expect("evaluation", 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
         record["valid"] = self.evaluate(valid)
         self.watchdog.disarm()
         if self.rank0:
@@ -272,6 +275,8 @@ class Trainer:
             self.track_best(record, point=True)
         if self.on_eval is not None:
             self.on_eval(record)
+        if self.stop is not None:
+            self.stop.done()
 
     # ---------------------------------------------------------------- the best epoch
     @property
@@ -322,6 +327,7 @@ class Trainer:
         """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only. Its seconds add to
         eval_seconds."""
         t0 = time.perf_counter()
+        self.stepper.faults.fire_evaluation(self.global_step)
         if not self.towers:
             out = evaluate(self.model, self.comm, self.layout, data, chunk, predict=self.stepper.predict)
             if "rmse" in out:

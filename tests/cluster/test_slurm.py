@@ -181,7 +181,10 @@ def _srun_long(cluster, tmp_path, name, extra=(), srun_opts=("--kill-on-bad-exit
 def _gone_within(cluster, job, limit_s):
     """Seconds until srun exits and no rank is left on any node (at most limit_s + a margin to report)."""
     t = time.monotonic()
-    rc = job.wait(limit_s + 20)
+    try:
+        rc = job.wait(limit_s + 20)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("srun still running %d s later; the daemons' logs:\n%s" % (limit_s + 20, cluster.log_tails()))
     while ranks_left(cluster) and time.monotonic() - t < limit_s + 20:
         time.sleep(0.05)
     return rc, time.monotonic() - t

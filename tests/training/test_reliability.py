@@ -118,6 +118,35 @@ def test_a_signal_to_the_launcher_checkpoints_stops_and_resumes_exactly(tmp_path
 
 
 @pytest.mark.mpi
+def test_a_signal_while_a_peer_is_lost_in_the_evaluation_ends_the_job_in_seconds(tmp_path):
+    """What `srun --kill-on-bad-exit` leaves when a rank dies while the others score the held-out rows: the
+    survivors wait inside the evaluation's collective and get SIGTERM. They cannot agree to stop, so they abort
+    after the time the epoch's end may take (twice the epoch's training, plus 2 s, the first time) and the
+    grace, not after the step deadline (60 s here, 300 s by default: past Slurm's SIGKILL after 30 s)."""
+    cmd = [mpiexec_path(), "-n", "2", sys.executable] + BASE + [
+        "--epochs", "5", "--step-timeout", "60", "--model-out", str(tmp_path / "never.npz")]
+    env = dict(os.environ, MPINN_FAULT="evalhang:1:1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                         start_new_session=True)
+    try:
+        while "model:" not in p.stdout.readline():
+            assert p.poll() is None, p.stderr.read()
+        time.sleep(1.5)                     # the first epoch's 22 steps are done: rank 1 hangs, rank 0 waits for it
+        t = time.monotonic()
+        os.kill(p.pid, signal.SIGTERM)      # mpiexec passes it to both ranks
+        out, err = p.communicate(timeout=40)
+        took = time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode not in (0, STOPPED_EXIT), (p.returncode, err[-2000:])
+    assert "SIGTERM arrived, and the ranks did not agree to stop" in err, err[-2000:]
+    assert took < 15, took
+    assert not (tmp_path / "never.npz").exists()
+
+
+@pytest.mark.mpi
 def test_a_fresh_run_does_not_take_over_another_runs_checkpoints(tmp_path, launcher):
     """Run B in run A's checkpoint directory is refused before it reads anything (its pruning would delete
     A's files, and a later --resume would pick them up); --resume continues A; --overwrite-checkpoints
