@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from mpinn.config import MpinnError
+from mpinn.data.stream import STREAM_FROM
 from mpinn.outputs import written_whole
 from mpinn.settings import messages
 
@@ -29,6 +30,12 @@ def build_parser():
                         "trained on the embedded click log: its held-out rows. The label column is optional")
     p.add_argument("--out", metavar="FILE", help="write the predictions here (CSV: one row per input row, see below)")
     p.add_argument("--metrics-out", metavar="FILE", help="write the metrics as JSON here")
+    p.add_argument("--stream", choices=("auto", "on", "off"), default="auto",
+                   help="read table files (CSV, Parquet, click-log text; several read as one) a chunk at a time and "
+                        "write each chunk's predictions as they come, so memory holds a chunk and not the data (but a "
+                        "binary model's AUC, which ranks every row's score: about 50 bytes a row at its peak, at "
+                        "the end); auto: for more than "
+                        "%s rows (estimated from the files' sizes) (default auto)" % format(STREAM_FROM, ","))
     p.add_argument("--id", metavar="COLUMN", help="begin each output row with the data's column COLUMN (a CSV or "
                                                   "Parquet file's: a user or request id), or with `row`, where the "
                                                   "data has no column of that name, the row's number from 1")
@@ -96,14 +103,11 @@ def _read_for_model(meta, path):
     return data
 
 
-def predict_file(model_path, data=None):
-    """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
-    None for a model trained on the embedded data: its held-out rows). Metrics need labels."""
+def load_checked(model_path):
+    """(model, towers, meta) of a model file, checked: its task, classes and parameters fit its header. towers:
+    one parameter vector a replica (tower mode keeps every one)."""
     from mpinn.checkpoint import load_model
-    from mpinn.data import Rows
-    from mpinn.metrics import compute_metrics
-    from mpinn.model import MLP, predict_rows
-    from mpinn.training.towers import mix
+    from mpinn.model import MLP
     params, spec, meta = load_model(model_path)
     if meta.get("task") not in ("binary", "multiclass", "regression"):
         from mpinn import __version__
@@ -121,12 +125,13 @@ def predict_file(model_path, data=None):
     if towers.shape[1] != spec.n_params:        # checked before the model is allocated from the header's sizes
         raise MpinnError("%s: %d parameters stored, the architecture in its header needs %d"
                          % (model_path, towers.shape[1], spec.n_params))
-    model = MLP(spec)
-    rows = data if isinstance(data, Rows) else load_for_model(meta, data)
-    if isinstance(data, Rows):
-        if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
-            rows = _relabel(rows, meta)
-        use_transform(rows, meta, "the data")
+    return MLP(spec), towers, meta
+
+
+def predict_with(model, towers, meta, rows):
+    """The predictions for every row of `rows` (read for the model: its transform set), in the label's units."""
+    from mpinn.model import predict_rows
+    from mpinn.training.towers import mix
     preds = []
     for p in towers:            # tower mode keeps every replica: mix their predictions
         model.params[...] = p
@@ -134,10 +139,70 @@ def predict_file(model_path, data=None):
     pred = preds[0] if len(preds) == 1 else mix(preds, meta.get("towers", {}).get("weights"))
     if rows.transform is not None:
         pred = rows.transform.unscale_target(pred)      # regression: back in the label's units
+    return pred
+
+
+def predict_file(model_path, data=None):
+    """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
+    None for a model trained on the embedded data: its held-out rows). Metrics need labels."""
+    from mpinn.data import Rows
+    from mpinn.metrics import compute_metrics
+    model, towers, meta = load_checked(model_path)
+    rows = data if isinstance(data, Rows) else load_for_model(meta, data)
+    if isinstance(data, Rows):
+        if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
+            rows = _relabel(rows, meta)
+        use_transform(rows, meta, "the data")
+    pred = predict_with(model, towers, meta, rows)
     metrics = {"n": len(rows)}
     if rows.meta.get("has_label", True):
         metrics = compute_metrics(meta["task"], rows.y, pred)
     return pred, metrics, meta, rows
+
+
+def streamed_files(choice, meta, path):
+    """(paths, formats) when `path`'s rows are predicted a chunk at a time (--stream), else None."""
+    from mpinn.data import data_format, files
+    from mpinn.data.stream import estimate_rows
+    if choice == "off" or path is None or meta.get("source") not in ("csv", "default", "parquet", "criteo"):
+        why = None if choice == "off" or path is None else "the model was trained on arrays, read whole"
+    else:
+        paths = files.expand(path) if files.is_many(path) else [path]
+        formats = [data_format(p, "criteo" if meta.get("source") == "criteo" else None) for p in paths]
+        odd = next((p for p, f in zip(paths, formats) if f not in ("csv", "parquet", "criteo")), None)
+        why = "%s is not a table file (CSV, Parquet, click-log text)" % odd if odd else None
+        if not why and (choice == "on" or estimate_rows(paths, formats) > STREAM_FROM):
+            return paths, formats
+    if choice == "on":
+        raise MpinnError(messages.predict_cannot_stream(why or "no data file given"))
+    return None
+
+
+def predict_stream(model, towers, meta, paths, formats, block=65536):
+    """(predictions, rows) of the files' rows in turn, read as the model's training data was, a block of `block`
+    rows at a time: predict_rows's blocks, so that every product has the shape it has when the files are read
+    whole, and the predictions the same bits."""
+    from mpinn.data.stream import _concat
+    from mpinn.data import DataSpec, HashSpec
+    from mpinn.data.many import chunks_of
+    spec = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False,
+                    categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
+                    label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
+    def blocks():
+        have, n = [], 0
+        for rows in chunks_of(paths, formats, spec, HashSpec().using(meta.get("hashing")), chunk_rows=block):
+            have.append(rows)
+            n += len(rows)
+            if n >= block:
+                whole, cut = _concat(have, rows.meta), n - n % block
+                for at in range(0, cut, block):
+                    yield whole.subset(slice(at, at + block))
+                have, n = ([whole.subset(slice(cut, n))] if n > cut else []), n - cut
+        if n:
+            yield _concat(have, have[0].meta)
+    for rows in blocks():
+        use_transform(rows, meta, paths[0])
+        yield predict_with(model, towers, meta, rows), rows
 
 
 def _relabel(rows, meta):
@@ -163,21 +228,71 @@ def run(args):
     if args.id and not args.out:
         raise MpinnError(messages.predict_id_needs_out())
     ids = row_ids(args.id, args.data) if args.id else None
-    pred, metrics, meta, data = predict_file(args.model, args.data)
-    if ids is not None and len(ids) != len(data):
-        raise MpinnError("%s: %d values in column %r for %d rows read" % (args.data, len(ids), args.id, len(data)))
-    if data.meta.get("has_label", True):
-        print("%d rows: %s" % (len(data), format_metrics(metrics)), flush=True)
+    model, towers, meta = load_checked(args.model)
+    streamed = streamed_files(args.stream, meta, args.data)
+    if streamed:
+        n, metrics, has_label = run_stream(args, model, towers, meta, streamed, ids)
     else:
-        print("%d rows (no labels: no metrics)" % len(data), flush=True)
+        pred, metrics, meta, data = predict_file(args.model, args.data)
+        n, has_label = len(data), data.meta.get("has_label", True)
+        if ids is not None and len(ids) != n:
+            raise MpinnError("%s: %d values in column %r for %d rows read" % (args.data, len(ids), args.id, n))
+        if args.out:
+            with written_whole(args.out, "the predictions") as f:
+                out = Predictions(f, meta, args.id)
+                out.write(pred, ids)
+    if has_label:
+        print("%d rows: %s" % (n, format_metrics(metrics)), flush=True)
+    else:
+        print("%d rows (no labels: no metrics)" % n, flush=True)
     if args.out:
-        write_predictions(args.out, meta, pred, ids if ids is not None or not args.id else range(1, len(data) + 1),
-                          args.id)
         print("predictions written to %s" % args.out)
+    if streamed:
+        import resource
+        print("streamed a block of 65536 rows at a time; peak memory (RSS) %.0f MiB"
+              % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), flush=True)
     if args.metrics_out:
         with written_whole(args.metrics_out, "the metrics") as f:
             json.dump(metrics, f, indent=1)
     return 0
+
+
+def run_stream(args, model, towers, meta, streamed, ids):
+    """Predict the files a block at a time, each block's rows written as they come (to a temporary file, in
+    place at the end: an error leaves nothing). The metrics are sums over the blocks, but for a binary model's
+    AUC, which ranks every row: its scores and labels are kept (9 bytes a row) and ranked at the end. Returns (rows, metrics, whether
+    the data had labels)."""
+    from contextlib import nullcontext
+    from mpinn.data.files import describe
+    from mpinn.data.progress import reading
+    from mpinn.metrics import auc, metric_sums, metrics_from_sums
+    paths, formats = streamed
+    task = meta["task"]
+    k = len(meta["classes"]) if task == "multiclass" else 2
+    sums, scores, labels, n, has_label = 0, [], [], 0, True
+    with reading(describe(paths)), (written_whole(args.out, "the predictions") if args.out else nullcontext()) as f:
+        out = Predictions(f, meta, args.id) if f is not None else None
+        for pred, rows in predict_stream(model, towers, meta, paths, formats):
+            if ids is not None and len(ids) < n + len(rows):
+                raise MpinnError("%s: %d values in column %r for more rows" % (args.data, len(ids), args.id))
+            if out is not None:
+                out.write(pred, ids[n:n + len(rows)] if ids is not None else None, first=n + 1)
+            has_label = rows.meta.get("has_label", True)
+            if has_label:
+                sums = sums + metric_sums(task, rows.y, pred, k)
+                if task == "binary":
+                    keep = np.isfinite(pred)
+                    scores.append(pred[keep])
+                    labels.append(rows.y[keep] > 0.5)
+            n += len(rows)
+        if ids is not None and len(ids) != n:
+            raise MpinnError("%s: %d values in column %r for %d rows read" % (args.data, len(ids), args.id, n))
+        if n == 0:
+            raise MpinnError("%s: no rows" % describe(paths))
+    if not has_label:
+        return n, {"n": n}, False
+    value = auc(np.concatenate(labels), np.concatenate(scores)) if task == "binary" else None
+    return n, metrics_from_sums(task, sums, k, value), True
 
 
 def row_ids(name, path):
@@ -202,22 +317,36 @@ def _csv_cell(v):
     return '"%s"' % s.replace('"', '""') if any(c in s for c in ',"\r\n') else s
 
 
-def write_predictions(path, meta, pred, ids=None, id_name="row"):
-    """The predictions as CSV: [the id,] the predicted class (or value), the class probabilities."""
-    classes = meta.get("classes")
-    first = "" if ids is None else _csv_cell(id_name) + ","
-    lead = (lambda i: "") if ids is None else (lambda i: _csv_cell(ids[i]) + ",")
-    with written_whole(path, "the predictions") as f:
-        if meta["task"] == "multiclass":
-            f.write(first + "prediction," + ",".join("p_%s" % c for c in classes) + "\n")
+class Predictions:
+    """The predictions as CSV, written a chunk at a time: [the id,] the predicted class (or value), the class
+    probabilities. id_name: the --id column (None: no id; `row` with no such column: the rows numbered from 1)."""
+
+    def __init__(self, f, meta, id_name=None):
+        self.f, self.task, self.classes, self.id_name = f, meta["task"], meta.get("classes"), id_name
+        first = "" if id_name is None else _csv_cell(id_name) + ","
+        if self.task == "multiclass":
+            f.write(first + "prediction," + ",".join("p_%s" % c for c in self.classes) + "\n")
+        elif self.task == "binary":
+            f.write(first + "prediction,p_%s\n" % self.classes[1])
+        else:
+            f.write(first + "prediction\n")
+
+    def write(self, pred, ids=None, first=1):
+        """pred's rows; ids: their --id values (None with --id: numbered from `first`)."""
+        f, classes = self.f, self.classes
+        if self.id_name is None:
+            lead = lambda i: ""                                         # noqa: E731
+        elif ids is None:
+            lead = lambda i: "%d," % (first + i)                        # noqa: E731
+        else:
+            lead = lambda i: _csv_cell(ids[i]) + ","                    # noqa: E731
+        if self.task == "multiclass":
             for i, row in enumerate(pred):
                 f.write("%s%s,%s\n" % (lead(i), classes[int(np.argmax(row))], ",".join("%.6g" % v for v in row)))
-        elif meta["task"] == "binary":
-            f.write(first + "prediction,p_%s\n" % classes[1])
+        elif self.task == "binary":
             for i, p in enumerate(pred):
                 f.write("%s%s,%.6g\n" % (lead(i), classes[int(p > 0.5)], p))
         else:
-            f.write(first + "prediction\n")
             for i, v in enumerate(pred):
                 f.write("%s%.8g\n" % (lead(i), v))
 

@@ -81,3 +81,30 @@ def read_column_of(data, name, purpose="for --holdout-by"):
     paths = [data] if isinstance(data, str) else list(data)
     values = [read_column(p, name, purpose) for p in paths]
     return values[0] if len(values) == 1 else np.concatenate([np.asarray(v, dtype=object) for v in values])
+
+
+def chunks_of(paths, formats, spec, hashing, chunk_rows=None):
+    """Table files read as one, a chunk at a time: Datasets of the raw numbers (no transform) and the rows hashed
+    under hashing's contract, known up front (a model's), with spec's task and classes. What predict streams: its
+    memory holds a chunk, whatever the number of rows."""
+    import numpy as np
+    from mpinn.data.base import Dataset
+    from mpinn.data.chunks import TablePass
+    from mpinn.hashing import csr_from_indices
+    from mpinn.data.progress import tick
+    source = chained_source(paths, formats, spec, chunk_rows)
+    table = TablePass(source, spec, hashing)
+    if table.contract is None and source.categorical:
+        raise MpinnError("%s: its categorical columns need a hashing contract to be read a chunk at a time"
+                         % source.path)
+    table.learnt = True         # the statistics are the model's: none gathered here
+    meta = dict(source.meta, hashing=table.contract, task=spec.task, classes=spec.classes,
+                has_label=source.has_label)
+    for part in source.parts():
+        if part.n == 0:
+            continue
+        idx, y = table.chunk(part)
+        tick(part.n)
+        Xs = csr_from_indices(idx, table.contract["n_columns"]) if idx is not None else None
+        Xd = np.ascontiguousarray(part.Xd, dtype=np.float64) if source.numeric else None
+        yield Dataset(Xs, Xd, y, meta)

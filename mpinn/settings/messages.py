@@ -28,6 +28,10 @@ def predict_id_needs_out():
     return "--id names the first column of the predictions file: give --out FILE too"
 
 
+def predict_cannot_stream(why):
+    return "--stream on: %s" % why
+
+
 def needs_label(fmt):
     return "--label COLUMN is required (a %s file's label is one of its columns)" % fmt.upper()
 
