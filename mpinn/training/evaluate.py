@@ -54,7 +54,7 @@ def evaluate_towers(model, comm, layout, data, tower_mix="mean", chunk=65536):
     "towers" and "weights" hold each tower's and the mixture's weights."""
     rank0 = comm.rank == 0
     n = comm.bcast_obj(len(data) if rank0 else None)
-    preds = []
+    preds, ys = [], []
     for s in range(0, n, chunk):
         rows = np.arange(s, min(s + chunk, n))
         local = comm.scatter_batch(data.take(rows, model.dtype) if rank0 else None, layout, replicate=True)
@@ -62,12 +62,13 @@ def evaluate_towers(model, comm, layout, data, tower_mix="mean", chunk=65536):
         got = comm.Gather_(pred.ravel(), what="tower predictions")
         if rank0:
             preds.append(got.reshape((comm.size,) + pred.shape))
+            ys.append(local.y)          # as the model sees them (a regression's: standardised), like the predictions
     out = None
     if rank0:
-        P = np.concatenate(preds, axis=1)
+        P, y = np.concatenate(preds, axis=1), np.concatenate(ys)
         task = task_of(model.spec)
-        w = fit_weights(task, data.y, P) if tower_mix == "fit" else np.full(len(P), 1.0 / len(P))
-        out = compute_metrics(task, data.y, mix(P, w))
-        out["towers"] = [compute_metrics(task, data.y, p) for p in P]
+        w = fit_weights(task, y, P) if tower_mix == "fit" else np.full(len(P), 1.0 / len(P))
+        out = compute_metrics(task, y, mix(P, w))
+        out["towers"] = [compute_metrics(task, y, p) for p in P]
         out["weights"] = [float(x) for x in w]
     return comm.bcast_obj(out)

@@ -330,11 +330,12 @@ class Trainer:
         self.stepper.faults.fire_evaluation(self.global_step)
         if not self.towers:
             out = evaluate(self.model, self.comm, self.layout, data, chunk, predict=self.stepper.predict)
-            if "rmse" in out:
-                out["rmse"] *= self.target_scale
         else:
             out = evaluate_towers(self.model, self.comm, self.layout, data, self.tower_mix, chunk)
             self.tower_weights = out["weights"]
+        for m in [out] + out.get("towers", []):
+            if "rmse" in m:             # in the label's units
+                m["rmse"] *= self.target_scale
         self.eval_seconds += time.perf_counter() - t0
         return out
 

@@ -59,6 +59,29 @@ def test_towers_are_saved_and_predict_mixes_them_as_training_reported(tmp_path, 
 
 
 @pytest.mark.mpi
+def test_a_regressions_held_out_rmse_in_tower_mode_is_in_the_labels_units(tmp_path, launcher):
+    """The towers' held-out RMSE is what predict finds on the same rows, in the label's units (it was once the
+    standardised predictions against the raw labels: about the labels' root mean square)."""
+    rng = np.random.default_rng(0)
+    for name, n in (("train", 3000), ("valid", 600)):
+        x = rng.normal(size=(n, 3))
+        price = 4000 + 3000 * x[:, 0] - 1000 * x[:, 1] * x[:, 2] + 300 * rng.normal(size=n)
+        np.savetxt(str(tmp_path / (name + ".csv")), np.column_stack([x, price]), delimiter=",", fmt="%.6f",
+                   header="a,b,c,price", comments="")
+    model, metrics = str(tmp_path / "t.npz"), str(tmp_path / "t.json")
+    r = mpirun(2, ["-m", "mpinn.train", "--data", str(tmp_path / "train.csv"), "--valid", str(tmp_path / "valid.csv"),
+                   "--label", "price", "--parallel", "tower", "--tower-data", "same", "--dtype", "float64",
+                   "--epochs", "3", "--no-progress", "--model-out", model, "--metrics-out", metrics])
+    assert r.returncode == 0, r.stderr
+    valid = json.load(open(metrics))["valid"]
+    p = run([sys.executable, "-m", "mpinn.predict", "--model", model, "--data", str(tmp_path / "valid.csv"),
+             "--metrics-out", str(tmp_path / "p.json")])
+    assert p.returncode == 0, p.stderr
+    assert json.load(open(tmp_path / "p.json"))["rmse"] == pytest.approx(valid["rmse"], rel=1e-9)
+    assert valid["rmse"] < 2000 and all(t["rmse"] < 2000 for t in valid["towers"])     # the labels' RMS is 5000
+
+
+@pytest.mark.mpi
 def test_towers_refuse_checkpoints_clearly(tmp_path, launcher):
     r = mpirun(2, BASE + ["--parallel", "tower", "--checkpoint-dir", str(tmp_path / "ck")])
     assert r.returncode == 2 and "--parallel tower does not write or resume checkpoints yet" in r.stderr
