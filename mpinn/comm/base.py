@@ -49,6 +49,10 @@ class Communicator:
         while not request.Test():
             time.sleep(poll)
 
+    def split(self, color):
+        """Collective: a Communicator over the ranks of the same color, in rank order (a stream reader's group)."""
+        return Communicator(self.comm.Split(color, self.rank), dup=False)
+
     def allreduce_min_obj(self, value):
         return self.comm.allreduce(value, op=MPI.MIN)
 

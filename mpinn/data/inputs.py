@@ -10,7 +10,7 @@ from mpinn.config import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo
-from mpinn.data.stream_setup import reader_streams, stream_input
+from mpinn.data.stream_setup import reader_count, reader_streams, stream_input
 from mpinn.data.transform import NumericTransform
 
 
@@ -62,6 +62,18 @@ def set_transform(data, transform, where):
     data.transform = transform
 
 
+def who_reads(readers, size):
+    """The stream line's word on who reads (--readers)."""
+    if readers == 1:
+        return "rank 0 reads and scatters each batch"
+    if readers == size:
+        return "every rank reads its share of the files and trains on its rows"
+    from mpinn.data.stream_setup import reading_group
+    firsts = [r for r in range(size) if r == reading_group(r, size, readers) * size // readers]
+    return "%d readers (ranks %s) each read their share of the files and scatter it over their group" % (
+        readers, ", ".join(map(str, firsts)))
+
+
 def held_how(cfg, valid):
     """How the held-out rows were chosen, for the start-up line."""
     if valid is None or cfg.valid:
@@ -79,6 +91,7 @@ def load_everywhere(args, comm, say):
     the DataInfo on every rank."""
     from mpinn.data import DataSpec, load_data
     rank0 = comm.rank == 0
+    readers = reader_count(args.readers, comm.size) if args.readers != "1" else 1    # checked before reading
 
     def load():
         t = time.perf_counter()
@@ -91,8 +104,8 @@ def load_everywhere(args, comm, say):
         streamed = stream_input(args, spec, hashing) if not isinstance(args.data, Rows) else None
         if streamed is not None:
             data, valid, _ = streamed
-            say("stream: fitted on the first %d rows; shuffled in windows of %d rows" % (
-                data.meta["streamed"]["sample_rows"], args.shuffle_window))
+            say("stream: fitted on the first %d rows; shuffled in windows of %d rows; %s" % (
+                data.meta["streamed"]["sample_rows"], args.shuffle_window, who_reads(readers, comm.size)))
         else:
             data = args.data if isinstance(args.data, Rows) else load_data(
                 args.data, spec, hashing, args.default_rows, args.seed)
@@ -145,9 +158,9 @@ def load_everywhere(args, comm, say):
         train, valid = load()
     # every rank learns the shapes it needs; the data itself stays on rank 0
     info = comm.bcast_obj(DataInfo.of(train, valid, args.dtype) if rank0 else None)
-    if args.readers == "all":   # every rank streams its own share of the files
+    if args.readers != "1":     # each reader streams its own share of the files
         t = info.meta.get("transform")
-        train = reader_streams(train, comm, NumericTransform.from_dict(t) if t else None)
+        train = reader_streams(train, comm, NumericTransform.from_dict(t) if t else None, readers)
     if args.input == "local" and comm.size > 1:
         # every rank fitted the transform from its own pass over the file: they must agree to the bit
         mine = train.meta.get("transform") if train is not None else None

@@ -31,8 +31,8 @@ def stream_input(args, spec, hashing):
     from mpinn.data import data_format, files
     from mpinn.data.stream import STREAM_FROM, estimate_rows, open_stream
     if args.stream == "off" or args.data is None:
-        if args.readers == "all":
-            raise MpinnError("--readers all reads table files as a stream: not with --stream off")
+        if args.readers != "1":
+            raise MpinnError("--readers %s reads table files as a stream: not with --stream off" % args.readers)
         return None
     on = args.stream == "on"
     paths = files.expand(args.data)
@@ -40,8 +40,8 @@ def stream_input(args, spec, hashing):
     why_not = _why_not(args, paths, formats)
     n_estimate = estimate_rows(paths, formats) if not why_not else 0
     if why_not or (not on and n_estimate <= STREAM_FROM):
-        if on or args.readers == "all":
-            raise MpinnError("%s: %s" % ("--stream on" if on else "--readers all", why_not or
+        if on or args.readers != "1":
+            raise MpinnError("%s: %s" % ("--stream on" if on else "--readers %s" % args.readers, why_not or
                                          "the data is read into memory (about %d rows): add --stream on" % n_estimate))
         return None
     if formats[0] != "criteo" and not spec.label:
@@ -128,23 +128,41 @@ class Recipe:
         self.__dict__.update(state, first=None)
 
 
-def reader_streams(stream, comm, transform):
-    """--readers all: every rank's own Stream (rank 0's too) of its share of the files (Recipe.reader_sources), with
-    the sample's contract, task and classes, held-out rows and numeric transform, its windows shuffled by (seed,
-    epoch, window, rank + 1). Collective: `stream` on rank 0 (None elsewhere). Returns this rank's."""
+def reader_count(readers, size):
+    """How many ranks read a stream: --readers 1, all (every rank) or K (at most the ranks)."""
+    k = size if readers == "all" else int(readers)
+    if k > size:
+        raise MpinnError("--readers %d: more readers than the job's %d ranks" % (k, size), collective=True)
+    return k
+
+
+def reading_group(rank, size, readers):
+    """The reader (0 .. readers-1) whose group of consecutive ranks holds `rank`: reader g's group is the ranks from
+    g*size//readers up to (g+1)*size//readers, and its first rank reads."""
+    return next(g for g in range(readers) if (g + 1) * size // readers > rank)
+
+
+def reader_streams(stream, comm, transform, readers):
+    """--readers all or K: each reader's own Stream (rank 0's too) of its share of the files
+    (Recipe.reader_sources), with the sample's contract, task and classes, held-out rows and numeric transform,
+    its windows shuffled by (seed, epoch, window, reader + 1). Collective: `stream` on rank 0 (None elsewhere).
+    Returns this rank's: a reader's (the first rank of its group, reading_group), None on the other ranks."""
     from mpinn.data.chunks import TablePass
     from mpinn.data.stream import Stream
     from mpinn.hashing import HashSpec
     shared = comm.bcast_obj((stream.recipe, stream.meta, stream.held, len(stream), stream.fan_in, stream.window)
                             if comm.rank == 0 else None)
     recipe, meta, held, n_estimate, fan_in, window = shared
-    make, files = recipe.reader_sources(comm.rank, comm.size)
+    g = reading_group(comm.rank, comm.size, readers)
+    if comm.rank != g * comm.size // readers:
+        return None
+    make, files = recipe.reader_sources(g, readers)
     probe = recipe.sources([0])()[0][1]         # the columns every source has
     spec = replace(recipe.named, task=meta["task"], classes=meta.get("classes"))
     table = TablePass(probe, spec, HashSpec().using(meta.get("hashing")))
     table.learnt = True         # the statistics were fitted on rank 0's sample
     y = stream.y if stream is not None else np.zeros(0)
-    own = Stream(make, table, meta, held, n_estimate, fan_in, y, window, salt=(comm.rank + 1,))
+    own = Stream(make, table, meta, held, n_estimate, fan_in, y, window, salt=(g + 1,))
     own.transform = transform
     own.files = files
     return own

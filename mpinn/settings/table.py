@@ -54,6 +54,19 @@ def bucket_counts(s):
     return s
 
 
+def readers_value(s):
+    """--readers: 1, all or a number of readers; kept as the text given (a number as its digits)."""
+    if s == "all":
+        return s
+    try:
+        k = int(s)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise argparse.ArgumentTypeError("wants 1, all or a number of reading ranks, not %r" % s)
+    return str(k)
+
+
 def numeric_bins(s):
     """--numeric-bins: auto, off or 2..64 bins per column; kept as the text given."""
     from mpinn.data.bins import parse
@@ -141,9 +154,11 @@ class RunConfig:
                                  type=positive_int, metavar="N")
     readers: str = option("1", "data", "who reads a stream: 1: rank 0 reads, hashes and scatters each batch; all: "
                           "every rank reads its share and trains on its own rows, so reading scales with the ranks "
-                          "(the model then depends on the number of ranks): an N-th of the bytes of each plain "
-                          "click-log text file, and gzipped, CSV or Parquet files whole, file i on rank i mod N",
-                          choices=("1", "all"))
+                          "(the model then depends on the number of readers): an N-th of the bytes of each plain "
+                          "click-log text file, and gzipped, CSV or Parquet files whole, file i on reader i mod N; "
+                          "K: K readers, each the first rank of a group of consecutive ranks, reading its share "
+                          "and scattering its rows over its group (one reader a node, say); the model is that of "
+                          "--readers all at K ranks", type=readers_value, metavar="1|all|K")
     hash_mode: str = option("trick", "data", "trick: one column per feature, hash mod 2**bits; split: the value's "
                             "xxh64 cut in k slices, one column in each of k blocks per feature; onehot: one column "
                             "per training value, plus one for unseen values", choices=("trick", "split", "onehot"))

@@ -153,34 +153,49 @@ class StreamFeed:
 
 
 class LocalStreamFeed:
-    """--readers all: every rank reads its own stream (mpinn.data.stream_setup.reader_streams) and takes its share
-    of each global batch from it (split_counts), a thread ahead. One Allreduce of the rows a step tells every rank
-    the global batch's size: a rank whose files are done gives no rows while the others finish, and 0 ends the
-    epoch (next() then returns None)."""
+    """--readers all or K: reader g of K (mpinn.data.stream_setup.reader_streams: the first rank of its group of
+    consecutive ranks) reads its own stream and takes the group's share of each global batch from it
+    (split_counts(B, K)[g]), a thread ahead, and scatters it over its group (readers: the ReaderGroup; a group of
+    one keeps its rows). One Allreduce of the rows a step tells every rank the global batch's size: a reader
+    whose files are done gives no rows while the others finish, and 0 ends the epoch (next() then returns None)."""
 
-    def __init__(self, data, epoch, seed, start, comm, layout, batch_size, dtype):
-        self.comm, self.layout, self.s, self.n_global = comm, layout, start, 0
-        local = int(split_counts(int(batch_size), comm.size)[comm.rank])
-        self.queue = queue.Queue(maxsize=2)
-        threading.Thread(target=_produce, args=(self.queue, data.batches(max(local, 1), dtype, seed, epoch), start),
-                         daemon=True, name="mpinn-reader").start()
-        self.done = False
+    def __init__(self, data, epoch, seed, start, comm, readers, layout, batch_size, dtype):
+        self.comm, self.group, self.layout, self.s, self.n_global = comm, readers.group, layout, start, 0
+        self.queue, self.done = None, False
+        if self.group.rank == 0:
+            share = int(split_counts(int(batch_size), readers.count)[readers.reader])
+            self.queue = queue.Queue(maxsize=2)
+            threading.Thread(target=_produce, args=(self.queue, data.batches(max(share, 1), dtype, seed, epoch), start),
+                             daemon=True, name="mpinn-reader").start()
 
     def next(self):
         batch = None
-        if not self.done:
-            batch = self.queue.get()
-            if isinstance(batch, BaseException):
-                raise batch
-            self.done = batch is None
-        if batch is None:
-            batch = empty_batch(self.layout)
-        head = np.array([batch.n], np.int64)
+        if self.queue is not None:
+            if not self.done:
+                batch = self.queue.get()
+                if isinstance(batch, BaseException):
+                    raise batch
+                self.done = batch is None
+            if batch is None:
+                batch = empty_batch(self.layout)
+        mine = self.group.post_batch(batch, self.layout).wait()
+        head = np.array([mine.n], np.int64)
         self.n_global = int(self.comm.Allreduce_sum_(head, what="stream batch rows")[0])
         if self.n_global == 0:
             return None
         self.s += 1
-        return batch
+        return mine
+
+
+class ReaderGroup:
+    """--readers all or K (collective): `count` readers; this rank's `reader` (its group of consecutive ranks,
+    mpinn.data.stream_setup.reading_group) and `group`, a communicator over that group, its reader first."""
+
+    def __init__(self, comm, readers):
+        from mpinn.data.stream_setup import reader_count, reading_group
+        self.count = reader_count(readers, comm.size)
+        self.reader = reading_group(comm.rank, comm.size, self.count)
+        self.group = comm.split(self.reader)
 
 
 def empty_batch(layout):

@@ -14,7 +14,7 @@ from mpinn.process import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
-from mpinn.training.feed import Feed, LocalStreamFeed, StreamFeed, epoch_order
+from mpinn.training.feed import Feed, LocalStreamFeed, ReaderGroup, StreamFeed, epoch_order
 from mpinn.training.staging import device_feed
 from mpinn.training.timeline import PHASES, ProgressBar, write_trace
 
@@ -56,6 +56,7 @@ class Trainer:
         self.on_eval, self.eval_every = hooks.on_eval, int(cfg.eval_every)
         self.t_origin = time.perf_counter()     # records' "elapsed" counts from here (the API: its start)
         self.eval_seconds = 0.0                 # spent in held-out evaluations so far (the records say it)
+        self.readers = None                     # --readers all or K: this rank's reader and its group
         self.first_step_s = None                # seconds from t_origin to the end of this run's first step
         self.stop = hooks.stop
         self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
@@ -149,8 +150,9 @@ class Trainer:
         """Where this epoch's local batches come from (see Feed; StreamFeed for a stream, n_train None); staged onto
         the GPU where there is one."""
         if n_train is None:
-            if self.cfg.readers == "all":
-                feed = LocalStreamFeed(train, epoch, self.seed, self.next_step, self.comm, self.layout,
+            if self.cfg.readers != "1":     # made once; collective: every rank comes here at the epoch's start
+                self.readers = self.readers or ReaderGroup(self.comm, self.cfg.readers)
+                feed = LocalStreamFeed(train, epoch, self.seed, self.next_step, self.comm, self.readers, self.layout,
                                        self.batch_size, self.model.dtype)
             else:
                 feed = StreamFeed(train, epoch, self.seed, self.next_step, self.comm, self.layout, self.batch_size,

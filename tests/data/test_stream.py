@@ -203,7 +203,7 @@ def test_with_every_rank_reading_its_share_each_training_row_is_read_once_an_epo
     stream.recipe = Recipe(paths, formats, spec)
     sent, seen = [], []
     for rank in range(size):
-        own = reader_streams(stream if rank == 0 else None, FakeComm(rank, size, sent), None)
+        own = reader_streams(stream if rank == 0 else None, FakeComm(rank, size, sent), None, size)
         if kind == "csv":
             assert own.files == paths[rank::size]
         else:
@@ -238,3 +238,44 @@ def test_every_rank_reading_trains_on_every_row_and_resumes_bit_for_bit(days, tm
     r = train(n, days, opts + ["--resume", ck], resumed)
     assert r.returncode == 0, r.stderr[-2000:]
     assert np.array_equal(np.load(resumed)["params"], np.load(whole)["params"])
+
+
+def test_the_readers_groups_are_consecutive_ranks_of_sizes_within_one():
+    """--readers K: reader g's group is the ranks g*N//K .. (g+1)*N//K - 1, its first rank reads: every rank in one
+    group, K groups of consecutive ranks, none empty, sizes within one of each other."""
+    from mpinn.data.stream_setup import reading_group
+    for size in range(1, 10):
+        for readers in range(1, size + 1):
+            groups = [reading_group(r, size, readers) for r in range(size)]
+            assert groups == sorted(groups) and set(groups) == set(range(readers))
+            sizes = np.bincount(groups)
+            assert sizes.max() - sizes.min() <= 1
+    assert [reading_group(r, 3, 2) for r in range(3)] == [0, 1, 1]
+
+
+@pytest.mark.mpi
+def test_k_readers_train_the_model_of_every_rank_reading_at_k_ranks(days, tmp_path, launcher):
+    """--readers 2 at np 3 (rank 0 reads for itself, rank 1 for ranks 1 and 2) trains on every row, and its model is
+    --readers all's at np 2 (the same batches; float64 sums in another order: within 1e-12); killed and resumed,
+    it ends bit for bit where it would have; more readers than ranks is one line."""
+    import json
+    opts = ["--stream", "on", "--sample-rows", "1000", "--shuffle-window", "700", "--dtype", "float64"]
+    two, three, metrics = str(tmp_path / "two.npz"), str(tmp_path / "three.npz"), str(tmp_path / "metrics.json")
+    r = train(2, days, opts + ["--readers", "all"], two)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = train(3, days, opts + ["--readers", "2", "--metrics-out", metrics], three)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.load(open(metrics))["summary"]["samples"] == 2 * (4500 - 100)
+    a, b = np.load(two)["params"], np.load(three)["params"]
+    assert np.abs(a - b).max() < 1e-12
+    ck = str(tmp_path / "ck")
+    r = train(3, days, opts + ["--readers", "2", "--checkpoint-dir", ck, "--checkpoint-every", "7"],
+              str(tmp_path / "never.npz"), env={"MPINN_FAULT": "kill:2:52"})
+    assert r.returncode != 0 and not os.path.exists(tmp_path / "never.npz")
+    resumed = str(tmp_path / "resumed.npz")
+    r = train(3, days, opts + ["--readers", "2", "--resume", ck], resumed)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert np.array_equal(np.load(resumed)["params"], b)
+    r = train(2, days, opts + ["--readers", "3"], str(tmp_path / "no.npz"))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "mpinn: error: --readers 3: more readers than the job's 2 ranks"], r.stderr
