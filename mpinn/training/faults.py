@@ -53,4 +53,5 @@ class Faults:
     def fire_evaluation(self, step):
         for kind, _, at, _ in self.rules:
             if kind == "evalhang" and step >= at:
+                os.write(2, b"MPINN_FAULT: evalhang at step %d\n" % step)
                 time.sleep(3600)

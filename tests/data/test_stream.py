@@ -256,8 +256,8 @@ def test_the_readers_groups_are_consecutive_ranks_of_sizes_within_one():
 @pytest.mark.mpi
 def test_k_readers_train_the_model_of_every_rank_reading_at_k_ranks(days, tmp_path, launcher):
     """--readers 2 at np 3 (rank 0 reads for itself, rank 1 for ranks 1 and 2) trains on every row, and its model is
-    --readers all's at np 2 (the same batches; float64 sums in another order: within 1e-12); killed and resumed,
-    it ends bit for bit where it would have; more readers than ranks is one line."""
+    --readers all's at np 2 (the same batches; float64 sums in another order: within 1e-12: a resume then is
+    --readers all's, tested above); more readers than ranks is one line."""
     import json
     opts = ["--stream", "on", "--sample-rows", "1000", "--shuffle-window", "700", "--dtype", "float64"]
     two, three, metrics = str(tmp_path / "two.npz"), str(tmp_path / "three.npz"), str(tmp_path / "metrics.json")
@@ -268,14 +268,6 @@ def test_k_readers_train_the_model_of_every_rank_reading_at_k_ranks(days, tmp_pa
     assert json.load(open(metrics))["summary"]["samples"] == 2 * (4500 - 100)
     a, b = np.load(two)["params"], np.load(three)["params"]
     assert np.abs(a - b).max() < 1e-12
-    ck = str(tmp_path / "ck")
-    r = train(3, days, opts + ["--readers", "2", "--checkpoint-dir", ck, "--checkpoint-every", "7"],
-              str(tmp_path / "never.npz"), env={"MPINN_FAULT": "kill:2:52"})
-    assert r.returncode != 0 and not os.path.exists(tmp_path / "never.npz")
-    resumed = str(tmp_path / "resumed.npz")
-    r = train(3, days, opts + ["--readers", "2", "--resume", ck], resumed)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert np.array_equal(np.load(resumed)["params"], b)
     r = train(2, days, opts + ["--readers", "3"], str(tmp_path / "no.npz"))
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "mpinn: error: --readers 3: more readers than the job's 2 ranks"], r.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run
 
-ROWS = 30_000           # a file; three files: 90,000 rows, two blocks of predictions, the first ending in the third file
+ROWS = 24_000           # a file; three files: 72,000 rows, two blocks of predictions, the first ending in the third file
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,18 @@ def days(tmp_path_factory):
     return d, paths
 
 
+@pytest.fixture(scope="module")
+def models(days, tmp_path_factory):
+    """model(label): a model trained on the first file for that label, trained once."""
+    made, tmp = {}, tmp_path_factory.mktemp("models")
+
+    def model(label):
+        if label not in made:
+            made[label] = model_for(days, tmp, label)
+        return made[label]
+    return model
+
+
 def model_for(days, tmp, label):
     d, paths = days
     model = str(tmp / ("m-%s.npz" % label))
@@ -61,9 +73,9 @@ def predict(model, data, tmp, stream, extra=()):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("label", ["clicked", "kind", "value"], ids=["binary", "multiclass", "regression"])
-def test_a_stream_predicts_the_same_bytes_as_the_files_read_whole(days, tmp_path, label):
+def test_a_stream_predicts_the_same_bytes_as_the_files_read_whole(days, models, tmp_path, label):
     d, paths = days
-    model = model_for(days, tmp_path, label)
+    model = models(label)
     whole, m_whole, _ = predict(model, str(d), tmp_path, "off", ["--id", "user_id"])
     streamed, m_streamed, out = predict(model, str(d), tmp_path, "on", ["--id", "user_id"])
     assert whole.count("\n") == 3 * ROWS + 1 and whole.startswith("user_id,prediction")
@@ -76,9 +88,9 @@ def test_a_stream_predicts_the_same_bytes_as_the_files_read_whole(days, tmp_path
 
 
 @pytest.mark.slow
-def test_rows_without_a_label_are_predicted_and_not_scored(days, tmp_path):
+def test_rows_without_a_label_are_predicted_and_not_scored(days, models, tmp_path):
     d, paths = days
-    model = model_for(days, tmp_path, "clicked")
+    model = models("clicked")
     bare = tmp_path / "bare.csv"
     with open(paths[2]) as f:
         rows = [line.rstrip("\n").split(",") for line in f]
@@ -90,9 +102,9 @@ def test_rows_without_a_label_are_predicted_and_not_scored(days, tmp_path):
     assert metrics == {"n": ROWS} and "%d rows (no labels: no metrics)" % ROWS in out
 
 
-def test_a_bad_file_in_the_middle_is_one_line_and_no_predictions(days, tmp_path):
+def test_a_bad_file_in_the_middle_is_one_line_and_no_predictions(days, models, tmp_path):
     d, paths = days
-    model = model_for(days, tmp_path, "clicked")
+    model = models("clicked")
     broken = tmp_path / "broken"
     broken.mkdir()
     for i, p in enumerate(paths):
