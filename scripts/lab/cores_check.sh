@@ -7,11 +7,7 @@
 set -o pipefail
 OUT=${OUT:-cores-check}; mkdir -p "$OUT"
 T0=$(date +%s); at() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --force-reinstall --prefix /tmp/pfx .whl/*.whl || exit 1
-  export PYTHONPATH=$(ls -d /tmp/pfx/lib/python3*/site-packages):$PWD LD_LIBRARY_PATH=/tmp/pfx/lib:$LD_LIBRARY_PATH
-  export PATH=/tmp/pfx/bin:$PATH
-fi
+. scripts/lab/use_wheels.sh
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 at "the machine"; nproc; python3 -c "import numpy, scipy, xxhash, mpi4py; print('numpy', numpy.__version__, 'scipy', \
 scipy.__version__, 'mpi4py', mpi4py.__version__)" || exit 1

@@ -5,11 +5,7 @@
 set -o pipefail
 OUT=${OUT:-gpu-check}; mkdir -p "$OUT"
 T0=$(date +%s); at() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --force-reinstall --prefix /tmp/pfx .whl/*.whl || exit 1
-  export PYTHONPATH=$(ls -d /tmp/pfx/lib/python3*/site-packages):$PWD LD_LIBRARY_PATH=/tmp/pfx/lib:$LD_LIBRARY_PATH
-  export PATH=/tmp/pfx/bin:$PATH
-fi
+. scripts/lab/use_wheels.sh
 export PYTHONUNBUFFERED=1 MPINN_CACHE_DIR=${MPINN_CACHE_DIR:-/tmp/mpinn-cache}
 at "repeatable products"; timeout 60 python3 -m scripts.lab.gpu_repeatable 2>&1 | tee "$OUT/repeatable.log"
 at "benchmark"; timeout ${BENCH_S:-200} python3 -m scripts.bench.gpu --parts ${PARTS:-workloads,shared,crossover} \
