@@ -9,7 +9,7 @@ OUT=${OUT:-cores-check}; mkdir -p "$OUT"
 T0=$(date +%s); at() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
 . scripts/lab/use_wheels.sh
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-at "the machine"; nproc; python3 -c "import numpy, scipy, xxhash, mpi4py; print('numpy', numpy.__version__, 'scipy', \
+at "the machine"; python3 -c "import os; print(os.cpu_count(), 'CPU cores')"; python3 -c "import numpy, scipy, xxhash, mpi4py; print('numpy', numpy.__version__, 'scipy', \
 scipy.__version__, 'mpi4py', mpi4py.__version__)" || exit 1
 python3 -c "import pyarrow; print('pyarrow', pyarrow.__version__)" || echo "no pyarrow: the plain text reader runs"
 at "read-bound training, --readers all"; timeout ${READ_S:-240} python3 -m scripts.bench.read_scaling --rows ${ROWS:-5000000} \
