@@ -182,25 +182,12 @@ def predict_stream(model, towers, meta, paths, formats, block=65536):
     """(predictions, rows) of the files' rows in turn, read as the model's training data was, a block of `block`
     rows at a time: predict_rows's blocks, so that every product has the shape it has when the files are read
     whole, and the predictions the same bits."""
-    from mpinn.data.stream import _concat
     from mpinn.data import DataSpec, HashSpec
-    from mpinn.data.many import chunks_of
+    from mpinn.data.many import blocks_of
     spec = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False,
                     categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
                     label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
-    def blocks():
-        have, n = [], 0
-        for rows in chunks_of(paths, formats, spec, HashSpec().using(meta.get("hashing")), chunk_rows=block):
-            have.append(rows)
-            n += len(rows)
-            if n >= block:
-                whole, cut = _concat(have, rows.meta), n - n % block
-                for at in range(0, cut, block):
-                    yield whole.subset(slice(at, at + block))
-                have, n = ([whole.subset(slice(cut, n))] if n > cut else []), n - cut
-        if n:
-            yield _concat(have, have[0].meta)
-    for rows in blocks():
+    for rows in blocks_of(paths, formats, spec, HashSpec().using(meta.get("hashing")), block):
         use_transform(rows, meta, paths[0])
         yield predict_with(model, towers, meta, rows), rows
 

@@ -134,10 +134,11 @@ def load_everywhere(args, comm, say):
                              % (len(train), comm.size))
         check_labels(train, "the label column %r" % args.label if args.label else "the label")
         classes = train.meta.get("classes")
-        say("data: %s, %s%d training rows, %d held out%s, %s input columns + %d dense, task %s%s (%.1f s)" % (
+        say("data: %s, %s%d training rows, %s held out%s, %s input columns + %d dense, task %s%s (%.1f s)" % (
             describe_files(data.meta["files"]) if data.meta.get("files") else args.data if isinstance(args.data, str)
             else "embedded click log" if args.data is None else "in-memory data",
-            "about " if train.streamed else "", len(train), len(valid) if valid is not None else 0,
+            "about " if train.streamed else "", len(train),
+            ("about %d" if getattr(valid, "streamed", False) else "%d") % (len(valid) if valid is not None else 0),
             streamed[2] if streamed is not None else held_how(args, valid),
             train.n_sparse, train.n_dense, train.task,
             " (positive class %r)" % classes[1] if train.task == "binary" else "", time.perf_counter() - t))

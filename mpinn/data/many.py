@@ -108,3 +108,53 @@ def chunks_of(paths, formats, spec, hashing, chunk_rows=None):
         Xs = csr_from_indices(idx, table.contract["n_columns"]) if idx is not None else None
         Xd = np.ascontiguousarray(part.Xd, dtype=np.float64) if source.numeric else None
         yield Dataset(Xs, Xd, y, meta)
+
+
+def blocks_of(paths, formats, spec, hashing, block):
+    """chunks_of's rows cut into Datasets of `block` rows (the last shorter), across the files' ends: the blocks
+    reading the rows whole and taking them `block` at a time would give, so products over them have the same
+    shapes, and the same bits."""
+    from mpinn.data.stream import _concat
+    have, n = [], 0
+    for rows in chunks_of(paths, formats, spec, hashing, chunk_rows=block):
+        have.append(rows)
+        n += len(rows)
+        if n >= block:
+            whole, cut = _concat(have, rows.meta), n - n % block
+            for at in range(0, cut, block):
+                yield whole.subset(slice(at, at + block))
+            have, n = ([whole.subset(slice(cut, n))] if n > cut else []), n - cut
+    if n:
+        yield _concat(have, have[0].meta)
+
+
+class RowsInBlocks:
+    """Held-out table files too large to hold (a streamed run's --valid, or its last files): read a block at a time
+    at each evaluation (blocks()), as the training data was read (its columns, task, classes and contract), through
+    the training's transform. len() is an estimate from the files' sizes."""
+
+    streamed = True
+    transform = None
+
+    def __init__(self, paths, formats, spec, hashing, n_estimate):
+        from mpinn.data.files import describe
+        self.paths, self.formats, self.spec, self.hashing = paths, formats, spec, hashing
+        self.n_estimate = int(n_estimate)
+        self.meta = {"task": spec.task, "classes": spec.classes, "numeric": list(spec.numeric or ()),
+                     "hashing": hashing.contract, "files": list(paths), "path": describe(paths)}
+
+    def __len__(self):
+        return self.n_estimate
+
+    @property
+    def raw_dense(self):
+        return len(self.meta["numeric"])
+
+    @property
+    def numeric_names(self):
+        return self.meta["numeric"]
+
+    def blocks(self, block):
+        for rows in blocks_of(self.paths, self.formats, self.spec, self.hashing, block):
+            rows.transform = self.transform
+            yield rows

@@ -63,16 +63,29 @@ def stream_input(args, spec, hashing):
         stream.meta["files"] = list(paths)
     held = ""
     if args.valid or held_files:
-        from mpinn.data import load_data
-        valid = load_data(args.valid or (held_files if len(held_files) > 1 else held_files[0]),
-                          replace(spec, task=stream.task, classes=stream.meta.get("classes")),
-                          hashing.using(stream.meta.get("hashing")))
+        valid = held_out_files(args.valid, held_files, replace(recipe.named, task=stream.task,
+                               classes=stream.meta.get("classes")), hashing.using(stream.meta.get("hashing")), on)
         if held_files:
             held = " (the last %s)" % ("file, %s" % held_files[0] if len(held_files) == 1 else
                                        "%d files, %s" % (len(held_files), describe_files(held_files)))
     elif valid is not None:
         held = " (a random %g%% of the first %d rows)" % (100 * args.holdout, stream.meta["streamed"]["sample_rows"])
     return stream, valid, held
+
+
+def held_out_files(valid, held_files, spec, hashing, on):
+    """A streamed run's held-out rows from files (--valid, or the last files), read as its training files are: in
+    memory, or, as table files of more than STREAM_FROM rows (or any, with --stream on), a block at a time at each
+    evaluation (mpinn.data.many.RowsInBlocks), so that rank 0 holds no more of them than of the training rows."""
+    from mpinn.data import data_format, files, load_data
+    from mpinn.data.many import RowsInBlocks
+    from mpinn.data.stream import STREAM_FROM, estimate_rows
+    paths = files.expand(valid) if valid else held_files
+    formats = [data_format(p, spec.format) for p in paths]
+    n_estimate = estimate_rows(paths, formats) if all(f in TABLES for f in formats) else 0
+    if n_estimate and (on or n_estimate > STREAM_FROM):
+        return RowsInBlocks(paths, formats, spec, hashing, n_estimate)
+    return load_data(valid or (held_files if len(held_files) > 1 else held_files[0]), spec, hashing)
 
 
 class Recipe:

@@ -14,6 +14,29 @@ def task_of(spec):
     return "binary" if spec.loss == "sigmoid" and spec.n_out == 1 else "multiclass"
 
 
+def held_out_batches(data, chunk, dtype):
+    """Rank 0: the held-out rows as Batches of `chunk` rows, in order; a set too large to hold
+    (mpinn.data.many.RowsInBlocks) is read as it comes."""
+    if getattr(data, "streamed", False):
+        for rows in data.blocks(chunk):
+            yield rows.take(np.arange(len(rows)), dtype)
+        return
+    for s in range(0, len(data), chunk):
+        yield data.take(np.arange(s, min(s + chunk, len(data))), dtype)
+
+
+def each_chunk(comm, data, chunk, dtype):
+    """(rows, rank 0's Batch or None elsewhere) of every chunk of the held-out rows, on every rank: rank 0 says each
+    chunk's size (0: the end), so no rank needs the count up front."""
+    batches = held_out_batches(data, chunk, dtype) if comm.rank == 0 else None
+    while True:
+        batch = next(batches, None) if batches is not None else None
+        n = comm.bcast_obj(batch.n if batch is not None else 0)
+        if n == 0:
+            return
+        yield n, batch
+
+
 def evaluate(model, comm, layout, data, chunk=65536, predict=None):
     """Held-out metrics over ALL rows: rank 0 scatters the rows chunk by chunk, each rank scores its
     share, the per-rank sums are added (Allreduce), so each rank's share counts by its number of rows;
@@ -25,24 +48,25 @@ def evaluate(model, comm, layout, data, chunk=65536, predict=None):
     rank0 = comm.rank == 0
     task = task_of(model.spec)
     k = model.spec.n_out if task == "multiclass" else 2
-    n = comm.bcast_obj(len(data) if rank0 else None)
     sums = np.zeros(sums_length(task, k))
-    preds = []
-    for s in range(0, n, chunk):
-        rows = np.arange(s, min(s + chunk, n))
-        local = comm.scatter_batch(data.take(rows, model.dtype) if rank0 else None, layout)
+    preds, ys = [], []
+    for n, batch in each_chunk(comm, data, chunk, model.dtype):
+        local = comm.scatter_batch(batch, layout)
         pred = np.ascontiguousarray(predict(local), dtype=np.float64)
         sums += metric_sums(task, local.y, pred, k)
         if task == "binary":
-            counts = split_counts(len(rows), comm.size)
-            got = np.empty(len(rows)) if rank0 else None
+            counts = split_counts(n, comm.size)
+            got = np.empty(n) if rank0 else None
             preds.append(comm.Gatherv_(pred.ravel(), counts, got, what="held-out predictions"))
+            if rank0:
+                ys.append(batch.y)
     comm.Allreduce_sum_(sums, "metric sums")
     auc_value = None
     if task == "binary" and rank0:
         p = np.concatenate(preds) if preds else np.zeros(0)
+        y = np.concatenate(ys) if ys else np.zeros(0)
         keep = np.isfinite(p)
-        auc_value = auc(np.asarray(data.y)[keep], p[keep])
+        auc_value = auc(y[keep], p[keep])
     auc_value = comm.bcast_obj(auc_value)
     return metrics_from_sums(task, sums, k, auc_value)
 
@@ -53,11 +77,9 @@ def evaluate_towers(model, comm, layout, data, tower_mix="mean", chunk=65536):
     to the held-out loss with --tower-mix fit). The mixture's metrics are the record's metrics;
     "towers" and "weights" hold each tower's and the mixture's weights."""
     rank0 = comm.rank == 0
-    n = comm.bcast_obj(len(data) if rank0 else None)
     preds, ys = [], []
-    for s in range(0, n, chunk):
-        rows = np.arange(s, min(s + chunk, n))
-        local = comm.scatter_batch(data.take(rows, model.dtype) if rank0 else None, layout, replicate=True)
+    for n, batch in each_chunk(comm, data, chunk, model.dtype):
+        local = comm.scatter_batch(batch, layout, replicate=True)
         pred = np.ascontiguousarray(model.predict(local), dtype=np.float64)
         got = comm.Gather_(pred.ravel(), what="tower predictions")
         if rank0:

@@ -5,6 +5,7 @@ is the same at N ranks as at 1 (float64), resumes bit for bit after a kill -9, a
 line, exit 2 and no model; what cannot stream is refused in one line; the row estimate is close."""
 import gzip
 import os
+import re
 import sys
 
 import numpy as np
@@ -271,3 +272,36 @@ def test_k_readers_train_the_model_of_every_rank_reading_at_k_ranks(days, tmp_pa
     r = train(2, days, opts + ["--readers", "3"], str(tmp_path / "no.npz"))
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "mpinn: error: --readers 3: more readers than the job's 2 ranks"], r.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_held_out_files_read_a_block_at_a_time_score_as_predict_reads_them_whole(clicks, tmp_path, n, launcher):
+    """--stream on with --holdout-by last: the last file is read a block at a time at each evaluation (mpinn.data.many.
+    RowsInBlocks), not held; the kept epoch's held-out metrics are predict's on that file read whole, at np 1, 2, 3,
+    and the same through --valid (a directory of the last two files)."""
+    import json
+    from mpinn.data.files import expand
+    opts = ["--stream", "on", "--sample-rows", "1000", "--shuffle-window", "700", "--dtype", "float64", "--epochs", "2"]
+    for how, extra, held in (("last", ["--holdout-by", "last"], expand(clicks)[-1:]), ("valid", None, None)):
+        if how == "valid":          # the first file trains, the last two are held out
+            d = tmp_path / "valid"
+            d.mkdir()
+            for p in expand(clicks)[1:]:
+                os.symlink(p, d / os.path.basename(p))
+            extra, held = ["--valid", str(d)], expand(str(d))
+        model, metrics = str(tmp_path / ("%s.npz" % how)), str(tmp_path / ("%s.json" % how))
+        data = clicks if how == "last" else expand(clicks)[0]
+        r = mpirun(n, ["-m", "mpinn.train", "--data", data, "--hidden", "16", "--no-progress", "--model-out", model,
+                       "--metrics-out", metrics] + opts + extra, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert re.search(r"training rows, about \d+ held out", r.stdout), r.stdout      # read as it comes
+        valid = json.load(open(metrics))["valid"]
+        out = str(tmp_path / ("%s-pred.json" % how))
+        p = run([sys.executable, "-m", "mpinn.predict", "--model", model, "--data", held[0] if len(held) == 1 else
+                 str(tmp_path / "valid"), "--stream", "off", "--metrics-out", out])
+        assert p.returncode == 0, p.stderr
+        got = json.load(open(out))
+        assert got["n"] == valid["n"] == 1500 * len(held)
+        for k in ("accuracy", "logloss", "auc"):
+            assert got[k] == pytest.approx(valid[k], rel=1e-9, abs=1e-12), (how, k, got[k], valid[k])
