@@ -142,12 +142,13 @@ def predict_with(model, towers, meta, rows):
     return pred
 
 
-def predict_file(model_path, data=None):
+def predict_file(model_path, data=None, loaded=None):
     """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
-    None for a model trained on the embedded data: its held-out rows). Metrics need labels."""
+    None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
+    file's load_checked(), where it was loaded already."""
     from mpinn.data import Rows
     from mpinn.metrics import compute_metrics
-    model, towers, meta = load_checked(model_path)
+    model, towers, meta = loaded or load_checked(model_path)
     rows = data if isinstance(data, Rows) else load_for_model(meta, data)
     if isinstance(data, Rows):
         if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
@@ -220,7 +221,7 @@ def run(args):
     if streamed:
         n, metrics, has_label = run_stream(args, model, towers, meta, streamed, ids)
     else:
-        pred, metrics, meta, data = predict_file(args.model, args.data)
+        pred, metrics, meta, data = predict_file(args.model, args.data, (model, towers, meta))
         n, has_label = len(data), data.meta.get("has_label", True)
         if ids is not None and len(ids) != n:
             raise MpinnError("%s: %d values in column %r for %d rows read" % (args.data, len(ids), args.id, n))
