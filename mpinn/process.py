@@ -58,12 +58,16 @@ def slurm_tasks_on_node(spec, node_id):
 
 def run_one_process(run, args):
     """The entry point of a one-process command (predict, prepare): a MpinnError is one line on
-    stderr and its exit code (2 for bad input), never a traceback."""
+    stderr and its exit code (2 for bad input), never a traceback; stdout closed early (`| head`) ends it quietly
+    with 141, a shell's code for SIGPIPE."""
     try:
         return run(args)
     except MpinnError as e:
         print("mpinn: error: %s" % e, file=sys.stderr)
         return e.code
+    except BrokenPipeError:     # the reader of stdout went away (`| head`): end quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def mem_available():

@@ -1,10 +1,11 @@
 """End to end: the real CLIs as subprocesses under mpiexec, with timeouts."""
 import json
+import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import mpirun, run
+from conftest import ROOT, mpirun, run
 import sys
 
 
@@ -240,3 +241,13 @@ def test_train_and_prepare_take_data_as_an_option(tmp_path, launcher):
     assert np.array_equal(params[0], params[1])
     p = prepare_cli(["--data", tr, "--label", "label", "--categorical", "city", "--out", str(tmp_path / "t.mpinn")])
     assert p.returncode == 0 and "600 rows" in p.stdout, p.stderr
+
+
+def test_a_one_process_command_whose_reader_goes_away_ends_quietly():
+    """`python -m mpinn.predict ... | head -1`: stdout closed under it is exit code 141 (a shell's for SIGPIPE) and
+    nothing on stderr, not a traceback."""
+    child = ("import sys\nfrom mpinn.process import run_one_process\n"
+             "def run(args):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+             "sys.exit(run_one_process(run, None))\n")
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 141 and r.stderr == "", (r.returncode, r.stderr)
