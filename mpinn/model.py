@@ -319,7 +319,10 @@ def head_loss_delta(loss, xp, z, y, want_delta):
     return 0.5 * xp.sum(r * r), r if want_delta else None
 
 
-def predict_rows(model, data, chunk=65536):
+PREDICT_ROWS = 65536        # rows predicted at once: predict_rows's chunk, and a streamed predict's block
+
+
+def predict_rows(model, data, chunk=PREDICT_ROWS):
     """The model's predictions for every row of a data set, a chunk at a time (this process alone)."""
     out = [model.predict(data.take(np.arange(s, min(s + chunk, len(data))), model.dtype))
            for s in range(0, len(data), chunk)]

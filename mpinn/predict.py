@@ -2,7 +2,6 @@
 import json
 import os
 import sys
-from dataclasses import replace
 
 import numpy as np
 
@@ -34,7 +33,7 @@ def build_parser():
                    help="read table files (CSV, Parquet, click-log text; several read as one) a chunk at a time and "
                         "write each chunk's predictions as they come, so memory holds a chunk and not the data (but a "
                         "binary model's AUC, which ranks every row's score: about 50 bytes a row at its peak, at "
-                        "the end); auto: for more than "
+                        "the end; and an --id column's values, read first); auto: for more than "
                         "%s rows (estimated from the files' sizes) (default auto)" % format(STREAM_FROM, ","))
     p.add_argument("--id", metavar="COLUMN", help="begin each output row with the data's column COLUMN (a CSV or "
                                                   "Parquet file's: a user or request id), or with `row`, where the "
@@ -61,6 +60,15 @@ def use_transform(data, meta, where):
     set_transform(data, NumericTransform.from_dict(meta["transform"]), where)
 
 
+def model_columns(meta):
+    """The DataSpec a model's training data was read with: its columns, label (optional here), task and classes,
+    and the click-log format for a model trained on click-log text."""
+    from mpinn.data import DataSpec
+    return DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False,
+                    categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
+                    label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
+
+
 def _read_for_model(meta, path):
     from mpinn.data import DataSpec, HashSpec, load_data
     from mpinn.hashing import check_contract
@@ -76,18 +84,18 @@ def _read_for_model(meta, path):
             raise MpinnError(messages.predict_needs_data("the model was trained without held-out rows"))
         return valid
     labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False)
-    columns = replace(labels, categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or ())
+    columns = model_columns(meta)
     from mpinn.data import files
     paths = files.expand(path) if files.is_many(path) else [path]     # several files are read as one, in order
     path = paths[0] if len(paths) == 1 else paths
     if paths[0].lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
         data = load_data(path, labels, hashing)
     elif meta.get("source") == "criteo":       # click-log text, with or without the label field
-        data = load_data(path, replace(columns, format="criteo"), hashing)
+        data = load_data(path, columns, hashing)
     elif meta.get("source") in ("csv", "default", "parquet"):
         if not all(p.lower().endswith((".csv", ".txt", ".csv.gz", ".txt.gz", ".parquet", ".pq")) for p in paths):
             raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .parquet or .mpinn file")
-        data = load_data(path, replace(columns, label=meta.get("label")), hashing)
+        data = load_data(path, columns, hashing)
         if meta.get("hashing"):
             check_contract(meta["hashing"], data.meta["hashing"])
     else:
@@ -179,16 +187,14 @@ def streamed_files(choice, meta, path):
     return None
 
 
-def predict_stream(model, towers, meta, paths, formats, block=65536):
-    """(predictions, rows) of the files' rows in turn, read as the model's training data was, a block of `block`
-    rows at a time: predict_rows's blocks, so that every product has the shape it has when the files are read
-    whole, and the predictions the same bits."""
-    from mpinn.data import DataSpec, HashSpec
+def predict_stream(model, towers, meta, paths, formats):
+    """(predictions, rows) of the files' rows in turn, read as the model's training data was, PREDICT_ROWS at a
+    time: predict_rows's blocks, so that every product has the shape it has when the files are read whole, and
+    the predictions the same bits."""
+    from mpinn.data import HashSpec
     from mpinn.data.many import blocks_of
-    spec = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False,
-                    categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
-                    label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
-    for rows in blocks_of(paths, formats, spec, HashSpec().using(meta.get("hashing")), block):
+    from mpinn.model import PREDICT_ROWS
+    for rows in blocks_of(paths, formats, model_columns(meta), HashSpec().using(meta.get("hashing")), PREDICT_ROWS):
         use_transform(rows, meta, paths[0])
         yield predict_with(model, towers, meta, rows), rows
 
@@ -237,8 +243,9 @@ def run(args):
         print("predictions written to %s" % args.out)
     if streamed:
         import resource
-        print("streamed a block of 65536 rows at a time; peak memory (RSS) %.0f MiB"
-              % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), flush=True)
+        from mpinn.model import PREDICT_ROWS
+        print("streamed a block of %d rows at a time; peak memory (RSS) %.0f MiB"
+              % (PREDICT_ROWS, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), flush=True)
     if args.metrics_out:
         with written_whole(args.metrics_out, "the metrics") as f:
             json.dump(metrics, f, indent=1)

@@ -68,8 +68,7 @@ def who_reads(readers, size):
         return "rank 0 reads and scatters each batch"
     if readers == size:
         return "every rank reads its share of the files and trains on its rows"
-    from mpinn.data.stream_setup import reading_group
-    firsts = [r for r in range(size) if r == reading_group(r, size, readers) * size // readers]
+    firsts = [g * size // readers for g in range(readers)]      # each group's first rank (reading_group)
     return "%d readers (ranks %s) each read their share of the files and scatter it over their group" % (
         readers, ", ".join(map(str, firsts)))
 

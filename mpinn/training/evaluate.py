@@ -29,12 +29,14 @@ def each_chunk(comm, data, chunk, dtype):
     """(rows, rank 0's Batch or None elsewhere) of every chunk of the held-out rows, on every rank: rank 0 says each
     chunk's size (0: the end), so no rank needs the count up front."""
     batches = held_out_batches(data, chunk, dtype) if comm.rank == 0 else None
+    head = np.zeros(1, np.int64)
     while True:
         batch = next(batches, None) if batches is not None else None
-        n = comm.bcast_obj(batch.n if batch is not None else 0)
-        if n == 0:
+        head[0] = batch.n if batch is not None else 0
+        comm.Bcast_(head, root=0, what="held-out chunk size")
+        if head[0] == 0:
             return
-        yield n, batch
+        yield int(head[0]), batch
 
 
 def evaluate(model, comm, layout, data, chunk=65536, predict=None):

@@ -85,6 +85,19 @@ def test_a_stream_predicts_the_same_bytes_as_the_files_read_whole(days, models, 
     assert m_streamed.keys() == m_whole.keys()
     for k, v in m_whole.items():
         assert np.allclose(m_streamed[k], v, rtol=1e-12, atol=0), (k, m_streamed[k], v)
+    # and against scikit-learn / numpy on the labels and the written predictions (rounded to 6 or 8 digits there)
+    import pandas as pd
+    truth = pd.concat([pd.read_csv(p) for p in paths])[label].to_numpy()
+    got = pd.read_csv(tmp_path / "p-on.csv")
+    assert np.array_equal(got["user_id"].to_numpy(), pd.concat([pd.read_csv(p) for p in paths])["user_id"].to_numpy())
+    if label == "clicked":
+        from sklearn.metrics import roc_auc_score
+        assert abs(roc_auc_score(truth, got["p_1"]) - m_streamed["auc"]) < 1e-4
+    elif label == "kind":
+        assert np.mean(got["prediction"].to_numpy() == truth) == pytest.approx(m_streamed["accuracy"], abs=1e-12)
+    else:
+        rmse = np.sqrt(np.mean((got["prediction"].to_numpy() - truth) ** 2))
+        assert rmse == pytest.approx(m_streamed["rmse"], rel=1e-6)
 
 
 @pytest.mark.slow

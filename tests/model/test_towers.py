@@ -75,9 +75,13 @@ def test_a_regressions_held_out_rmse_in_tower_mode_is_in_the_labels_units(tmp_pa
     assert r.returncode == 0, r.stderr
     valid = json.load(open(metrics))["valid"]
     p = run([sys.executable, "-m", "mpinn.predict", "--model", model, "--data", str(tmp_path / "valid.csv"),
-             "--metrics-out", str(tmp_path / "p.json")])
+             "--metrics-out", str(tmp_path / "p.json"), "--out", str(tmp_path / "p.csv")])
     assert p.returncode == 0, p.stderr
     assert json.load(open(tmp_path / "p.json"))["rmse"] == pytest.approx(valid["rmse"], rel=1e-9)
+    # numpy's RMSE of the written predictions against the file's labels
+    truth = np.loadtxt(str(tmp_path / "valid.csv"), delimiter=",", skiprows=1)[:, 3]
+    pred = np.loadtxt(str(tmp_path / "p.csv"), delimiter=",", skiprows=1)
+    assert np.sqrt(np.mean((pred - truth) ** 2)) == pytest.approx(valid["rmse"], rel=1e-6)
     assert valid["rmse"] < 2000 and all(t["rmse"] < 2000 for t in valid["towers"])     # the labels' RMS is 5000
 
 
