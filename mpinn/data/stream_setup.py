@@ -67,7 +67,7 @@ def stream_input(args, spec, hashing):
                                classes=stream.meta.get("classes")), hashing.using(stream.meta.get("hashing")), on)
         if held_files:
             held = " (the last %s)" % ("file, %s" % held_files[0] if len(held_files) == 1 else
-                                       "%d files, %s" % (len(held_files), describe_files(held_files)))
+                                       describe_files(held_files))
     elif valid is not None:
         held = " (a random %g%% of the first %d rows)" % (100 * args.holdout, stream.meta["streamed"]["sample_rows"])
     return stream, valid, held
