@@ -62,9 +62,11 @@ SETTINGS = [["--optimizer", "adam"], ["--optimizer", "adagrad", "--lr", "0.05"],
 # ---------------------------------------------------------------- mpinn, under mpiexec
 def run_mpinn(name, spec, work, extra, tag, np_=2, label_only=False):
     """Train at np 2 on the training file with the label and the column kinds (label_only: the label and the
-    positive class, nothing on the columns), predict the test file; the test and held-out metrics."""
+    positive class, nothing on the columns), predict the test file; the test and held-out metrics, and the test
+    predictions ("pred": the positive class's probability, or the value; not written to the JSON)."""
     train, test = os.path.join(work, name + "-train.csv"), os.path.join(work, name + "-test.csv")
-    model, metrics, pred = (os.path.join(work, "%s-%s.%s" % (name, tag, ext)) for ext in ("npz", "json", "pred.json"))
+    model, metrics, pred, out = (os.path.join(work, "%s-%s.%s" % (name, tag, ext))
+                                 for ext in ("npz", "json", "pred.json", "pred.csv"))
     cat, num = columns_of(name, work)
     cmd = [mpiexec(), "-n", str(np_), sys.executable, "-m", "mpinn.train", "--data", train, "--label", spec["label"],
            "--model-out", model, "--metrics-out", metrics, "--no-progress"]
@@ -80,12 +82,15 @@ def run_mpinn(name, spec, work, extra, tag, np_=2, label_only=False):
     if r.returncode:
         sys.exit("mpinn failed: %s\n%s" % (" ".join(cmd), r.stderr))
     p = subprocess.run([sys.executable, "-m", "mpinn.predict", "--model", model, "--data", test,
-                        "--metrics-out", pred], capture_output=True, text=True, env=env)
+                        "--metrics-out", pred, "--out", out], capture_output=True, text=True, env=env)
     if p.returncode:
         sys.exit("mpinn predict failed: %s" % p.stderr)
     m = json.load(open(metrics))
     meta = json.loads(str(np.load(model)["header"]))["meta"]       # the model's own record of its inputs
-    return {"test": json.load(open(pred)), "valid": m["valid"], "seconds": seconds, "options": list(extra),
+    written = np.genfromtxt(out, delimiter=",", names=True, dtype=None, encoding="utf-8")
+    column = written.dtype.names[-1] if spec["task"] == "binary" else "prediction"      # p_POSITIVE; the value
+    return {"test": json.load(open(pred)), "pred": np.asarray(written[column], dtype=float),
+            "valid": m["valid"], "seconds": seconds, "options": list(extra),
             "epochs": len(m["history"]), "kept_epoch": m["summary"]["kept_epoch"],
             "kinds": {"categorical": meta["categorical"], "numeric": meta["numeric"]},
             "startup": [line for line in r.stdout.splitlines()
@@ -136,7 +141,7 @@ def linear(name, work):
     t = time.perf_counter()
     pipe = make_pipeline(ColumnTransformer(parts), model).fit(tr, _target(spec, tr))
     p = pipe.predict_proba(te)[:, 1] if spec["task"] == "binary" else pipe.predict(te)
-    return {"test": _scores(spec["task"], _target(spec, te), p), "seconds": time.perf_counter() - t}
+    return {"test": _scores(spec["task"], _target(spec, te), p), "pred": p, "seconds": time.perf_counter() - t}
 
 
 def trees(name, work):
@@ -164,7 +169,56 @@ def trees(name, work):
         lib = "sklearn HistGradientBoosting"
     model.fit(X[0], ytr)
     p = model.predict_proba(X[1])[:, 1] if spec["task"] == "binary" else model.predict(X[1])
-    return {"test": _scores(spec["task"], _target(spec, te), p), "seconds": time.perf_counter() - t, "library": lib}
+    return {"test": _scores(spec["task"], _target(spec, te), p), "pred": p, "seconds": time.perf_counter() - t,
+            "library": lib}
+
+
+# ---------------------------------------------------------------- how sure a difference is
+def paired_bootstrap(task, y, a, b, reps=2000, seed=0):
+    """The test metric of predictions a less b's (AUC; regression: RMSE as a share of b's), and its 95%
+    interval over `reps` resamples of the test rows, the same rows for both (paired; a binary set's positives
+    and negatives resampled apart, so each resample has the test set's count of each)."""
+    from sklearn.metrics import roc_auc_score
+    rng = np.random.default_rng(seed)
+    y, a, b = np.asarray(y), np.asarray(a, float), np.asarray(b, float)
+    if task == "binary":
+        pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y != 1)
+
+        def diff(i):
+            return roc_auc_score(y[i], a[i]) - roc_auc_score(y[i], b[i])
+
+        def draw():
+            return np.concatenate([rng.choice(pos, pos.size), rng.choice(neg, neg.size)])
+    else:
+        def diff(i):
+            return np.sqrt(np.mean((y[i] - a[i]) ** 2)) / np.sqrt(np.mean((y[i] - b[i]) ** 2)) - 1.0
+
+        def draw():
+            return rng.integers(0, y.size, y.size)
+    d = np.array([diff(draw()) for _ in range(reps)])
+    return {"diff": float(diff(np.arange(y.size))), "lo": float(np.percentile(d, 2.5)),
+            "hi": float(np.percentile(d, 97.5)), "reps": reps}
+
+
+def fmt_diff(task, d):
+    if task == "binary":
+        return "%+.4f [%+.4f, %+.4f]" % (d["diff"], d["lo"], d["hi"])
+    return "%+.1f%% [%+.1f%%, %+.1f%%]" % (100 * d["diff"], 100 * d["lo"], 100 * d["hi"])
+
+
+def seed_spread(task, runs, y):
+    """The test metric over the seeds' runs: mean, min and max; and the metric of their predictions averaged
+    (what an ensemble of the seeds' models would score; mpinn does not build one)."""
+    metric = key_metric(task)[0]
+    v = [r["test"][metric] for r in runs]
+    averaged = _scores(task, y, np.mean([r["pred"] for r in runs], axis=0))[metric]
+    return {"mean": float(np.mean(v)), "min": float(min(v)), "max": float(max(v)), "values": v,
+            "averaged": averaged}
+
+
+def fmt_spread(task, s):
+    f = "%.4f" if task == "binary" else "%.1f"
+    return ("%s (%s to %s); averaged %s" % (f, f, f, f)) % (s["mean"], s["min"], s["max"], s["averaged"])
 
 
 # ---------------------------------------------------------------- the table
@@ -197,13 +251,16 @@ def main(argv=None):
     ap.add_argument("--label-only", action="store_true",
                     help="give mpinn the label (and the positive class) only, as a user would: its defaults choose "
                          "the column kinds; the baselines keep the kinds the set names")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="run the defaults with seeds 0..N-1 as well (--seed): the table gives their test metric's "
+                         "mean and range beside seed 0's (default 1: seed 0 only)")
     ap.add_argument("--out", help="the JSON records (default scripts/results/real-data[-label-only]-DATE.json)")
     args = ap.parse_args(argv)
     args.out = args.out or os.path.join(RESULTS, "real-data%s-%s.json" % ("-label-only" if args.label_only else "",
                                                                           datetime.date.today()))
     os.makedirs(args.work, exist_ok=True)
     settings = [shlex.split(s) for s in args.settings] if args.settings is not None else SETTINGS
-    records, rows, kinds = {}, [], []
+    records, rows, kinds, spread = {}, [], [], []
     for name in args.sets.split(","):
         if name not in SETS:
             ap.error("unknown data set %r (%s)" % (name, ", ".join(SETS)))
@@ -211,6 +268,8 @@ def main(argv=None):
         ensure(name, args.work)
         tag = "label-only-" if args.label_only else ""
         rec = {"defaults": run_mpinn(name, spec, args.work, [], tag + "defaults", args.np, args.label_only)}
+        seeds = [rec["defaults"]] + [run_mpinn(name, spec, args.work, ["--seed", str(k)], tag + "seed%d" % k, args.np,
+                                               args.label_only) for k in range(1, args.seeds)]
         tried = [] if args.quick else [run_mpinn(name, spec, args.work, s, "%ssetting%d" % (tag, i), args.np,
                                                  args.label_only) for i, s in enumerate(settings)]
         if args.label_only:
@@ -226,7 +285,15 @@ def main(argv=None):
         best = max([rec["defaults"]] + tried, key=lambda r: sign * r["valid"][metric])
         rec.update(tried=tried, best=best, trees=trees(name, args.work), linear=linear(name, args.work))
         rec["close_to_best"], rec["at_least_linear"] = verdict(spec["task"], rec["defaults"], best, rec["linear"])
+        y = _target(spec, _frames(name, args.work)[4])
+        rec["vs_trees"], rec["vs_linear"] = (paired_bootstrap(spec["task"], y, rec["defaults"]["pred"], rec[k]["pred"])
+                                             for k in ("trees", "linear"))
+        rec["seeds"] = seed_spread(spec["task"], seeds, y)
         records[name] = rec
+        spread.append("| %s | %s | %s | %s | %s |" % (
+            name, fmt(spec["task"], rec["defaults"]["test"]), fmt_spread(spec["task"], rec["seeds"]) if args.seeds > 1
+            else "", fmt_diff(spec["task"], rec["vs_linear"]), fmt_diff(spec["task"], rec["vs_trees"])))
+        print(spread[-1], flush=True)
         rows.append("| %s | %s | %s | %s (%s) | %s | %s | %s |" % (
             name, spec["task"], fmt(spec["task"], rec["defaults"]["test"]),
             fmt(spec["task"], best["test"]), " ".join(best["options"]) or "the defaults",
@@ -237,15 +304,29 @@ def main(argv=None):
     table = ["| data | task | %s | mpinn best setting found (held-out) | logistic / ridge regression (one-hot) | "
              "gradient-boosted trees | defaults within 0.005 AUC (2%% RMSE) of best / at least linear |" % defaults,
              "|---|---|---|---|---|---|---|"] + rows
+    table += ["", "| data | mpinn defaults (seed 0) | seeds 0..%d: mean (min to max); their predictions averaged | mpinn - linear [95%% interval] "
+              "| mpinn - trees [95%% interval] |" % (args.seeds - 1), "|---|---|---|---|---|"] + spread + [
+        "", "Differences of the test AUC (regression: of the RMSE, as a share of the other's; below 0 is better), "
+            "seed 0's predictions against each baseline's on the same test rows; the interval: 2.5th to 97.5th "
+            "percentile over 2000 paired resamples of the test rows (a binary set's positives and negatives apart)."]
     if kinds:
         table += ["", "| data | mpinn's start-up line: the column kinds its defaults chose |", "|---|---|"] + kinds
     print("\n".join(table))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"date": str(datetime.date.today()), "command": " ".join(sys.argv), "label_only": args.label_only,
-                   "sets": records, "table": table}, f, indent=1)
+                   "sets": _without_pred(records), "table": table}, f, indent=1)
     print("records written to %s" % args.out)
     return 0
+
+
+def _without_pred(obj):
+    """The records less the prediction arrays (kept for the intervals, too long for the JSON)."""
+    if isinstance(obj, dict):
+        return {k: _without_pred(v) for k, v in obj.items() if k != "pred"}
+    if isinstance(obj, list):
+        return [_without_pred(v) for v in obj]
+    return obj
 
 
 if __name__ == "__main__":
