@@ -9,7 +9,7 @@ same call; `-m mpi4py` turns an unhandled exception on one rank into an abort of
 prints (nothing with quiet=True), and train() writes a model file only when model_out names one."""
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mpinn.process import pin_threads
 
@@ -108,8 +108,9 @@ def _run(cfg, job, stop, t_start, params_everywhere):
     # to rank 0's peak while it reads (a file three times a 250 MiB limit ran out of memory: tests/data)
     from mpinn.report import Curve
     from mpinn.training import Faults, Hooks, Run
+    from mpinn.training.ensemble import kept_metrics
     from mpinn.training.results import describe_run, write_results
-    cfg = settings.resolve(cfg, info, job.size)
+    given, cfg = cfg, settings.resolve(cfg, info, job.size)
     curve = Curve(cfg.curve, cfg.plot, cfg.log_dir) if rank0 and (cfg.curve or cfg.plot or cfg.log_dir) else None
     hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), job.rank), curve.add if curve else None, stop,
                   curve.add if curve else None)
@@ -124,12 +125,17 @@ def _run(cfg, job, stop, t_start, params_everywhere):
     if curve is not None:
         curve.begin(trainer.samples, time.perf_counter() - t_start, trainer.eval_seconds)
     history = trainer.fit(train_set, valid, cfg.epochs, progress=not (cfg.no_progress or cfg.quiet))
-    watchdog.stop()
     params, summary = run.finish()
-    final = summary.get("kept_valid") or next((r.get("valid", {}) for r in history
-                                               if r["epoch"] == summary["kept_epoch"]), {})
+    final = kept_metrics(history, summary)
     if params is not None:
         params = run.model.backend.asnumpy(params)
+    if cfg.ensemble > 1:        # members 2..K, each on every rank (the curve records the first alone)
+        from mpinn.training.ensemble import more_members
+        params, info.meta["ensemble"] = more_members(given, job, info, params, summary, final,
+                                                     time.perf_counter() - t_start, replace(hooks, on_epoch=None,
+                                                                                            on_eval=None),
+                                                     say, progress=not (cfg.no_progress or cfg.quiet))
+    watchdog.stop()
     if params_everywhere:
         params = _bcast_array(job.comm, params)
     result = TrainResult(history, final, summary, run.model, cfg.model_out, run.spec, info.meta, job.rank, run.cfg,

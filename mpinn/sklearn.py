@@ -149,18 +149,16 @@ class _MpinnEstimator(BaseEstimator):
 
     def _outputs(self, X):
         """The network's outputs for X: P(positive class) (binary), (n, classes) probabilities, or values."""
-        from mpinn.model import MLP, predict_rows
-        from mpinn.predict import use_transform
+        from mpinn.model import MLP
+        from mpinn.predict import predict_with, use_transform
         check_is_fitted(self, "params_")
         try:
             rows = self._rows(X)
             use_transform(rows, self.meta_, "X")
         except MpinnError as e:
             raise ValueError(str(e)) from None
-        model = MLP(self.spec_)
-        model.params[...] = self.params_
-        pred = predict_rows(model, rows)
-        return rows.transform.unscale_target(pred) if rows.transform is not None else pred
+        model = MLP(self.spec_)     # several parameter vectors (ensemble=K, tower mode): their predictions mixed
+        return predict_with(model, np.reshape(self.params_, (-1, model.size)), self.meta_, rows)
 
 
 class MpinnClassifier(ClassifierMixin, _MpinnEstimator):

@@ -58,3 +58,8 @@ def prepare_parts_need_files(ranks):
     """prepare under mpirun with no --data: the embedded click log is one process's to prepare."""
     return ("prepare at %d ranks packs the files of --data, each rank its share: the embedded click log is prepared "
             "by one process" % ranks)
+
+
+def ensemble_member_differs(k):
+    return ("--ensemble: member %d read the data differently from member 1 (its columns, numeric transform or "
+            "hashing); the members of an ensemble share one" % k)

@@ -54,6 +54,9 @@ def write_results(run, params, result, say):
             say("towers: %s; mixture (%s, weights %s): %s" % (
                 "; ".join(format_metrics(m) for m in final["towers"]), cfg.tower_mix,
                 " ".join("%.3f" % w for w in weights), format_metrics(final)))
+    if meta.get("ensemble"):
+        e = meta["ensemble"]
+        meta["train"]["kept_epoch"] = e["kept_epochs"]
     replaced = save_model_or_say_where(cfg.model_out, params, run.spec, meta, trainer) if cfg.model_out else False
     say_model = say if cfg.model_out else (lambda line: None)      # the Python API writes a model file when asked
     ph = summary["phase_s_mean"]
@@ -71,15 +74,25 @@ def write_results(run, params, result, say):
     if cfg.timeline:
         say("timeline written to %s" % cfg.timeline)
     kept, step = summary["kept_epoch"], summary.get("kept_step")
-    say_model("model written to %s%s%s" % (
-        cfg.model_out, " (replacing the file there)" if replaced else "",
-        "" if kept == len(history) and cfg.keep == "last" else ": the parameters %s (%s by held-out %s)%s" % (
-            "at step %d of epoch %d" % (step, kept) if step else "of epoch %d" % kept,
-            "best" if cfg.keep == "best" else "last", cfg.stop_metric, ", " + format_metrics(final) if final else "")))
+    if meta.get("ensemble"):
+        e = meta["ensemble"]
+        say_model("model written to %s%s: %d members (--seed %d to %d), their predictions averaged" % (
+            cfg.model_out, " (replacing the file there)" if replaced else "", e["members"], e["seeds"][0],
+            e["seeds"][-1]))
+    else:
+        say_model("model written to %s%s%s" % (
+            cfg.model_out, " (replacing the file there)" if replaced else "",
+            "" if kept == len(history) and cfg.keep == "last" else ": the parameters %s (%s by held-out %s)%s" % (
+                "at step %d of epoch %d" % (step, kept) if step else "of epoch %d" % kept,
+                "best" if cfg.keep == "best" else "last", cfg.stop_metric,
+                ", " + format_metrics(final) if final else "")))
     if cfg.metrics_out:
         with written_whole(cfg.metrics_out, "the metrics" + (" (the model was written to %s)" % cfg.model_out
                                                              if cfg.model_out else "")) as f:
-            json.dump({"history": history, "summary": summary, "valid": final}, f, indent=1, default=float)
+            record = {"history": history, "summary": summary, "valid": final}
+            if meta.get("ensemble"):        # the history and the summary are the first member's
+                record["ensemble"] = meta["ensemble"]
+            json.dump(record, f, indent=1, default=float)
 
 
 def save_model_or_say_where(path, params, spec, meta, trainer):

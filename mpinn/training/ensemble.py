@@ -1,0 +1,63 @@
+"""--ensemble K: a seed ensemble. Member k (0..K-1) is the run that --seed S+k alone would be: its own
+initialisation, batch order and, the held-out split being seeded, its own held-out share of the rows (what
+one member holds out, the others mostly train on). The members train one after another, each on every rank;
+the model file holds their kept parameters stacked, as tower mode's replicas, and predict averages their
+predictions (mpinn.training.towers.mix, equal weights).
+
+The first member is the run api._run makes; more_members trains the rest."""
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from mpinn.config import MpinnError
+from mpinn.metrics import format_metrics
+
+
+def kept_metrics(history, summary):
+    """The held-out metrics of the kept point (an --eval-every point inside an epoch, or an epoch's end)."""
+    return summary.get("kept_valid") or next((r.get("valid", {}) for r in history
+                                              if r["epoch"] == summary["kept_epoch"]), {})
+
+
+def _line(k, count, seed, summary, metrics, seconds):
+    return "ensemble: member %d of %d (--seed %d): %s kept%s (%.1f s)" % (
+        k + 1, count, seed, "step %d of epoch %d" % (summary["kept_step"], summary["kept_epoch"])
+        if summary.get("kept_step") else "epoch %d" % summary["kept_epoch"],
+        ", held-out " + format_metrics(metrics) if metrics else "", seconds)
+
+
+def more_members(given, job, info, params, summary, metrics, seconds, hooks, say, progress):
+    """Members 2..K of `given` (the configuration as given, before resolve: each member resolves its own, on
+    the same data), after the first (its kept `params` on rank 0, its `summary`, held-out `metrics` and
+    `seconds`). Collective. Returns (every member's parameters stacked, (K, n), on rank 0 (None elsewhere);
+    the record the model file's meta keeps)."""
+    from mpinn import settings
+    from mpinn.settings import messages
+    from mpinn.data.inputs import load_everywhere
+    from mpinn.training.run import Run
+    count = given.ensemble
+    say(_line(0, count, given.seed, summary, metrics, seconds))
+    stacked = [params]
+    members = [{"seed": given.seed, "kept_epoch": summary["kept_epoch"], "valid": metrics}]
+    for k in range(1, count):
+        t = time.perf_counter()
+        cfg = replace(given, seed=given.seed + k)
+        if cfg.start_timeout > 0:
+            hooks.watchdog.arm("start-up of ensemble member %d" % (k + 1), cfg.start_timeout)
+        train, valid, mine = load_everywhere(cfg, job.comm, lambda msg: None)
+        if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
+            raise MpinnError(messages.ensemble_member_differs(k + 1), collective=True)
+        cfg = settings.resolve(cfg, mine, job.size)
+        run = Run(cfg, job, mine, hooks)
+        trainer = run.start(train=train)
+        hooks.watchdog.disarm()
+        history = trainer.fit(train, valid, cfg.epochs, progress=progress)
+        p, s = run.finish()
+        m = kept_metrics(history, s)
+        stacked.append(run.model.backend.asnumpy(p) if p is not None else None)
+        members.append({"seed": cfg.seed, "kept_epoch": s["kept_epoch"], "valid": m})
+        say(_line(k, count, cfg.seed, s, m, time.perf_counter() - t))
+    record = {"members": count, "seeds": [m["seed"] for m in members], "kept_epochs": [m["kept_epoch"] for m in members],
+              "valid": [m["valid"] for m in members]}
+    return (np.stack(stacked) if job.rank == 0 else None), record

@@ -1,0 +1,91 @@
+"""--ensemble K: member k is the run --seed S+k alone would be, and the model's predictions are the plain mean of
+the members' (numpy's mean of separately trained single models: the reference), at np 1, 2 and 3; the model file
+round-trips through predict and the scikit-learn estimator; what it does not combine with is refused."""
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import mpirun, run
+
+
+def write_table(path, n, seed, regression=False):
+    """A small table: 3 numbers and a category; a binary label from them (or a price)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3))
+    cat = rng.choice(list("abcdef"), n)
+    z = 1.5 * x[:, 0] - x[:, 1] * x[:, 2] + (cat == "a") - 0.5 * (cat == "b")
+    label = np.round(1000 + 300 * z, 2) if regression else (z + rng.logistic(size=n) > 0).astype(int)
+    with open(path, "w") as f:
+        f.write("x0,x1,x2,kind,label\n")
+        for i in range(n):
+            f.write("%.6f,%.6f,%.6f,%s,%s\n" % (x[i, 0], x[i, 1], x[i, 2], cat[i], label[i]))
+
+
+def train(np_, data, model, *extra):
+    r = mpirun(np_, ["-m", "mpinn.train", "--data", str(data), "--label", "label", "--dtype", "float64",
+                     "--hidden", "16", "--epochs", "4", "--early-stop", "2", "--no-progress", "--model-out",
+                     str(model)] + list(extra))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def predict(model, data, out):
+    r = run([sys.executable, "-m", "mpinn.predict", "--model", str(model), "--data", str(data), "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    return np.genfromtxt(str(out), delimiter=",", names=True)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("regression,nps", [(False, (1, 2, 3)), (True, (2,))], ids=["binary", "regression"])
+def test_an_ensemble_predicts_the_mean_of_its_members_trained_alone_at_np_1_2_3(tmp_path, regression, nps,
+                                                                                 launcher):
+    data, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    write_table(data, 1200, 0, regression)
+    write_table(test, 300, 1, regression)
+    column = "prediction" if regression else "p_1"
+    alone = []
+    for s in (7, 8, 9):
+        train(1, data, tmp_path / ("s%d.npz" % s), "--seed", str(s))
+        alone.append(predict(tmp_path / ("s%d.npz" % s), test, tmp_path / ("s%d.csv" % s))[column])
+    assert np.abs(alone[0] - alone[1]).max() > 1e-3        # the members differ: the mean is not any one of them
+    reference = np.mean(alone, axis=0)
+    for np_ in nps:
+        model = tmp_path / ("e%d.npz" % np_)
+        out = train(np_, data, model, "--seed", "7", "--ensemble", "3")
+        assert "model written to %s: 3 members (--seed 7 to 9), their predictions averaged" % model in out
+        assert out.count("ensemble: member ") == 3
+        got = predict(model, test, tmp_path / ("e%d.csv" % np_))[column]
+        np.testing.assert_allclose(got, reference, rtol=1e-5, atol=2e-6)     # the CSV's 6 decimals
+    header = json.loads(str(np.load(str(tmp_path / ("e%d.npz" % nps[0])))["header"]))
+    assert header["meta"]["ensemble"]["seeds"] == [7, 8, 9]
+
+
+def test_the_estimator_averages_its_members_as_separate_estimators_would(tmp_path):
+    pytest.importorskip("sklearn")
+    import pandas as pd
+    from mpinn.sklearn import MpinnClassifier
+    write_table(tmp_path / "train.csv", 800, 2)
+    write_table(tmp_path / "test.csv", 200, 3)
+    frame, test = pd.read_csv(tmp_path / "train.csv"), pd.read_csv(tmp_path / "test.csv")
+    X, y, Xt = frame.drop(columns="label"), frame["label"], test.drop(columns="label")
+    options = dict(hidden=(16,), epochs=3, dtype="float64", quiet=True)
+    est = MpinnClassifier(ensemble=2, seed=4, **options).fit(X, y)
+    assert est.params_.shape[0] == 2
+    alone = [MpinnClassifier(seed=s, **options).fit(X, y).predict_proba(Xt)[:, 1] for s in (4, 5)]
+    np.testing.assert_allclose(est.predict_proba(Xt)[:, 1], np.mean(alone, axis=0), rtol=1e-9)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("extra,message", [
+    (["--parallel", "tower"], "--ensemble trains its members with --parallel data and without checkpoints"),
+    (["--checkpoint-dir", "ck"], "--ensemble trains its members with --parallel data and without checkpoints"),
+    (["--ensemble", "0"], "--ensemble: must be"),
+])
+def test_an_ensemble_refuses_what_it_does_not_combine_with(tmp_path, extra, message, launcher):
+    write_table(tmp_path / "train.csv", 200, 4)
+    r = mpirun(2, ["-m", "mpinn.train", "--data", str(tmp_path / "train.csv"), "--label", "label", "--ensemble",
+                   "2", "--model-out", str(tmp_path / "m.npz")] + extra, cwd=str(tmp_path))
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2 and not (tmp_path / "m.npz").exists()
