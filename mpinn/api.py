@@ -131,7 +131,7 @@ def _run(cfg, job, stop, t_start, params_everywhere):
         params = run.model.backend.asnumpy(params)
     if cfg.ensemble > 1:        # members 2..K, each on every rank (the curve records the first alone)
         from mpinn.training.ensemble import more_members
-        params, info.meta["ensemble"] = more_members(given, job, info, params, summary, final,
+        params, info.meta["ensemble"] = more_members(given, cfg.ensemble, job, info, params, summary, final,
                                                      time.perf_counter() - t_start, replace(hooks, on_epoch=None,
                                                                                             on_eval=None),
                                                      say, progress=not (cfg.no_progress or cfg.quiet))

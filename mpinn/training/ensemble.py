@@ -1,6 +1,7 @@
-"""--ensemble K: a seed ensemble. Member k (0..K-1) is the run that --seed S+k alone would be: its own
-initialisation, batch order and, the held-out split being seeded, its own held-out share of the rows (what
-one member holds out, the others mostly train on). The members train one after another, each on every rank;
+"""--ensemble K: a seed ensemble. Member k (0..K-1) is the run that --seed S+k alone would be on the same data:
+its own initialisation, batch order and, the held-out split being seeded, its own held-out share of the rows
+(what one member holds out, the others mostly train on). The data is read as --seed S reads it (the embedded
+click log's rows are drawn with the seed; a stream's held-out draw and window shuffle stay those of S). The members train one after another, each on every rank;
 the model file holds their kept parameters stacked, as tower mode's replicas, and predict averages their
 predictions (mpinn.training.towers.mix, equal weights).
 
@@ -27,8 +28,8 @@ def _line(k, count, seed, summary, metrics, seconds):
         ", held-out " + format_metrics(metrics) if metrics else "", seconds)
 
 
-def more_members(given, job, info, params, summary, metrics, seconds, hooks, say, progress):
-    """Members 2..K of `given` (the configuration as given, before resolve: each member resolves its own, on
+def more_members(given, count, job, info, params, summary, metrics, seconds, hooks, say, progress):
+    """Members 2..count of `given` (the configuration as given, before resolve: each member resolves its own, on
     the same data), after the first (its kept `params` on rank 0, its `summary`, held-out `metrics` and
     `seconds`). Collective. Returns (every member's parameters stacked, (K, n), on rank 0 (None elsewhere);
     the record the model file's meta keeps)."""
@@ -36,16 +37,15 @@ def more_members(given, job, info, params, summary, metrics, seconds, hooks, say
     from mpinn.settings import messages
     from mpinn.data.inputs import load_everywhere
     from mpinn.training.run import Run
-    count = given.ensemble
     say(_line(0, count, given.seed, summary, metrics, seconds))
     stacked = [params]
     members = [{"seed": given.seed, "kept_epoch": summary["kept_epoch"], "valid": metrics}]
     for k in range(1, count):
         t = time.perf_counter()
-        cfg = replace(given, seed=given.seed + k)
+        cfg = replace(given, seed=given.seed + k, ensemble=1)
         if cfg.start_timeout > 0:
             hooks.watchdog.arm("start-up of ensemble member %d" % (k + 1), cfg.start_timeout)
-        train, valid, mine = load_everywhere(cfg, job.comm, lambda msg: None)
+        train, valid, mine = load_everywhere(given, job.comm, lambda msg: None, split_seed=cfg.seed)
         if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
             raise MpinnError(messages.ensemble_member_differs(k + 1), collective=True)
         cfg = settings.resolve(cfg, mine, job.size)

@@ -47,7 +47,7 @@ def test_an_ensemble_predicts_the_mean_of_its_members_trained_alone_at_np_1_2_3(
     column = "prediction" if regression else "p_1"
     alone = []
     for s in (7, 8, 9):
-        train(1, data, tmp_path / ("s%d.npz" % s), "--seed", str(s))
+        train(1, data, tmp_path / ("s%d.npz" % s), "--seed", str(s), "--ensemble", "1")
         alone.append(predict(tmp_path / ("s%d.npz" % s), test, tmp_path / ("s%d.csv" % s))[column])
     assert np.abs(alone[0] - alone[1]).max() > 1e-3        # the members differ: the mean is not any one of them
     reference = np.mean(alone, axis=0)
@@ -73,7 +73,7 @@ def test_the_estimator_averages_its_members_as_separate_estimators_would(tmp_pat
     options = dict(hidden=(16,), epochs=3, dtype="float64", quiet=True)
     est = MpinnClassifier(ensemble=2, seed=4, **options).fit(X, y)
     assert est.params_.shape[0] == 2
-    alone = [MpinnClassifier(seed=s, **options).fit(X, y).predict_proba(Xt)[:, 1] for s in (4, 5)]
+    alone = [MpinnClassifier(seed=s, ensemble=1, **options).fit(X, y).predict_proba(Xt)[:, 1] for s in (4, 5)]
     np.testing.assert_allclose(est.predict_proba(Xt)[:, 1], np.mean(alone, axis=0), rtol=1e-9)
 
 
