@@ -65,8 +65,9 @@ def write_results(run, params, result, say):
     ph = summary["phase_s_mean"]
     busy = sum(ph.values()) or 1.0
     parts = summary.get("comm_parts_s_mean") or {}      # a sharded table's exchanges
-    say("done: %d samples in %.1f s, %.0f samples/s over %d rank%s; time split (mean over ranks): "
+    say("done%s: %d samples in %.1f s, %.0f samples/s over %d rank%s; time split (mean over ranks): "
         "data wait %.0f%% (%.2f ms/step), compute %.0f%%, communication %.0f%%%s, update %.0f%%" % (
+            " (the first of %d members)" % meta["ensemble"]["members"] if meta.get("ensemble") else "",
             summary["samples"], summary["seconds"], summary["samples_per_s"], comm.size, "" if comm.size == 1 else "s",
             100 * ph["data"] / busy, 1e3 * summary["data_wait_s_per_step"], 100 * ph["compute"] / busy,
             100 * ph["comm"] / busy, " (%s)" % ", ".join("%s %.0f%%" % (k, 100 * v / busy) for k, v in parts.items())

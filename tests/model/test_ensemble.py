@@ -55,7 +55,7 @@ def test_an_ensemble_predicts_the_mean_of_its_members_trained_alone_at_np_1_2_3(
         model = tmp_path / ("e%d.npz" % np_)
         out = train(np_, data, model, "--seed", "7", "--ensemble", "3")
         assert "model written to %s: 3 members (--seed 7 to 9), their predictions averaged" % model in out
-        assert out.count("ensemble: member ") == 3
+        assert out.count("ensemble: member ") == 3 and "done (the first of 3 members): " in out
         got = predict(model, test, tmp_path / ("e%d.csv" % np_))[column]
         np.testing.assert_allclose(got, reference, rtol=1e-5, atol=2e-6)     # the CSV's 6 decimals
     header = json.loads(str(np.load(str(tmp_path / ("e%d.npz" % nps[0])))["header"]))
