@@ -25,14 +25,15 @@ class TrainResult:
     history: list          # one record per epoch: train_loss, seconds, skipped_steps, valid metrics
     metrics: dict          # the kept epoch's held-out metrics ({} without held-out rows)
     summary: dict          # samples/s, time split, steps, skipped steps
-    model: object          # the trained mpinn.model.MLP (on every rank; tower mode: this rank's tower)
+    model: object          # the trained mpinn.model.MLP (on every rank; tower mode: this rank's tower; --ensemble:
+    #                        the first member; history, metrics and summary are the first member's too)
     model_path: str        # where the model file was written (by rank 0); None: none was asked for
     spec: ModelSpec
     meta: dict             # task, classes, hashing contract, source columns
     rank: int              # this process's rank (print on rank 0 only)
     config: object = None  # the resolved mpinn.settings.RunConfig
     params: object = None  # the kept parameters, whole, as a host array: on rank 0 (on every rank with
-    #                        params_everywhere); tower mode: every tower's, stacked
+    #                        params_everywhere); tower mode and --ensemble: every tower's or member's, stacked
 
 
 def train(data=None, comm=None, **options):
