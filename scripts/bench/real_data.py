@@ -304,8 +304,9 @@ def main(argv=None):
     table = ["| data | task | %s | mpinn best setting found (held-out) | logistic / ridge regression (one-hot) | "
              "gradient-boosted trees | defaults within 0.005 AUC (2%% RMSE) of best / at least linear |" % defaults,
              "|---|---|---|---|---|---|---|"] + rows
-    table += ["", "| data | mpinn defaults (seed 0) | seeds 0..%d: mean (min to max); their predictions averaged | mpinn - linear [95%% interval] "
-              "| mpinn - trees [95%% interval] |" % (args.seeds - 1), "|---|---|---|---|---|"] + spread + [
+    table += ["", "| data | mpinn defaults (seed 0) | seeds 0..%d: mean (min to max); their predictions averaged "
+              "| mpinn - linear [95%% interval] | mpinn - trees [95%% interval] |" % (args.seeds - 1),
+              "|---|---|---|---|---|"] + spread + [
         "", "Differences of the test AUC (regression: of the RMSE, as a share of the other's; below 0 is better), "
             "seed 0's predictions against each baseline's on the same test rows; the interval: 2.5th to 97.5th "
             "percentile over 2000 paired resamples of the test rows (a binary set's positives and negatives apart)."]
