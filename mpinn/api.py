@@ -104,7 +104,8 @@ def _run(cfg, job, stop, t_start, params_everywhere):
         from mpinn.optim import fused
         say("kernels: %s" % fused.status())       # the optimizers' compiled update, or why the numpy passes run
     with reading("the data", enabled=rank0 and not (cfg.quiet or cfg.no_progress)):
-        train_set, valid, info = load_everywhere(cfg, job.comm, say)
+        resplit = [] if cfg.ensemble > 1 else None       # an ensemble's members split the rows read once
+        train_set, valid, info = load_everywhere(cfg, job.comm, say, resplit)
     # training's modules load once the data is read: their imports (scipy.stats among them) would add tens of MiB
     # to rank 0's peak while it reads (a file three times a 250 MiB limit ran out of memory: tests/data)
     from mpinn.report import Curve
@@ -135,7 +136,7 @@ def _run(cfg, job, stop, t_start, params_everywhere):
         params, info.meta["ensemble"] = more_members(given, cfg.ensemble, job, info, params, summary, final,
                                                      time.perf_counter() - t_start, replace(hooks, on_epoch=None,
                                                                                             on_eval=None),
-                                                     say, progress=not (cfg.no_progress or cfg.quiet))
+                                                     say, not (cfg.no_progress or cfg.quiet), resplit)
     watchdog.stop()
     if params_everywhere:
         params = _bcast_array(job.comm, params)

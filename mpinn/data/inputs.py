@@ -84,11 +84,12 @@ def held_how(cfg, valid):
             "group": " (whole groups of %s, about %s)" % (column, share)}[kind]
 
 
-def load_everywhere(args, comm, say, split_seed=None):
+def load_everywhere(args, comm, say, resplit=None):
     """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
     the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere, and
-    the DataInfo on every rank. split_seed: the random held-out share's seed, where not args.seed (an ensemble's
-    members: the same data, the embedded log's rows drawn with args.seed, each member its own share)."""
+    the DataInfo on every rank. resplit: a list, to which each rank that read data held in memory appends a
+    function of a seed giving (train, valid) as --seed SEED would split the same rows (an ensemble's members read
+    the data once; a stream, read anew each epoch, appends none)."""
     from mpinn.data import DataSpec, load_data
     rank0 = comm.rank == 0
     readers = reader_count(args.readers, comm.size) if args.readers != "1" else 1    # checked before reading
@@ -121,6 +122,8 @@ def load_everywhere(args, comm, say, split_seed=None):
                               hashing.using(data.meta.get("hashing")))
             set_transform(valid, transform, args.valid)
             train = data
+            if resplit is not None:
+                resplit.append(lambda seed: (data, valid))
         else:
             values = None
             if by == "last":        # a log written in time order: its last rows
@@ -128,7 +131,9 @@ def load_everywhere(args, comm, say, split_seed=None):
             elif by is not None:
                 from mpinn.data.many import read_column_of
                 values = read_column_of(data.meta.get("files") or args.data, column)
-            train, valid = data.split(args.holdout, args.seed if split_seed is None else split_seed, by, values)
+            train, valid = data.split(args.holdout, args.seed, by, values)
+            if resplit is not None:
+                resplit.append(lambda seed: data.split(args.holdout, seed, by, values))
         if not train.streamed and len(train) < comm.size:
             raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
                              % (len(train), comm.size))

@@ -1,9 +1,9 @@
 """--ensemble K: a seed ensemble. Member k (0..K-1) is the run that --seed S+k alone would be on the same data:
 its own initialisation, batch order and, the held-out split being seeded, its own held-out share of the rows
 (what one member holds out, the others mostly train on). The data is read as --seed S reads it (the embedded
-click log's rows are drawn with the seed; a stream's held-out draw and window shuffle stay those of S), once a
-member: each reads and hashes it again (for a small table, the case it is for, about 0.5 s of adult's 1.5 s a
-member). The members train one after another, each on every rank; the model file holds their kept parameters
+click log's rows are drawn with the seed; a stream's held-out draw and window shuffle stay those of S): data held
+in memory is read once and split again for each member (mpinn.data.inputs.load_everywhere's resplit), a stream is
+opened again. The members train one after another, each on every rank; the model file holds their kept parameters
 stacked, as tower mode's replicas, and predict averages their predictions (mpinn.training.towers.mix, equal
 weights).
 
@@ -30,14 +30,25 @@ def _line(k, count, seed, summary, metrics, seconds):
         ", held-out " + format_metrics(metrics) if metrics else "", seconds)
 
 
-def more_members(given, count, job, info, params, summary, metrics, seconds, hooks, say, progress):
+def member_data(given, seed, job, resplit):
+    """(train, valid, info) of the member of seed `seed`: the rows read once split again (resplit: what
+    load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
+    from mpinn.data.info import DataInfo
+    from mpinn.data.inputs import load_everywhere
+    if not job.comm.bcast_obj(bool(resplit) if job.rank == 0 else None):
+        return load_everywhere(given, job.comm, lambda msg: None)
+    train, valid = resplit[0](seed) if resplit else (None, None)
+    info = job.comm.bcast_obj(DataInfo.of(train, valid, given.dtype) if job.rank == 0 else None)
+    return train, valid, info
+
+
+def more_members(given, count, job, info, params, summary, metrics, seconds, hooks, say, progress, resplit):
     """Members 2..count of `given` (the configuration as given, before resolve: each member resolves its own, on
     the same data), after the first (its kept `params` on rank 0, its `summary`, held-out `metrics` and
-    `seconds`). Collective. Returns (every member's parameters stacked, (K, n), on rank 0 (None elsewhere);
-    the record the model file's meta keeps)."""
+    `seconds`; resplit: see member_data). Collective. Returns (every member's parameters stacked, (K, n), on rank 0
+    (None elsewhere); the record the model file's meta keeps)."""
     from mpinn import settings
     from mpinn.settings import messages
-    from mpinn.data.inputs import load_everywhere
     from mpinn.training.run import Run
     say(_line(0, count, given.seed, summary, metrics, seconds))
     stacked = [params]
@@ -47,7 +58,7 @@ def more_members(given, count, job, info, params, summary, metrics, seconds, hoo
         cfg = replace(given, seed=given.seed + k, ensemble=1)
         if cfg.start_timeout > 0:
             hooks.watchdog.arm("start-up of ensemble member %d" % (k + 1), cfg.start_timeout)
-        train, valid, mine = load_everywhere(given, job.comm, lambda msg: None, split_seed=cfg.seed)
+        train, valid, mine = member_data(given, cfg.seed, job, resplit)
         if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
             raise MpinnError(messages.ensemble_member_differs(k + 1), collective=True)
         cfg = settings.resolve(cfg, mine, job.size)
