@@ -137,6 +137,22 @@ def list_checkpoints(directory, run=None):
     return sorted(found)
 
 
+# member-<k>: the checkpoints of an ensemble's member k (2..K), below the run's directory (member 1 writes there)
+_MEMBER = re.compile(r"^member-(\d+)$")
+
+
+def member_dir(directory, k):
+    """Where the checkpoints of an ensemble's member k (0-based; k >= 1) go."""
+    return os.path.join(directory, "member-%d" % (k + 1))
+
+
+def member_dirs(directory):
+    """The ensemble members' checkpoint directories below `directory`."""
+    if not os.path.isdir(directory):
+        return []
+    return [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if _MEMBER.match(name)]
+
+
 def remove_stale_temporaries(directory):
     """The temporary files a writer killed mid-write left behind (they are never checkpoints)."""
     if os.path.isdir(directory):

@@ -29,10 +29,11 @@ def check_outputs(cfg):
 def own_checkpoint_dir(cfg):
     """A fresh run (no --resume) starts in a --checkpoint-dir that holds no checkpoint, or with
     --overwrite-checkpoints, which removes them now: another run's files are never mistaken for this one's."""
-    from mpinn.checkpoint import list_checkpoints, remove_stale_temporaries
+    from mpinn.checkpoint import list_checkpoints, member_dirs, remove_stale_temporaries
     if not cfg.checkpoint_dir or cfg.resume:
         return
-    found = list_checkpoints(cfg.checkpoint_dir)
+    places = [cfg.checkpoint_dir] + member_dirs(cfg.checkpoint_dir)      # an ensemble's members' too
+    found = sorted(item for place in places for item in list_checkpoints(place))
     if found and not cfg.overwrite_checkpoints:
         raise MpinnError("--checkpoint-dir %s holds %d checkpoint(s) of an earlier run (the newest %s): continue "
                          "it with --resume %s, use another directory, or give --overwrite-checkpoints to delete "
@@ -40,7 +41,8 @@ def own_checkpoint_dir(cfg):
                                    cfg.checkpoint_dir), collective=True)
     for _, path in found:
         os.unlink(path)
-    remove_stale_temporaries(cfg.checkpoint_dir)
+    for place in places:
+        remove_stale_temporaries(place)
 
 
 def resume_config(cfg):

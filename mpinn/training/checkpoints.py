@@ -13,10 +13,11 @@ class Checkpoints:
     kept, each recording `meta` (the run's configuration, model, data contract and identity) beside the trainer's
     position, parameters and optimizer state."""
 
-    def __init__(self, directory, every=0, keep=3, meta=None):
+    def __init__(self, directory, every=0, keep=3, meta=None, home=None):
         self.directory, self.every, self.keep = directory, int(every), int(keep)
         self.meta = dict(meta or {})
         self.last = None        # the newest checkpoint written or resumed from (path)
+        self.home = home or directory   # what --resume names and where STOPPED goes (an ensemble's: above a member's)
 
     def due(self, step):
         """Is a checkpoint due after global step `step` (inside an epoch)?"""
@@ -61,10 +62,11 @@ def restore(trainer, arrays, header):
     return header.get("path")
 
 
-def start(cfg, trainer, spec, info, say=lambda msg: None):
+def start(cfg, trainer, spec, info, say=lambda msg: None, home=None):
     """A run's checkpoints from its configuration (collective, before trainer.start()): with --resume, the trainer
     restored from the newest checkpoint of this run (which must match its options, model and data); with a
-    checkpoint directory, the Checkpoints the loop writes (trainer.checkpoints)."""
+    checkpoint directory, the Checkpoints the loop writes (trainer.checkpoints). home: the directory a resume
+    names, when this run's checkpoints lie below it (an ensemble's member: mpinn.training.ensemble)."""
     comm, config = trainer.comm, resume_config(cfg)
     run = run_identity(config, spec, info.meta, info.n_train)
     resumed = None
@@ -81,7 +83,7 @@ def start(cfg, trainer, spec, info, say=lambda msg: None):
     if directory:
         comm.root_call(lambda: clear_stopped(directory))     # this run goes on: no longer "stopped"
         trainer.checkpoints = Checkpoints(directory, cfg.checkpoint_every, cfg.keep_checkpoints, {
-            "config": config, "spec": spec.to_dict(), "meta": info.meta, "n_train": info.n_train, "run": run})
+            "config": config, "spec": spec.to_dict(), "meta": info.meta, "n_train": info.n_train, "run": run}, home)
         trainer.checkpoints.last = resumed
 
 
@@ -104,8 +106,8 @@ def stop_if_asked(trainer, epoch, at_epoch_end=False):
         raise Stopped(messages.stopped_unsaved(stop.name(signum), where))
     if not at_epoch_end:        # an epoch's end has just been checkpointed
         ckpt.save(trainer, "signal")
-    line = messages.stopped_saved(stop.name(signum), where, ckpt.last, ckpt.directory)
+    line = messages.stopped_saved(stop.name(signum), where, ckpt.last, ckpt.home)
     if comm.rank == 0:
-        mark_stopped(ckpt.directory, line)
+        mark_stopped(ckpt.home, line)
     comm.bcast_obj(None)        # every rank ends after the mark is written
     raise Stopped(line)

@@ -5,7 +5,8 @@ click log's rows are drawn with the seed; a stream's held-out draw and window sh
 in memory is read once and split again for each member (mpinn.data.inputs.load_everywhere's resplit), a stream is
 opened again. The members train one after another, each on every rank; the model file holds their kept parameters
 stacked, as tower mode's replicas, and predict averages their predictions (mpinn.training.towers.mix, equal
-weights).
+weights). With checkpoints, member k (k >= 1) writes its own into member-(k+1) below the run's directory
+(member_checkpoints), so that a resume of the run takes up each member where it stopped.
 
 The first member is the run api._run makes; more_members trains the rest."""
 import time
@@ -42,6 +43,19 @@ def member_data(given, seed, job, resplit):
     return train, valid, info
 
 
+def member_checkpoints(cfg, given, k, comm):
+    """(member k's configuration, the directory a resume names) with checkpoints: member k writes into member-(k+1)
+    below the run's directory (the first member writes there), and a resume of the run resumes the members that had
+    begun (a finished one ends at once, its kept parameters restored) and starts the others afresh."""
+    from mpinn.checkpoint import list_checkpoints, member_dir
+    home = given.checkpoint_dir or given.resume
+    if not home:
+        return cfg, None
+    place = member_dir(home, k)
+    begun = bool(given.resume) and comm.bcast_obj(bool(list_checkpoints(place)) if comm.rank == 0 else None)
+    return replace(cfg, checkpoint_dir=place, resume=place if begun else None), home
+
+
 def more_members(given, count, job, info, params, summary, metrics, seconds, hooks, say, progress, resplit):
     """Members 2..count of `given` (the configuration as given, before resolve: each member resolves its own, on
     the same data), after the first (its kept `params` on rank 0, its `summary`, held-out `metrics` and
@@ -55,7 +69,7 @@ def more_members(given, count, job, info, params, summary, metrics, seconds, hoo
     members = [{"seed": given.seed, "kept_epoch": summary["kept_epoch"], "valid": metrics}]
     for k in range(1, count):
         t = time.perf_counter()
-        cfg = replace(given, seed=given.seed + k, ensemble=1)
+        cfg, home = member_checkpoints(replace(given, seed=given.seed + k, ensemble=1), given, k, job.comm)
         if cfg.start_timeout > 0:
             hooks.watchdog.arm("start-up of ensemble member %d" % (k + 1), cfg.start_timeout)
         train, valid, mine = member_data(given, cfg.seed, job, resplit)
@@ -63,7 +77,7 @@ def more_members(given, count, job, info, params, summary, metrics, seconds, hoo
             raise MpinnError(messages.ensemble_member_differs(k + 1), collective=True)
         cfg = settings.resolve(cfg, mine, job.size)
         run = Run(cfg, job, mine, hooks)
-        trainer = run.start(train=train)
+        trainer = run.start(train=train, say=say, checkpoint_home=home)
         hooks.watchdog.disarm()
         history = trainer.fit(train, valid, cfg.epochs, progress=progress)
         p, s = run.finish()

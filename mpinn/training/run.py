@@ -78,10 +78,11 @@ class Run:
                             self.model.params.itemsize), n
         return comm.bcast_obj(comm.root_call(pick))
 
-    def start(self, train=None, counts=None, params=False, say=lambda msg: None):
+    def start(self, train=None, counts=None, params=False, say=lambda msg: None, checkpoint_home=None):
         """Build the step and the trainer, then start: the hot rows picked (from `train` or `counts` on rank 0),
         `params` (rank 0's whole flat parameters, None elsewhere; False: none given) loaded, or the checkpoint of
-        --resume restored, and every rank given rank 0's parameters. Returns the Trainer."""
+        --resume restored, and every rank given rank 0's parameters (checkpoint_home: see checkpoints.start).
+        Returns the Trainer."""
         plan, cfg = self.plan, self.cfg
         hot, counted = self.pick_hot(train, counts)
         if plan.table == "sharded":
@@ -90,7 +91,7 @@ class Run:
         self.trainer = trainer = Trainer(cfg, self.model, self.optimizer, self.schedule, step, self.layout, self.hooks)
         if params is not False:     # given (on rank 0; None elsewhere)
             trainer.load_params_(params)
-        checkpoints.start(cfg, trainer, self.spec, self.info, say)
+        checkpoints.start(cfg, trainer, self.spec, self.info, say, checkpoint_home)
         trainer.start()
         return trainer
 

@@ -2,13 +2,18 @@
 the members' (numpy's mean of separately trained single models: the reference), at np 1, 2 and 3; the model file
 round-trips through predict and the scikit-learn estimator; what it does not combine with is refused."""
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 import mpinn.api as mp
-from conftest import mpirun, run
+from conftest import ROOT, mpiexec_path, mpirun, run
+from mpinn.config import STOPPED_EXIT
 
 
 def write_table(path, n, seed, regression=False):
@@ -82,8 +87,7 @@ def test_the_estimator_averages_its_members_as_separate_estimators_would(tmp_pat
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("extra,message", [
-    (["--parallel", "tower"], "--ensemble trains its members with --parallel data and without checkpoints"),
-    (["--checkpoint-dir", "ck"], "--ensemble trains its members with --parallel data and without checkpoints"),
+    (["--parallel", "tower"], "--ensemble trains its members with --parallel data"),
     (["--ensemble", "0"], "--ensemble: must be"),
 ])
 def test_an_ensemble_refuses_what_it_does_not_combine_with(tmp_path, extra, message, launcher):
@@ -92,3 +96,47 @@ def test_an_ensemble_refuses_what_it_does_not_combine_with(tmp_path, extra, mess
                    "2", "--model-out", str(tmp_path / "m.npz")] + extra, cwd=str(tmp_path))
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2 and not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.mpi
+def test_an_ensemble_stopped_in_its_second_member_resumes_to_the_model_it_would_have_made(tmp_path, launcher):
+    """Checkpoints carry the members: member k writes into member-(k+1) below --checkpoint-dir; a signal during
+    member 2 stops the run resumably (the line and STOPPED name the run's directory), and --resume DIR ends bit
+    for bit where the run without checkpoints ends (member 1 restored from its last checkpoint, member 2 resumed,
+    member 3 begun afresh)."""
+    data, ck = tmp_path / "train.csv", tmp_path / "ck"
+    write_table(data, 600, 5)
+    common = ["-m", "mpinn.train", "--data", str(data), "--label", "label", "--dtype", "float64", "--hidden", "16",
+              "--epochs", "3", "--batch-size", "32", "--seed", "3", "--ensemble", "3", "--no-progress"]
+    r = mpirun(2, common + ["--model-out", str(tmp_path / "plain.npz")])
+    assert r.returncode == 0, r.stderr
+    cmd = [mpiexec_path(), "-n", "2", sys.executable] + common + [
+        "--checkpoint-dir", str(ck), "--checkpoint-every", "4", "--model-out", str(tmp_path / "x.npz")]
+    env = dict(os.environ, MPINN_FAULT="slow:0:1+", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                         start_new_session=True)
+    try:
+        t0, member2 = time.time(), ck / "member-2"
+        while not (member2.exists() and any(f.startswith("ckpt-") for f in os.listdir(member2))) \
+                and time.time() - t0 < 90:
+            time.sleep(0.05)
+        os.kill(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == STOPPED_EXIT, (p.returncode, err[-2000:])
+    assert "member 1 of 3" in out and "member 2 of 3" not in out       # stopped inside member 2
+    assert "continue with --resume %s\n" % ck in err and (ck / "STOPPED").exists()
+    assert not (ck / "member-3").exists() and not (tmp_path / "x.npz").exists()
+    r = mpirun(2, common + ["--resume", str(ck), "--model-out", str(tmp_path / "m.npz")])
+    assert r.returncode == 0, r.stderr
+    assert "resumed from %s" % (ck / "ckpt-") in r.stdout and "resumed from %s" % (ck / "member-2" / "ckpt-") \
+        in r.stdout and "member-3" not in r.stdout, r.stdout     # member 3 had not begun
+    assert not (ck / "STOPPED").exists() and list((ck / "member-3").glob("ckpt-*.npz"))
+    with np.load(str(tmp_path / "m.npz")) as got, np.load(str(tmp_path / "plain.npz")) as want:
+        assert got["params"].shape[0] == 3 and np.array_equal(got["params"], want["params"])     # bitwise
+    for f in ck.glob("ckpt-*.npz"):     # the members' checkpoints alone still make the directory an earlier run's
+        f.unlink()
+    r = mpirun(2, common + ["--checkpoint-dir", str(ck), "--model-out", str(tmp_path / "y.npz")])
+    assert r.returncode == 2 and "holds" in r.stderr and "--overwrite-checkpoints" in r.stderr, r.stderr
