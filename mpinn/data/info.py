@@ -13,6 +13,7 @@ class DataInfo:
     fan_in: float           # mean non-zeros of a hashed row: the first layer's effective fan-in
     n_train: int            # training rows
     has_valid: bool         # are there held-out rows?
+    streamed: bool = False  # read as a stream (n_train is then an estimate)
 
     @property
     def task(self):
@@ -27,4 +28,4 @@ class DataInfo:
         """The DataInfo of a training set (mpinn.data Rows) and its held-out rows (or None), batches in dtype."""
         return cls({k: v for k, v in train.meta.items() if k != "numeric_stats"}, train.layout(dtype),
                    len(train.meta["classes"]) if train.task == "multiclass" else 1, train.sparse_fan_in, len(train),
-                   valid is not None)
+                   valid is not None, bool(train.streamed))

@@ -5,10 +5,12 @@ import math
 from dataclasses import replace
 from types import MappingProxyType
 
+from mpinn.config import ModelSpec
 from mpinn.optim import REGISTRY
 from mpinn.settings.parse import from_keywords
 from mpinn.settings.rules import check, check_data
-from mpinn.settings.shapes import LOG_POINTS, LOG_ROWS, LOSS_OF_TASK, METRIC_OF_TASK, SHAPES, auto_batch, model_shape
+from mpinn.settings.shapes import (LOG_POINTS, LOG_ROWS, LOSS_OF_TASK, METRIC_OF_TASK, SHAPES, SMALL_TABLE_MEMBERS,
+                                   SMALL_TABLE_PARAMS, SMALL_TABLE_VALUES, auto_batch, model_shape)
 from mpinn.settings.table import DATA, DEFAULT
 
 class _Decisions:
@@ -62,6 +64,12 @@ def resolve(cfg, info, ranks):
     for key in ("epochs", "early_stop"):
         if d.get(key) is None:
             d(key, defaults[key])
+    if cfg.ensemble is None:        # a small table: the average of several seeds' models (see shapes.SMALL_TABLE_VALUES)
+        params = ModelSpec(n_sparse, info.layout.n_dense, cfg.hidden, info.n_out, cfg.activation, d.get("loss"),
+                           cfg.dtype, wide=d.get("wide") == "on").n_params
+        small = (info.n_train < LOG_ROWS and info.n_train * info.layout.n_dense <= SMALL_TABLE_VALUES
+                 and params <= SMALL_TABLE_PARAMS and not info.streamed)
+        d("ensemble", SMALL_TABLE_MEMBERS if small and cfg.parallel == "data" else 1)
     if cfg.parallel == "tower" or not info.has_valid:    # nothing to pick the best epoch by
         if cfg.where("early_stop") != "given":
             d("early_stop", 0)
@@ -96,4 +104,6 @@ def fixed(batch, **options):
         d("table", "replicated")
     if cfg.stop_metric == "auto":
         d("stop_metric", "logloss")
+    if cfg.ensemble is None:
+        d("ensemble", 1)
     return d.config(batch=int(batch), stage="resolved")

@@ -108,7 +108,7 @@ RULES = tuple([
          lambda c: c.parallel == "tower" and bool(c.checkpoint_dir or c.resume),
          "--parallel tower does not write or resume checkpoints yet; leave out --checkpoint-dir / --resume",
          "--parallel tower --checkpoint-dir ckpt"),
-    Rule("ensemble-mode", ("ensemble", "parallel"), lambda c: c.ensemble > 1 and c.parallel == "tower",
+    Rule("ensemble-mode", ("ensemble", "parallel"), lambda c: (c.ensemble or 1) > 1 and c.parallel == "tower",
          "--ensemble trains its members with --parallel data (tower mode's towers are an average already): leave "
          "out --parallel tower or --ensemble", "--ensemble 3 --parallel tower"),
     Rule("tower-options", ("tower_data", "tower_mix", "parallel"),

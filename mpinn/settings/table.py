@@ -238,11 +238,14 @@ class RunConfig:
     stop_metric: str = option("auto", "optimisation", "the held-out metric for --early-stop and --keep best (auto: "
                               "logloss, rmse for regression)", choices=("auto", "logloss", "auc", "accuracy", "rmse"))
     seed: int = option(0, "optimisation", "initialisation and shuffling seed", type=int)
-    ensemble: int = option(1, "optimisation", "train K models one after another, each as --seed S+k alone would "
-                           "(its own initialisation, batch order and held-out share of the rows), and average their "
-                           "predictions: the model file holds all K, predict averages them; K times the training "
-                           "time (--curve, --log-dir and the history record the first)", type=positive_int,
-                           metavar="K")
+    ensemble: Optional[int] = option(
+        None, "optimisation", "train K models one after another, each as --seed S+k alone would (its own "
+        "initialisation, batch order and held-out share of the rows), and average their predictions: the model file "
+        "holds all K, predict averages them; K times the training time (--curve, --log-dir and the history record "
+        "the first). Default: 5 for a small table (fewer than 100,000 training rows and at most 10 million numeric "
+        "input values, a model of at most 2 million parameters, --parallel data, not a stream), whose one model's "
+        "quality depends on its seed; 1 otherwise",
+        type=positive_int, metavar="K")
     # ------------------------------------------------------------------ distribution
     reduce: str = option("allreduce", "distribution", "allreduce: every rank steps; gather: rank 0 steps and "
                          "broadcasts (DT42)", resume=True, choices=("allreduce", "gather"))

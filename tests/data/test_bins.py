@@ -202,7 +202,7 @@ import mpinn.api as mp
 from mpinn.model import predict_rows
 from mpinn.predict import load_for_model
 data, model_out = sys.argv[1], sys.argv[2]
-r = mp.train(data, label="y", numeric="normal,money,small,flag", categorical="kind", numeric_bins="8", epochs=2,
+r = mp.train(data, label="y", numeric="normal,money,small,flag", categorical="kind", numeric_bins="8", epochs=2, ensemble=1,
              hidden=(8,), model_out=model_out, quiet=True)
 rows = load_for_model(r.meta, data)
 np.save(sys.argv[3], predict_rows(r.model, rows))

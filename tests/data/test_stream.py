@@ -92,7 +92,7 @@ def test_a_stream_holding_every_row_in_its_sample_and_window_is_the_in_memory_mo
     got = {}
     for mode in ("on", "off"):
         out = str(tmp_path / ("%s.npz" % mode))
-        r = train(n, days, ["--stream", mode], out)
+        r = train(n, days, ["--stream", mode, "--ensemble", "1"], out)   # in memory, a small table's default is 5
         assert r.returncode == 0, r.stderr[-2000:]
         got[mode] = np.load(out)["params"]
     assert np.array_equal(got["on"], got["off"])

@@ -64,7 +64,7 @@ def test_the_api_prints_on_rank_0_and_writes_a_model_only_when_asked(tmp_path, n
     r = mpirun(n, ["-m", "mpi4py", "script.py"], cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert sum(line.startswith("done: ") for line in lines) == 1 and len(lines) == len(set(lines)), r.stdout
+    assert sum(line.startswith("done") for line in lines) == 1 and len(lines) == len(set(lines)), r.stdout
     assert not any(line.startswith("model written") for line in lines)
     assert sorted(p.name for p in tmp_path.glob("*.npz")) == ["asked.npz"]      # no ./mpinn-model.npz
     with np.load(tmp_path / "asked.npz") as z:

@@ -58,7 +58,7 @@ def test_ten_thousand_classes_train_quickly_into_a_model_file_the_size_of_its_pa
         f.write("y,a\n" + "".join("c%d,a%d\n" % (c, c % 97) for c in y))
     t0 = time.monotonic()
     r, model = train(["--data", tmp_path / "k.csv", "--label", "y", "--epochs", "1", "--hidden", "4",
-                      "--hash-bits", "7", "--metrics-out", tmp_path / "metrics.json"], tmp_path, n=2)
+                      "--hash-bits", "7", "--ensemble", "1", "--metrics-out", tmp_path / "metrics.json"], tmp_path, n=2)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "task multiclass" in r.stdout and "Traceback" not in r.stderr
     n_params = int(re.search(r"(\d+) parameters", r.stdout).group(1))

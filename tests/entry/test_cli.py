@@ -67,7 +67,8 @@ def test_csv_trains_and_predict_reproduces(tmp_path, reduce_, launcher):
     tr, va = make_csv(tmp_path / "train.csv", 3000, 1), make_csv(tmp_path / "valid.csv", 600, 2)
     r, model, metrics = train(2, [tr, "--label", "label", "--categorical", "city,noise", "--numeric", "x",
                                   "--valid", va, "--epochs", "8", "--batch-size", "100",
-                                  "--hash-bits", "12", "--hidden", "16", "--reduce", reduce_], tmp_path)
+                                  "--hash-bits", "12", "--hidden", "16", "--reduce", reduce_, "--ensemble", "1"],
+                              tmp_path)         # one model: its held-out metrics are predict's
     assert r.returncode == 0, r.stderr
     accurate_and_reproduced(metrics, model, va, tmp_path)
 
@@ -159,7 +160,7 @@ def test_prepare_then_train_on_the_packed_file_and_predict(tmp_path, launcher):
     p = prepare_cli([va, "--like", str(tmp_path / "tr.mpinn"), "--out", str(tmp_path / "va.mpinn")])
     assert p.returncode == 0, p.stderr
     r, model, metrics = train(2, [str(tmp_path / "tr.mpinn"), "--valid", str(tmp_path / "va.mpinn"),
-                                  "--epochs", "8", "--batch-size", "100", "--hidden", "16"], tmp_path)
+                                  "--epochs", "8", "--batch-size", "100", "--hidden", "16", "--ensemble", "1"], tmp_path)
     assert r.returncode == 0, r.stderr
     accurate_and_reproduced(metrics, model, va, tmp_path)
 

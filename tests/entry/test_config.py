@@ -65,3 +65,23 @@ def test_a_log_is_one_pass_with_held_out_checks_inside_it_and_a_small_table_seve
     assert resolve(from_keywords(None, epochs=3), info(n_train=10 ** 6), RANKS).epochs == 3
     assert resolve(from_keywords(None, eval_every=7), info(n_train=10 ** 6), RANKS).eval_every == 7
     assert resolve(from_keywords(None), info(n_train=10 ** 6, has_valid=False), RANKS).eval_every == 0
+
+
+def test_a_small_table_is_an_ensemble_of_five_and_a_log_a_wide_table_or_pixels_one_model():
+    """--ensemble left to the data: 5 below LOG_ROWS training rows, 10 million numeric values and 2 million
+    parameters a model (with --parallel data), 1 otherwise; given, it is kept."""
+    def ensemble(n_sparse=1000, n_dense=3, n_train=50_000, **options):
+        data = DataInfo({"task": "binary"}, Layout(n_sparse, n_dense, "float32", "float32"), 1, 5.0, n_train, True)
+        cfg = resolve(from_keywords(None, **options), data, RANKS)
+        return cfg.ensemble, cfg.where("ensemble")
+    assert ensemble() == (5, "data")                                   # 1003 inputs x 64: 64k parameters
+    assert ensemble(n_train=99_999)[0] == 5 and ensemble(n_train=100_000)[0] == 1      # a log: one model
+    assert ensemble(n_sparse=0, n_dense=784, n_train=54_000)[0] == 1    # 60,000 images: 42 million values
+    assert ensemble(n_sparse=0, n_dense=200, n_train=50_000)[0] == 5    # exactly 10 million
+    assert ensemble(n_sparse=0, n_dense=201, n_train=50_000)[0] == 1
+    # (n_sparse + 3) x 64 + 64 + (64 + 1) + (n_sparse + 3) for the linear part: 2^15 hashed columns are 2.1 million
+    assert ensemble(n_sparse=2 ** 14)[0] == 5 and ensemble(n_sparse=2 ** 15)[0] == 1
+    assert ensemble(parallel="tower")[0] == 1
+    streamed = DataInfo({"task": "binary"}, Layout(1000, 3, "float32", "float32"), 1, 5.0, 50_000, True, True)
+    assert resolve(from_keywords(None), streamed, RANKS).ensemble == 1         # a stream is read again per member
+    assert ensemble(ensemble=3) == (3, "given") and ensemble(n_train=500_000, ensemble=2) == (2, "given")

@@ -11,7 +11,7 @@ import sys
 
 # 2^12 hashed columns, 5400 training rows, global batch 256: 22 steps per epoch
 BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
-        "--dtype", "float64", "--no-progress", "--optimizer", "adam", "--epochs", "1"]
+        "--dtype", "float64", "--no-progress", "--optimizer", "adam", "--epochs", "1", "--ensemble", "1"]
 
 
 def params(path):

@@ -119,7 +119,8 @@ def test_under_mpirun_every_rank_returns_the_same_estimator(tmp_path, n, launche
     (tmp_path / "script.py").write_text(SCRIPT)
     r = mpirun(n, ["-m", "mpi4py", "script.py"], cwd=str(tmp_path), timeout=180)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("done: ") == 5, r.stdout      # 2 x 2 folds and the refit: rank 0 alone prints
+    assert r.stdout.count("\ndone (the first of 5 members): ") == 5, r.stdout   # 2 x 2 folds and the refit: rank 0
+    #                                                                      alone prints (each, a small table: 5 members)
     assert r.stdout.count("over %d ranks" % n) == 5
     ranks = [np.load(tmp_path / ("rank-%d.npz" % k)) for k in range(n)]
     for other in ranks[1:]:

@@ -18,7 +18,7 @@ from mpinn.config import STOPPED_EXIT
 # small enough that a checkpoint takes milliseconds: 2**12 hashed columns, 5400 training rows,
 # global batch 256 -> 22 steps per epoch
 BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--hidden", "16",
-        "--batch-size", "256", "--dtype", "float64", "--no-progress"]
+        "--batch-size", "256", "--dtype", "float64", "--no-progress", "--ensemble", "1"]   # one model (a small table)
 
 
 def train(n, args, env=None, timeout=120):
