@@ -21,11 +21,12 @@ TEMPLATE = os.path.join(ROOT, "scripts", "slurm", "train.sbatch")
 # the replicated table (auto shards it across nodes): what these tests check is the launch, and that
 # rank 0's initial parameters cross to the other node
 TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "1", "--dtype", "float64",
-         "--no-progress", "--table", "replicated"]
+         "--no-progress", "--table", "replicated", "--ensemble", "1"]
 # a job that runs until it is ended (no early stop)
 LONG_TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--hash-bits", "12", "--epochs", "100000",
-              "--early-stop", "0", "--no-progress"]
-# the batch jobs: 8 epochs of 15 steps, a checkpoint every 5 (mid-epoch), about 2 s of training here
+              "--early-stop", "0", "--no-progress", "--ensemble", "1"]
+# the batch jobs: 8 epochs of 15 steps, a checkpoint every 5 (mid-epoch), about 2 s of training here; a small table,
+# so five members (--ensemble left to the data): the requeued job resumes the member it stopped in
 BATCH_ARGS = ["--default-rows", "4000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
               "--dtype", "float64", "--epochs", "8", "--checkpoint-every", "5", "--no-progress"]
 SRUN_MPICH = ["--mpi=pmi2", "-N", "2", "-n", "2"]

@@ -18,7 +18,7 @@ from mpinn.data.packed import PackedDataset
 from mpinn.data.parts import is_manifest, open_packed
 
 ROWS = 1000             # per file
-TRAIN = ["--epochs", "2", "--hidden", "8", "--batch-size", "256", "--no-progress"]
+TRAIN = ["--epochs", "2", "--hidden", "8", "--batch-size", "256", "--no-progress", "--ensemble", "1"]
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,11 @@ def test_rank_without_rows_still_trains():
 
 def test_ng_network_on_digits_reaches_97_percent():
     """Ng's ex4 / DT42 network (400-25-10 there; 64-25-10 on scikit-learn's digits), sigmoid
-    hidden and output units, one-vs-all cross-entropy, full-batch gradient descent."""
+    hidden and output units, one-vs-all cross-entropy, full-batch gradient descent. At np 1 and 2: 3 ranks on this
+    2-core machine take 40 ms a step (oversubscribed), and gather at 3 ranks equals one process in
+    test_n_ranks_equal_one_process."""
+    if COMM.size > 2:
+        pytest.skip("np 1 and 2 only (3 ranks on 2 cores: 8 s); test_n_ranks_equal_one_process covers gather at 3")
     from sklearn.datasets import load_digits
     X, y = load_digits(return_X_y=True)
     X = np.ascontiguousarray(X / 16.0)
@@ -94,10 +98,10 @@ def test_ng_network_on_digits_reaches_97_percent():
     model = MLP(spec).init_(0)
     opt = create_optimizer("sgd", model.size, np)
     # DT42's Gather / update / Bcast pattern
-    trainer = make_trainer(model, opt, Layout(0, 64, "float64", "int64"), len(y), lr=2.0, reduce="gather")
+    trainer = make_trainer(model, opt, Layout(0, 64, "float64", "int64"), len(y), lr=3.0, reduce="gather")
     trainer.start()
     full = Batch(None, X, y) if trainer.rank0 else None
-    for _ in range(400):
+    for _ in range(200):        # 0.978 at np 1 (lr 2, 400 steps: 0.985); a step takes 36 ms at np 3 on 2 cores
         trainer.step(full, len(y))
     acc = np.mean(np.argmax(model.predict(Batch(None, X, y)), axis=1) == y)
     agree(acc >= 0.97, "training accuracy %.4f" % acc)
