@@ -139,6 +139,7 @@ def _run(cfg, job, stop, t_start, params_everywhere):
                                                      time.perf_counter() - t_start, replace(hooks, on_epoch=None,
                                                                                             on_eval=None),
                                                      say, not (cfg.no_progress or cfg.quiet), resplit)
+        final = _ensemble_held_out(cfg, job, run, info, params, valid, final, say)
     watchdog.stop()
     if params_everywhere:
         params = _bcast_array(job.comm, params)
@@ -150,6 +151,19 @@ def _run(cfg, job, stop, t_start, params_everywhere):
             curve.finish(say, summary)       # the curve file, the event file and the --plot PNG, rank 0 only
     job.close()
     return result
+
+
+def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):
+    """An ensemble's held-out metrics: its averaged predictions' where every member held out the same rows
+    (mpinn.training.ensemble.shares_held_out), else the first member's (`first`)."""
+    from mpinn.metrics import format_metrics
+    from mpinn.training.ensemble import held_out_metrics, shares_held_out
+    if not (shares_held_out(cfg, info.streamed) and job.comm.bcast_obj(valid is not None if job.rank == 0 else None)):
+        return first
+    out = held_out_metrics(job, run.spec, run.layout, params, valid, cfg.target_scale)
+    say("ensemble: the %d members' averaged predictions on the held-out rows (the same rows for each): %s" % (
+        cfg.ensemble, format_metrics(out)))
+    return out
 
 
 def _bcast_array(comm, a):

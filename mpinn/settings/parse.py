@@ -215,7 +215,7 @@ def reference_markdown():
                 out.append("| `%s` | %s | %s |" % (flag(f.name), "`%s`" % shown if shown is not None else
                                                    "(from the data)" if f.default is None and f.name in
                                                    ("optimizer", "lr", "batch_size", "epochs", "lr_decay",
-                                                    "early_stop") else "-", what.replace("|", "\\|")))
+                                                    "early_stop", "ensemble") else "-", what.replace("|", "\\|")))
         out.append("")
     out += ["## Defaults by model shape", "",
             "Options left out are chosen by the model's shape, once the data is read:", "",

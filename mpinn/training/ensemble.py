@@ -43,6 +43,36 @@ def member_data(given, seed, job, resplit):
     return train, valid, info
 
 
+def shares_held_out(cfg, streamed):
+    """Do the members hold out the same rows? A --valid file, or --holdout-by time or last (not seeded), held in
+    memory on the CPU: then their averaged predictions can be scored there (held_out_metrics)."""
+    by = cfg.holdout_by.partition(":")[0]
+    return (bool(cfg.valid) or by in ("time", "last")) and cfg.device == "cpu" and not streamed
+
+
+def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
+    """The held-out metrics of the members' averaged predictions (stacked: their parameters, on rank 0; valid: the
+    held-out rows, on rank 0), scored as one model's are (mpinn.training.evaluate). Collective."""
+    from mpinn.model import MLP
+    from mpinn.training.evaluate import evaluate
+    from mpinn.training.towers import mix
+    shape, dtype = job.comm.bcast_obj((stacked.shape, stacked.dtype.str) if job.rank == 0 else None)
+    members = np.ascontiguousarray(stacked) if job.rank == 0 else np.empty(shape, dtype)
+    job.comm.Bcast_(members, root=0, what="the ensemble's parameters")
+    model = MLP(spec)
+
+    def predict(local):
+        preds = []
+        for p in members:
+            model.params[...] = p
+            preds.append(model.predict(local))
+        return mix(preds)
+    out = evaluate(model, job.comm, layout, valid, predict=predict)
+    if "rmse" in out:
+        out["rmse"] *= target_scale     # in the label's units, as the trainer's
+    return out
+
+
 def member_checkpoints(cfg, given, k, comm):
     """(member k's configuration, the directory a resume names) with checkpoints: member k writes into member-(k+1)
     below the run's directory (the first member writes there), and a resume of the run resumes the members that had

@@ -30,8 +30,10 @@ def describe_run(run):
             epochs, " at most (early stop after %d without a better held-out %s)" % (
                 cfg.early_stop, cfg.stop_metric) if cfg.early_stop else "", cfg.lr_decay,
             ", keeping the best epoch" if cfg.keep == "best" else "")) + (
-        "; an ensemble of %d such models (--seed %d to %d, each its own held-out share), one after another, their "
-        "predictions averaged" % (cfg.ensemble, cfg.seed, cfg.seed + cfg.ensemble - 1)
+        "; an ensemble of %d such models (--seed %d to %d, %s), one after another, their predictions averaged" % (
+            cfg.ensemble, cfg.seed, cfg.seed + cfg.ensemble - 1,
+            "the same held-out rows" if cfg.valid or cfg.holdout_by.partition(":")[0] in ("time", "last")
+            else "each its own held-out share")
         if cfg.ensemble > 1 else "") + (
         "; %s exists and will be replaced at the end" % cfg.model_out
         if cfg.model_out and os.path.exists(cfg.model_out) else "")

@@ -140,3 +140,29 @@ def test_an_ensemble_stopped_in_its_second_member_resumes_to_the_model_it_would_
         f.unlink()
     r = mpirun(2, common + ["--checkpoint-dir", str(ck), "--model-out", str(tmp_path / "y.npz")])
     assert r.returncode == 2 and "holds" in r.stderr and "--overwrite-checkpoints" in r.stderr, r.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("regression", [False, True], ids=["binary", "regression"])
+def test_with_the_same_held_out_rows_the_ensemble_reports_its_averaged_predictions_metrics(tmp_path, regression,
+                                                                                           launcher):
+    """With --valid every member holds out the same rows, and the metrics reported (the line, the metrics file) are
+    the averaged predictions', equal to what predict computes from the model file on that file (another path:
+    mpinn.predict mixes the members' predictions in the label's units), not the first member's."""
+    data, valid = tmp_path / "train.csv", tmp_path / "valid.csv"
+    write_table(data, 1500, 6, regression)
+    write_table(valid, 400, 7, regression)
+    model, metrics = tmp_path / "m.npz", tmp_path / "m.json"
+    out = train(2, data, model, "--valid", str(valid), "--metrics-out", str(metrics))
+    assert "(--seed 0 to 4, the same held-out rows)" in out and "averaged predictions on the held-out rows" in out
+    reported = json.load(open(metrics))["valid"]
+    r = run([sys.executable, "-m", "mpinn.predict", "--model", str(model), "--data", str(valid), "--out",
+             str(tmp_path / "p.csv"), "--metrics-out", str(tmp_path / "p.json")])
+    assert r.returncode == 0, r.stderr
+    again = json.load(open(tmp_path / "p.json"))
+    keys = ("rmse",) if regression else ("accuracy", "logloss", "auc")
+    for k in keys:
+        assert reported[k] == pytest.approx(again[k], rel=1e-9), (k, reported[k], again[k])
+    with np.load(str(model)) as z:
+        first = json.loads(str(z["header"]))["meta"]["ensemble"]["valid"][0]
+    assert first[keys[0]] != pytest.approx(reported[keys[0]], rel=1e-6)       # not the first member's
