@@ -21,7 +21,7 @@ from mpinn.sklearn import MpinnClassifier, MpinnRegressor
 # unless SCIPY_ARRAY_API=1 is set, and yields no sample_weight checks (fit takes none), no NaN/inf-must-fail checks
 # (allow_nan: mpinn imputes and flags a missing number) and no multi-output or multi-label checks (neither is
 # supported: fit takes one target column).
-SMALL = dict(hidden=(16,), epochs=30, batch_size=32, lr=0.01)
+SMALL = dict(hidden=(16,), epochs=30, batch_size=32, lr=0.01, ensemble=1)      # one model: the checks are of the API
 
 
 @parametrize_with_checks([MpinnClassifier(**SMALL), MpinnRegressor(**SMALL)])

@@ -107,7 +107,7 @@ def test_an_ensemble_stopped_in_its_second_member_resumes_to_the_model_it_would_
     data, ck = tmp_path / "train.csv", tmp_path / "ck"
     write_table(data, 600, 5)
     common = ["-m", "mpinn.train", "--data", str(data), "--label", "label", "--dtype", "float64", "--hidden", "16",
-              "--epochs", "3", "--batch-size", "32", "--seed", "3", "--ensemble", "3", "--no-progress"]
+              "--epochs", "3", "--batch-size", "64", "--seed", "3", "--ensemble", "3", "--no-progress"]
     r = mpirun(2, common + ["--model-out", str(tmp_path / "plain.npz")])
     assert r.returncode == 0, r.stderr
     cmd = [mpiexec_path(), "-n", "2", sys.executable] + common + [
