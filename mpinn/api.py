@@ -142,7 +142,7 @@ def _run(cfg, job, stop, t_start, params_everywhere):
         final = _ensemble_held_out(cfg, job, run, info, params, valid, final, say)
     watchdog.stop()
     if params_everywhere:
-        params = _bcast_array(job.comm, params)
+        params = job.comm.bcast_array(params, what="the kept parameters")
     result = TrainResult(history, final, summary, run.model, cfg.model_out, run.spec, info.meta, job.rank, run.cfg,
                          params)
     if rank0:
@@ -165,10 +165,3 @@ def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):
         cfg.ensemble, format_metrics(out)))
     return out
 
-
-def _bcast_array(comm, a):
-    """Rank 0's array on every rank (its shape and dtype first, then the buffer)."""
-    import numpy as np
-    shape, dtype = comm.bcast_obj((a.shape, a.dtype.str) if comm.rank == 0 else None)
-    buf = np.ascontiguousarray(a) if comm.rank == 0 else np.empty(shape, dtype)
-    return comm.Bcast_(buf, root=0, what="the kept parameters")

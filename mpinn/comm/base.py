@@ -60,6 +60,12 @@ class Communicator:
         return self.comm.allreduce(value, op=MPI.MAX)
 
     # ------------------------------------------------------------ checked buffers
+    def bcast_array(self, a, root=0, what="Bcast buffer"):
+        """The root's host array on every rank: its shape and dtype first, then the buffer (a: None elsewhere)."""
+        shape, dtype = self.bcast_obj((a.shape, a.dtype.str) if self.rank == root else None, root=root)
+        buf = np.ascontiguousarray(a) if self.rank == root else np.empty(shape, dtype)
+        return Communicator.Bcast_(self, buf, root=root, what=what)
+
     def Bcast_(self, buf, root=0, what="Bcast buffer"):
         check_buffer(buf, buf.dtype, buf.size, what)
         self.comm.Bcast(buf, root=root)

@@ -5,12 +5,11 @@ import math
 from dataclasses import replace
 from types import MappingProxyType
 
-from mpinn.config import ModelSpec
 from mpinn.optim import REGISTRY
 from mpinn.settings.parse import from_keywords
 from mpinn.settings.rules import check, check_data
 from mpinn.settings.shapes import (LOG_POINTS, LOG_ROWS, LOSS_OF_TASK, METRIC_OF_TASK, SHAPES, SMALL_TABLE_MEMBERS,
-                                   SMALL_TABLE_PARAMS, SMALL_TABLE_VALUES, auto_batch, model_shape)
+                                   SMALL_TABLE_PARAMS, SMALL_TABLE_VALUES, auto_batch, model_shape, model_spec)
 from mpinn.settings.table import DATA, DEFAULT
 
 class _Decisions:
@@ -65,8 +64,7 @@ def resolve(cfg, info, ranks):
         if d.get(key) is None:
             d(key, defaults[key])
     if cfg.ensemble is None:        # a small table: the average of several seeds' models (see shapes.SMALL_TABLE_VALUES)
-        params = ModelSpec(n_sparse, info.layout.n_dense, cfg.hidden, info.n_out, cfg.activation, d.get("loss"),
-                           cfg.dtype, wide=d.get("wide") == "on").n_params
+        params = model_spec(d.config(), info).n_params     # the model the run will build
         small = (info.n_train < LOG_ROWS and info.n_train * info.layout.n_dense <= SMALL_TABLE_VALUES
                  and params <= SMALL_TABLE_PARAMS and not info.streamed)
         d("ensemble", SMALL_TABLE_MEMBERS if small and cfg.parallel == "data" else 1)

@@ -1,6 +1,8 @@
 """The defaults that depend on what the model looks like: one table, by model shape, and the automatic batch."""
 import math
 
+from mpinn.config import ModelSpec
+
 # model shape -> the training defaults for it (what --help lists); measured on real data sets, see
 # docs and scripts/real_data.py
 SHAPES = {
@@ -60,3 +62,10 @@ def help_table():
         "two, between 128 and 1024 (about 250 steps an epoch), --keep best, --stop-metric logloss (rmse); a log " \
         "(hashed inputs, %d training rows or more): one epoch, with %d held-out checks inside it (--eval-every)" % (
             LOG_ROWS, LOG_POINTS)
+
+
+def model_spec(cfg, info):
+    """The model of a resolved configuration for the data's shapes (info: mpinn.data.DataInfo)."""
+    lay = info.layout
+    return ModelSpec(lay.n_sparse, lay.n_dense, cfg.hidden, info.n_out, cfg.activation, cfg.loss, cfg.dtype,
+                     sparse_fan_in=info.fan_in, wide=cfg.wide == "on")

@@ -43,11 +43,15 @@ def member_data(given, seed, job, resplit):
     return train, valid, info
 
 
+def same_held_out_rows(cfg):
+    """Do the members hold out the same rows? With a --valid file, or --holdout-by time or last (not seeded)."""
+    return bool(cfg.valid) or cfg.holdout_by.partition(":")[0] in ("time", "last")
+
+
 def shares_held_out(cfg, streamed):
-    """Do the members hold out the same rows? A --valid file, or --holdout-by time or last (not seeded), held in
-    memory on the CPU: then their averaged predictions can be scored there (held_out_metrics)."""
-    by = cfg.holdout_by.partition(":")[0]
-    return (bool(cfg.valid) or by in ("time", "last")) and cfg.device == "cpu" and not streamed
+    """The same held-out rows, held in memory on the CPU: then their averaged predictions are scored there
+    (held_out_metrics)."""
+    return same_held_out_rows(cfg) and cfg.device == "cpu" and not streamed
 
 
 def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
@@ -56,9 +60,7 @@ def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
     from mpinn.model import MLP
     from mpinn.training.evaluate import evaluate
     from mpinn.training.towers import mix
-    shape, dtype = job.comm.bcast_obj((stacked.shape, stacked.dtype.str) if job.rank == 0 else None)
-    members = np.ascontiguousarray(stacked) if job.rank == 0 else np.empty(shape, dtype)
-    job.comm.Bcast_(members, root=0, what="the ensemble's parameters")
+    members = job.comm.bcast_array(stacked, what="the ensemble's parameters")
     model = MLP(spec)
 
     def predict(local):

@@ -10,6 +10,7 @@ from mpinn.config import MpinnError
 from mpinn.metrics import format_metrics
 from mpinn.outputs import why_not_written, written_whole
 from mpinn.settings import messages
+from mpinn.training.ensemble import same_held_out_rows
 
 
 def describe_run(run):
@@ -32,8 +33,7 @@ def describe_run(run):
             ", keeping the best epoch" if cfg.keep == "best" else "")) + (
         "; an ensemble of %d such models (--seed %d to %d, %s), one after another, their predictions averaged" % (
             cfg.ensemble, cfg.seed, cfg.seed + cfg.ensemble - 1,
-            "the same held-out rows" if cfg.valid or cfg.holdout_by.partition(":")[0] in ("time", "last")
-            else "each its own held-out share")
+            "the same held-out rows" if same_held_out_rows(cfg) else "each its own held-out share")
         if cfg.ensemble > 1 else "") + (
         "; %s exists and will be replaced at the end" % cfg.model_out
         if cfg.model_out and os.path.exists(cfg.model_out) else "")

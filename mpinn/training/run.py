@@ -6,23 +6,16 @@ import math
 import numpy as np
 
 from mpinn.batch import Layout
-from mpinn.config import ModelSpec
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 from mpinn.settings.plan import make_plan
+from mpinn.settings.shapes import model_spec
 from mpinn.training import checkpoints
 from mpinn.training.build import build_step, communicator
 from mpinn.training.hot import count_ids, pick_hot
 from mpinn.training.sharded import own_rows
 from mpinn.training.trainer import Hooks, Trainer
-
-
-def model_spec(cfg, info):
-    """The model of a resolved configuration for the data's shapes (info: mpinn.data.DataInfo)."""
-    lay = info.layout
-    return ModelSpec(lay.n_sparse, lay.n_dense, cfg.hidden, info.n_out, cfg.activation, cfg.loss, cfg.dtype,
-                     sparse_fan_in=info.fan_in, wide=cfg.wide == "on")
 
 
 def make_optimizer(cfg, model):

@@ -166,3 +166,13 @@ def test_with_the_same_held_out_rows_the_ensemble_reports_its_averaged_predictio
     with np.load(str(model)) as z:
         first = json.loads(str(z["header"]))["meta"]["ensemble"]["valid"][0]
     assert first[keys[0]] != pytest.approx(reported[keys[0]], rel=1e-6)       # not the first member's
+    # an independent reference: scikit-learn's metrics of the written predictions (6 decimals) against the labels
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    y = np.genfromtxt(str(valid), delimiter=",", names=True)["label"]
+    pred = np.genfromtxt(str(tmp_path / "p.csv"), delimiter=",", names=True)
+    if regression:
+        rmse = np.sqrt(sklearn_metrics.mean_squared_error(y, pred["prediction"]))
+        assert reported["rmse"] == pytest.approx(rmse, rel=1e-6)
+    else:
+        assert reported["auc"] == pytest.approx(sklearn_metrics.roc_auc_score(y, pred["p_1"]), abs=1e-4)
+        assert reported["logloss"] == pytest.approx(sklearn_metrics.log_loss(y, pred["p_1"]), abs=1e-5)
