@@ -41,6 +41,8 @@ class ModelSpec:
     extra: dict = field(default_factory=dict)  # free-form notes kept in the model file
     wide: bool = False            # wide and deep: the inputs also feed the output directly (a linear model
                                   # beside the hidden layers, trained jointly; Cheng et al. 2016)
+    periodic: dict = None         # periodic embeddings of the first `columns` dense inputs (mpinn.periodic): their
+                                  # m*d outputs are the first layer's last inputs; None: none
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -54,10 +56,34 @@ class ModelSpec:
             raise MpinnError("the model has no input features")
         if self.n_out <= 0 or any(h <= 0 for h in self.hidden):
             raise MpinnError("layer widths must be positive")
+        p = self.periodic
+        if p is not None:
+            if not isinstance(p, dict) or set(p) != {"columns", "frequencies", "width", "sigma"} or not all(
+                    isinstance(p[k], int) and p[k] > 0 for k in ("columns", "frequencies", "width")):
+                raise MpinnError("periodic embeddings want positive columns, frequencies and width and a sigma, "
+                                 "not %r" % (p,))
+            if p["columns"] > self.n_dense:
+                raise MpinnError("periodic embeddings of %d columns asked for, with %d dense inputs"
+                                 % (p["columns"], self.n_dense))
 
     @property
     def layer_sizes(self):
-        return (self.n_sparse + self.n_dense,) + self.hidden + (self.n_out,)
+        return (self.n_sparse + self.n_dense + self.periodic_width,) + self.hidden + (self.n_out,)
+
+    @property
+    def periodic_width(self):
+        """The first layer's inputs that the periodic embeddings add (0 without them)."""
+        p = self.periodic
+        return int(p["columns"]) * int(p["width"]) if p else 0
+
+    @property
+    def periodic_size(self):
+        """The periodic embeddings' parameters (0 without them): per column, k frequencies, W (2k, d), b (d)."""
+        p = self.periodic
+        if not p:
+            return 0
+        k, d = int(p["frequencies"]), int(p["width"])
+        return int(p["columns"]) * (k + (2 * k + 1) * d)
 
     @property
     def first_width(self):
@@ -70,7 +96,7 @@ class ModelSpec:
         """The parameters' count: every layer's weights and biases (the MLP's flat buffer, mpinn.model)."""
         sizes = self.layer_sizes
         outs = (self.first_width,) + sizes[2:]
-        return sum(fin * fout + fout for fin, fout in zip(sizes[:-1], outs))
+        return sum(fin * fout + fout for fin, fout in zip(sizes[:-1], outs)) + self.periodic_size
 
     @property
     def has_wide(self):

@@ -5,6 +5,7 @@ import numpy as np
 
 from mpinn.backend import get_backend
 from mpinn.batch import SparseRows, densify_
+from mpinn.periodic import Periodic
 from mpinn.process import fresh_zeros, small_pages_at
 
 
@@ -38,7 +39,10 @@ class MLP:
     of the same table rows, so the hashed table's row machinery (sparse rows, their exchange, sharding,
     lazy updates, checkpoints, the fused kernels) serves both parts unchanged; they start at zero.
 
-    Buffer layout: W0, b0, W1, b1, ..., W0 first so that its sparse block W0[:n_sparse] is a prefix.
+    Periodic embeddings (spec.periodic, mpinn.periodic): the first `columns` dense inputs also enter through
+    them, as the first layer's last inputs; their parameters sit between b0 and W1.
+
+    Buffer layout: W0, b0, [periodic], W1, b1, ..., W0 first so that its sparse block W0[:n_sparse] is a prefix.
     Everything after `dense_start` is what a dense exchange moves when the sparse block goes as rows.
     """
 
@@ -50,12 +54,16 @@ class MLP:
         sizes = spec.layer_sizes
         outs = (spec.first_width,) + sizes[2:]          # each layer's output columns
         self.deep_width = sizes[1] if spec.has_wide else None     # the first layer's columns that go on
+        self.periodic = Periodic(spec.periodic, xp, self.dtype) if spec.periodic else None
         self.shapes, offsets, n = [], [], 0
-        for fin, fout in zip(sizes[:-1], outs):
+        for l, (fin, fout) in enumerate(zip(sizes[:-1], outs)):
             for shape in ((fin, fout), (fout,)):
                 self.shapes.append(shape)
                 offsets.append(n)
                 n += math.prod(shape)
+            if l == 0 and self.periodic is not None:
+                self.periodic_at = (n, n + self.periodic.size)
+                n += self.periodic.size
         self.offsets, self.size = offsets, n
         zeros = (lambda k: fresh_zeros(k, self.dtype)) if xp is np else (lambda k: xp.zeros(k, dtype=self.dtype))
         self.params = zeros(n)
@@ -100,7 +108,13 @@ class MLP:
 
     def layout(self):
         """What must match on every rank and in every model file."""
-        return {"shapes": [list(s) for s in self.shapes], "size": self.size, "dtype": self.dtype.name}
+        out = {"shapes": [list(s) for s in self.shapes], "size": self.size, "dtype": self.dtype.name}
+        if self.periodic is not None:
+            out["periodic"] = [list(s) for s in self.periodic.shapes]
+        return out
+
+    def _periodic_slice(self, flat):
+        return flat[self.periodic_at[0]:self.periodic_at[1]]
 
     def init_(self, seed, rows=None, chunk=1 << 20):
         """U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases, drawn in float64 from seed.
@@ -116,7 +130,7 @@ class MLP:
         for l, (o, s) in enumerate(zip(self.offsets, self.shapes)):
             fan_in = self.shapes[2 * (l // 2)][0]
             if l < 2 and self.spec.n_sparse:
-                fan_in = self.spec.sparse_fan_in + self.spec.n_dense
+                fan_in = self.spec.sparse_fan_in + self.spec.n_dense + self.spec.periodic_width
             bound = 1.0 / math.sqrt(max(fan_in, 1))
             n = math.prod(s)
             keep = [(0, n)]
@@ -130,6 +144,8 @@ class MLP:
                     self.params[o + c:o + d] = self.xp.asarray(rng.uniform(-bound, bound, d - c).astype(self.dtype))
                 at = b
             rng.bit_generator.advance(n - at)
+        if self.periodic is not None:
+            self.periodic.init_(self._periodic_slice(self.params), seed)
         if self.deep_width is not None:     # the linear part starts at zero (a logistic regression's start)
             W0, h = self.W[0], self.deep_width
             for a, b in ([(rows[0], rows[1]), (self.spec.n_sparse, W0.shape[0])] if rows is not None
@@ -155,23 +171,32 @@ class MLP:
         Xd = batch.Xd
         return Xd if Xd.dtype == self.dtype else Xd.astype(self.dtype)
 
-    def _first_layer(self, batch, table=None):
+    def _first_layer(self, batch, table=None, kept=None):
         spec, xp = self.spec, self.xp
         n = batch.n
         z = xp.zeros((n, spec.first_width), dtype=self.dtype)
         if spec.n_sparse:
             z += self.backend.sparse_matmul(batch.Xs, self.W[0][:spec.n_sparse] if table is None else table)
         if spec.n_dense:
-            z += self.dense_inputs(batch) @ self.W[0][spec.n_sparse:]
+            Xd = self.dense_inputs(batch)
+            dense_end = spec.n_sparse + spec.n_dense
+            z += Xd @ self.W[0][spec.n_sparse:dense_end]
+            if self.periodic is not None:
+                H, keep = self.periodic.forward(self._periodic_slice(self.params), Xd[:, :self.periodic.m],
+                                                keep=kept is not None)
+                z += H @ self.W[0][dense_end:]
+                if kept is not None:
+                    kept.update(H=H, periodic=keep)
         z += self.b[0]
         return z
 
-    def forward(self, batch, table=None):
+    def forward(self, batch, table=None, kept=None):
         """Activations of every layer; the last is the head's raw output (logits / values).
         table: the hashed block's rows this batch uses, in place of W0[:n_sparse], when batch.Xs's
-        columns number those rows 0..k-1 (a compact CSR: a sharded table's fetched rows)."""
+        columns number those rows 0..k-1 (a compact CSR: a sharded table's fetched rows).
+        kept: a dict that receives what the periodic embeddings' backward pass needs (when there are any)."""
         acts = []
-        z = self._first_layer(batch, table)
+        z = self._first_layer(batch, table, kept)
         wide = None
         if self.deep_width is not None:     # the linear part's columns go straight to the output
             z, wide = z[:, :self.deep_width], z[:, self.deep_width:]
@@ -218,7 +243,8 @@ class MLP:
             self.grads[self.dense_start if sparse_grad else 0:] = 0
             return (SparseRows(xp.zeros(0, np.int64), xp.zeros((0, spec.first_width), self.dtype),
                                spec.n_sparse) if sparse_grad and spec.n_sparse else None)
-        acts = self.forward(batch, table)
+        kept = {}
+        acts = self.forward(batch, table, kept)
         loss, d = head_loss_delta(spec.loss, xp, acts[-1], batch.y, True)
         self.grad_buffer[-1] = loss
         if scale != 1:
@@ -236,7 +262,12 @@ class MLP:
             d = xp.concatenate([d, d_out], axis=1)
         xp.sum(d, axis=0, out=self.gb[0])
         if spec.n_dense:
-            xp.matmul(self.dense_inputs(batch).T, d, out=self.gW[0][spec.n_sparse:])
+            dense_end = spec.n_sparse + spec.n_dense
+            xp.matmul(self.dense_inputs(batch).T, d, out=self.gW[0][spec.n_sparse:dense_end])
+            if self.periodic is not None:
+                xp.matmul(kept["H"].T, d, out=self.gW[0][dense_end:])
+                self.periodic.backward_(self._periodic_slice(self.params), self._periodic_slice(self.grads),
+                                        kept["periodic"], d @ self.W[0][dense_end:].T)
         if not spec.n_sparse:
             if on_ready is not None:
                 on_ready(0)

@@ -109,6 +109,15 @@ def holdout_by(s):
     raise argparse.ArgumentTypeError("expected random, last, time:COLUMN or group:COLUMN, not %r" % s)
 
 
+def numeric_embedding(s):
+    """--numeric-embedding: off, periodic or periodic:SIGMA (a positive number), normalised."""
+    from mpinn.periodic import parse
+    choice = parse(s)
+    if choice is None:
+        raise argparse.ArgumentTypeError("wants off, periodic or periodic:SIGMA (a positive number), not %r" % (s,))
+    return choice
+
+
 def add_data_argument(group, help):
     """--data FILE, the documented form, and the same file as an optional first positional argument
     (Parser.parse_known_args makes them one `data`)."""

@@ -1,6 +1,7 @@
 """The defaults that depend on what the model looks like: one table, by model shape, and the automatic batch."""
 import math
 
+from mpinn import periodic
 from mpinn.config import ModelSpec
 
 # model shape -> the training defaults for it (what --help lists); measured on real data sets, see
@@ -64,8 +65,16 @@ def help_table():
             LOG_ROWS, LOG_POINTS)
 
 
+def numeric_columns(info):
+    """The data's numeric columns: the batches' first dense inputs (mpinn.data.transform: values, indicators, bins)."""
+    return len((info.meta.get("transform") or {}).get("columns") or ())
+
+
 def model_spec(cfg, info):
     """The model of a resolved configuration for the data's shapes (info: mpinn.data.DataInfo)."""
     lay = info.layout
+    emb = cfg.numeric_embedding
+    embed = (periodic.spec_of(numeric_columns(info), periodic.sigma_of(emb))
+             if emb.startswith("periodic") and lay.n_dense else None)
     return ModelSpec(lay.n_sparse, lay.n_dense, cfg.hidden, info.n_out, cfg.activation, cfg.loss, cfg.dtype,
-                     sparse_fan_in=info.fan_in, wide=cfg.wide == "on")
+                     sparse_fan_in=info.fan_in, wide=cfg.wide == "on", periodic=embed)

@@ -18,7 +18,10 @@ def describe_run(run):
     cfg, comm, spec, schedule = run.cfg, run.comm, run.spec, run.schedule
     epochs = "%d epoch%s" % (cfg.epochs, "" if cfg.epochs == 1 else "s")
     return "model: %s -> %s (%s, %s head)%s, %d parameters; %d rank%s, %s, %s lr %g%s, global batch %d%s" % (
-        "%d hashed + %d dense" % (spec.n_sparse, spec.n_dense), "-".join(map(str, spec.hidden + (spec.n_out,))),
+        "%d hashed + %d dense%s" % (spec.n_sparse, spec.n_dense, " + %d from periodic embeddings of %d numeric "
+                                    "columns (sigma %g)" % (spec.periodic_width, spec.periodic["columns"],
+                                                            spec.periodic["sigma"]) if spec.periodic else ""),
+        "-".join(map(str, spec.hidden + (spec.n_out,))),
         spec.activation, cfg.loss, " + a linear part (--wide on)" if spec.has_wide else
         " (linear: no hidden layers)" if not spec.hidden else "", run.model.size, comm.size, "" if comm.size == 1 else "s",
         "--parallel tower (%s data, a replica per rank)" % cfg.towers if cfg.towers else "--reduce " + comm.name,
