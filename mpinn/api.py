@@ -135,11 +135,17 @@ def _run(cfg, job, stop, t_start, params_everywhere):
     if params is not None:
         params = run.model.backend.asnumpy(params)
     if cfg.ensemble > 1:        # members 2..K, each on every rank (the curve records the first alone)
-        from mpinn.training.ensemble import more_members
+        from mpinn.training.ensemble import Member, more_members, periodic_trial
+        first = Member(run, history, params, summary, final, time.perf_counter() - t_start)
+        quiet_hooks, progress, tried = replace(hooks, on_epoch=None, on_eval=None), not (cfg.no_progress or cfg.quiet), None
+        if cfg.numeric_embedding == "auto":     # the first member again with periodic embeddings: the better one goes on
+            first, chosen, tried = periodic_trial(given, first, job, info, quiet_hooks, say, progress, resplit)
+            given = replace(given, numeric_embedding=chosen)
+            run, history, params, summary, final = first.run, first.history, first.params, first.summary, first.metrics
         params, info.meta["ensemble"] = more_members(given, cfg.ensemble, job, info, params, summary, final,
-                                                     time.perf_counter() - t_start, replace(hooks, on_epoch=None,
-                                                                                            on_eval=None),
-                                                     say, not (cfg.no_progress or cfg.quiet), resplit)
+                                                     first.seconds, quiet_hooks, say, progress, resplit)
+        if tried:
+            info.meta["ensemble"]["numeric_embedding"] = tried
         final = _ensemble_held_out(cfg, job, run, info, params, valid, final, say)
     watchdog.stop()
     if params_everywhere:

@@ -138,7 +138,8 @@ def list_checkpoints(directory, run=None):
 
 
 # member-<k>: the checkpoints of an ensemble's member k (2..K), below the run's directory (member 1 writes there)
-_MEMBER = re.compile(r"^member-(\d+)$")
+TRIAL_DIR = "trial-periodic"       # --numeric-embedding auto's second run of the first member (training.ensemble)
+_MEMBER = re.compile(r"^(member-\d+|%s)$" % TRIAL_DIR)
 
 
 def member_dir(directory, k):
@@ -147,7 +148,7 @@ def member_dir(directory, k):
 
 
 def member_dirs(directory):
-    """The ensemble members' checkpoint directories below `directory`."""
+    """The ensemble members' checkpoint directories below `directory` (the periodic trial's too)."""
     if not os.path.isdir(directory):
         return []
     return [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if _MEMBER.match(name)]

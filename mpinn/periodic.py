@@ -17,9 +17,10 @@ EVAL_ROWS = 4096        # rows embedded at once when nothing is kept for a backw
 
 
 def parse(choice):
-    """"off", "periodic" or "periodic:SIGMA" (SIGMA a positive number) as a normalised text; None if not one."""
+    """"auto", "off", "periodic" or "periodic:SIGMA" (SIGMA a positive number) as a normalised text; None if not
+    one."""
     s = str(choice).strip().lower()
-    if s in ("off", "periodic"):
+    if s in ("auto", "off", "periodic"):
         return s
     if s.startswith("periodic:"):
         try:

@@ -110,11 +110,12 @@ def holdout_by(s):
 
 
 def numeric_embedding(s):
-    """--numeric-embedding: off, periodic or periodic:SIGMA (a positive number), normalised."""
+    """--numeric-embedding: auto, off, periodic or periodic:SIGMA (a positive number), normalised."""
     from mpinn.periodic import parse
     choice = parse(s)
     if choice is None:
-        raise argparse.ArgumentTypeError("wants off, periodic or periodic:SIGMA (a positive number), not %r" % (s,))
+        raise argparse.ArgumentTypeError("wants auto, off, periodic or periodic:SIGMA (a positive number), not %r"
+                                         % (s,))
     return choice
 
 

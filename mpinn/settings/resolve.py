@@ -9,7 +9,8 @@ from mpinn.optim import REGISTRY
 from mpinn.settings.parse import from_keywords
 from mpinn.settings.rules import check, check_data
 from mpinn.settings.shapes import (LOG_POINTS, LOG_ROWS, LOSS_OF_TASK, METRIC_OF_TASK, SHAPES, SMALL_TABLE_MEMBERS,
-                                   SMALL_TABLE_PARAMS, SMALL_TABLE_VALUES, auto_batch, model_shape, model_spec)
+                                   SMALL_TABLE_PARAMS, SMALL_TABLE_VALUES, auto_batch, embedding_trial, model_shape,
+                                   model_spec)
 from mpinn.settings.table import DATA, DEFAULT
 
 class _Decisions:
@@ -68,6 +69,8 @@ def resolve(cfg, info, ranks):
         small = (info.n_train < LOG_ROWS and info.n_train * info.layout.n_dense <= SMALL_TABLE_VALUES
                  and params <= SMALL_TABLE_PARAMS and not info.streamed)
         d("ensemble", SMALL_TABLE_MEMBERS if small and cfg.parallel == "data" else 1)
+    if cfg.numeric_embedding == "auto" and not embedding_trial(d.config(), info):
+        d("numeric_embedding", "off")      # else "auto" stays: the ensemble tries it (mpinn.training.ensemble)
     if cfg.parallel == "tower" or not info.has_valid:    # nothing to pick the best epoch by
         if cfg.where("early_stop") != "given":
             d("early_stop", 0)
@@ -104,4 +107,6 @@ def fixed(batch, **options):
         d("stop_metric", "logloss")
     if cfg.ensemble is None:
         d("ensemble", 1)
+    if cfg.numeric_embedding == "auto":
+        d("numeric_embedding", "off")
     return d.config(batch=int(batch), stage="resolved")

@@ -179,12 +179,14 @@ class RunConfig:
                        "columns of the first layer, starting at zero); auto: on when there are hashed inputs and "
                        "hidden layers", choices=("auto", "on", "off"))
     numeric_embedding: str = option(
-        "off", "model", "periodic[:SIGMA]: the numeric columns also enter through periodic embeddings (Gorishniy et "
-        "al. 2022, their PLR), learned with the rest: per column, 48 frequencies c (first drawn from N(0, SIGMA^2), "
-        "SIGMA 10 unless given), the cosines and sines of 2 pi c x of its standardised value x, a linear layer to "
-        "16 outputs and a ReLU, the outputs beside the other inputs of the first layer. Off by default: on census "
-        "income it beats LightGBM, on four other real tables it loses (docs/models.md)",
-        type=numeric_embedding, metavar="off|periodic[:SIGMA]")
+        "auto", "model", "periodic[:SIGMA]: the numeric columns also enter through periodic embeddings (Gorishniy "
+        "et al. 2022, their PLR), learned with the rest: per column, 48 frequencies c (first drawn from N(0, "
+        "SIGMA^2), SIGMA 10 unless given), the cosines and sines of 2 pi c x of its standardised value x, a linear "
+        "layer to 16 outputs and a ReLU, the outputs beside the other inputs of the first layer. auto: chosen on "
+        "the held-out rows where an ensemble is trained (a small table, see --ensemble) with 2 to 64 numeric "
+        "columns: the first member is trained without and again with them (the same seed and held-out rows), and "
+        "the better by --stop-metric goes for every member; off elsewhere (it helps some tables and hurts "
+        "others: docs/models.md)", type=numeric_embedding, metavar="auto|off|periodic[:SIGMA]")
     activation: str = option("relu", "model", "hidden activation", choices=("relu", "sigmoid", "tanh"))
     loss: str = option("auto", "model", "head; auto: softmax (multiclass), sigmoid (binary), squared (regression)",
                        choices=("auto", "softmax", "sigmoid", "squared"))

@@ -9,8 +9,9 @@ weights). With checkpoints, member k (k >= 1) writes its own into member-(k+1) b
 (member_checkpoints), so that a resume of the run takes up each member where it stopped.
 
 The first member is the run api._run makes; more_members trains the rest."""
+import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -77,15 +78,80 @@ def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
 
 def member_checkpoints(cfg, given, k, comm):
     """(member k's configuration, the directory a resume names) with checkpoints: member k writes into member-(k+1)
-    below the run's directory (the first member writes there), and a resume of the run resumes the members that had
-    begun (a finished one ends at once, its kept parameters restored) and starts the others afresh."""
-    from mpinn.checkpoint import list_checkpoints, member_dir
+    below the run's directory (the first member writes there; k None: the first member's periodic trial, into
+    trial-periodic), and a resume of the run resumes the members that had begun (a finished one ends at once, its
+    kept parameters restored) and starts the others afresh."""
+    from mpinn.checkpoint import TRIAL_DIR, list_checkpoints, member_dir
     home = given.checkpoint_dir or given.resume
     if not home:
         return cfg, None
-    place = member_dir(home, k)
+    place = member_dir(home, k) if k is not None else os.path.join(home, TRIAL_DIR)
     begun = bool(given.resume) and comm.bcast_obj(bool(list_checkpoints(place)) if comm.rank == 0 else None)
     return replace(cfg, checkpoint_dir=place, resume=place if begun else None), home
+
+
+@dataclass
+class Member:
+    """One trained member: its Run (its model, spec and trainer), history, kept parameters (host, rank 0),
+    summary, kept held-out metrics and seconds."""
+    run: object
+    history: list
+    params: object
+    summary: dict
+    metrics: dict
+    seconds: float
+
+
+def train_member(given, k, seed, job, info, hooks, say, progress, resplit, **options):
+    """Train the member of `seed` (k: its index, None for the periodic trial) on its split of the data, with
+    `options` replaced in the configuration as given. Collective."""
+    from mpinn import settings
+    from mpinn.settings import messages
+    from mpinn.training.run import Run
+    t = time.perf_counter()
+    cfg, home = member_checkpoints(replace(given, seed=seed, ensemble=1, **options), given, k, job.comm)
+    if cfg.start_timeout > 0:
+        hooks.watchdog.arm("start-up of ensemble member %s" % (k + 1 if k is not None else "1's trial"),
+                           cfg.start_timeout)
+    train, valid, mine = member_data(given, cfg.seed, job, resplit)
+    if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
+        raise MpinnError(messages.ensemble_member_differs(k + 1 if k is not None else 1), collective=True)
+    cfg = settings.resolve(cfg, mine, job.size)
+    run = Run(cfg, job, mine, hooks)
+    trainer = run.start(train=train, say=say, checkpoint_home=home)
+    hooks.watchdog.disarm()
+    history = trainer.fit(train, valid, cfg.epochs, progress=progress)
+    p, s = run.finish()
+    return Member(run, history, run.model.backend.asnumpy(p) if p is not None else None, s, kept_metrics(history, s),
+                  time.perf_counter() - t)
+
+
+def better(metric, a, b):
+    """Is held-out value a better than b by --stop-metric `metric`? (auc and accuracy higher, the rest lower.)"""
+    return a > b if metric in ("auc", "accuracy") else a < b
+
+
+def periodic_trial(given, first, job, info, hooks, say, progress, resplit):
+    """--numeric-embedding auto (mpinn.settings.shapes.embedding_trial): the first member (`first`, a Member trained
+    without periodic embeddings) trained again with them, the same seed and held-out rows; returns (the better of
+    the two by the held-out --stop-metric, the choice for every member, the record the model file keeps).
+    Collective."""
+    metric = first.run.cfg.stop_metric
+    trial = train_member(given, None, given.seed, job, info, hooks, say, progress, resplit,
+                         numeric_embedding="periodic")
+    off, on = first.metrics.get(metric), trial.metrics.get(metric)
+    chosen = "periodic" if on is not None and off is not None and better(metric, on, off) else "off"
+    spec = trial.run.spec.periodic
+    say("numeric embedding: periodic (sigma %g, %d columns) on member 1's held-out rows: %s %s against %s without; "
+        "%s for every member (--numeric-embedding auto)" % (
+            spec["sigma"], spec["columns"], metric, _value(on), _value(off),
+            "kept" if chosen == "periodic" else "left out"))
+    record = {"tried": "periodic", "metric": metric, "with": on, "without": off, "chosen": chosen}
+    return (trial if chosen == "periodic" else first), chosen, record
+
+
+def _value(v):
+    return "%.4f" % v if v is not None else "none"
 
 
 def more_members(given, count, job, info, params, summary, metrics, seconds, hooks, say, progress, resplit):
@@ -93,30 +159,14 @@ def more_members(given, count, job, info, params, summary, metrics, seconds, hoo
     the same data), after the first (its kept `params` on rank 0, its `summary`, held-out `metrics` and
     `seconds`; resplit: see member_data). Collective. Returns (every member's parameters stacked, (K, n), on rank 0
     (None elsewhere); the record the model file's meta keeps)."""
-    from mpinn import settings
-    from mpinn.settings import messages
-    from mpinn.training.run import Run
     say(_line(0, count, given.seed, summary, metrics, seconds))
     stacked = [params]
     members = [{"seed": given.seed, "kept_epoch": summary["kept_epoch"], "valid": metrics}]
     for k in range(1, count):
-        t = time.perf_counter()
-        cfg, home = member_checkpoints(replace(given, seed=given.seed + k, ensemble=1), given, k, job.comm)
-        if cfg.start_timeout > 0:
-            hooks.watchdog.arm("start-up of ensemble member %d" % (k + 1), cfg.start_timeout)
-        train, valid, mine = member_data(given, cfg.seed, job, resplit)
-        if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
-            raise MpinnError(messages.ensemble_member_differs(k + 1), collective=True)
-        cfg = settings.resolve(cfg, mine, job.size)
-        run = Run(cfg, job, mine, hooks)
-        trainer = run.start(train=train, say=say, checkpoint_home=home)
-        hooks.watchdog.disarm()
-        history = trainer.fit(train, valid, cfg.epochs, progress=progress)
-        p, s = run.finish()
-        m = kept_metrics(history, s)
-        stacked.append(run.model.backend.asnumpy(p) if p is not None else None)
-        members.append({"seed": cfg.seed, "kept_epoch": s["kept_epoch"], "valid": m})
-        say(_line(k, count, cfg.seed, s, m, time.perf_counter() - t))
+        m = train_member(given, k, given.seed + k, job, info, hooks, say, progress, resplit)
+        stacked.append(m.params)
+        members.append({"seed": given.seed + k, "kept_epoch": m.summary["kept_epoch"], "valid": m.metrics})
+        say(_line(k, count, given.seed + k, m.summary, m.metrics, m.seconds))
     record = {"members": count, "seeds": [m["seed"] for m in members],
               "kept_epochs": [m["kept_epoch"] for m in members], "valid": [m["valid"] for m in members]}
     return (np.stack(stacked) if job.rank == 0 else None), record

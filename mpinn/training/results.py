@@ -38,6 +38,8 @@ def describe_run(run):
             cfg.ensemble, cfg.seed, cfg.seed + cfg.ensemble - 1,
             "the same held-out rows" if same_held_out_rows(cfg) else "each its own held-out share")
         if cfg.ensemble > 1 else "") + (
+        "; the first trained again with periodic embeddings of the numeric columns, the better on its held-out rows "
+        "going for every member (--numeric-embedding auto)" if cfg.numeric_embedding == "auto" else "") + (
         "; %s exists and will be replaced at the end" % cfg.model_out
         if cfg.model_out and os.path.exists(cfg.model_out) else "")
 

@@ -61,7 +61,7 @@ def test_an_ensemble_predicts_the_mean_of_its_members_trained_alone_at_np_1_2_3(
     reference = np.mean(alone, axis=0)
     for np_ in nps:
         model = tmp_path / ("e%d.npz" % np_)
-        out = train(np_, data, model, "--seed", "7", "--ensemble", "3")
+        out = train(np_, data, model, "--seed", "7", "--ensemble", "3", "--numeric-embedding", "off")
         assert "model written to %s: 3 members (--seed 7 to 9), their predictions averaged" % model in out
         assert out.count("ensemble: member ") == 3 and "done (the first of 3 members): " in out
         got = predict(model, test, tmp_path / ("e%d.csv" % np_))[column]
@@ -78,7 +78,7 @@ def test_the_estimator_averages_its_members_as_separate_estimators_would(tmp_pat
     write_table(tmp_path / "test.csv", 200, 3)
     frame, test = pd.read_csv(tmp_path / "train.csv"), pd.read_csv(tmp_path / "test.csv")
     X, y, Xt = frame.drop(columns="label"), frame["label"], test.drop(columns="label")
-    options = dict(hidden=(16,), epochs=3, dtype="float64", quiet=True)
+    options = dict(hidden=(16,), epochs=3, dtype="float64", quiet=True, numeric_embedding="off")
     est = MpinnClassifier(ensemble=2, seed=4, **options).fit(X, y)
     assert est.params_.shape[0] == 2
     alone = [MpinnClassifier(seed=s, ensemble=1, **options).fit(X, y).predict_proba(Xt)[:, 1] for s in (4, 5)]
@@ -102,8 +102,8 @@ def test_an_ensemble_refuses_what_it_does_not_combine_with(tmp_path, extra, mess
 def test_an_ensemble_stopped_in_its_second_member_resumes_to_the_model_it_would_have_made(tmp_path, launcher):
     """Checkpoints carry the members: member k writes into member-(k+1) below --checkpoint-dir; a signal during
     member 2 stops the run resumably (the line and STOPPED name the run's directory), and --resume DIR ends bit
-    for bit where the run without checkpoints ends (member 1 restored from its last checkpoint, member 2 resumed,
-    member 3 begun afresh)."""
+    for bit where the run without checkpoints ends (member 1 and its periodic trial, --numeric-embedding auto's,
+    restored from their last checkpoints, member 2 resumed, member 3 begun afresh)."""
     data, ck = tmp_path / "train.csv", tmp_path / "ck"
     write_table(data, 600, 5)
     common = ["-m", "mpinn.train", "--data", str(data), "--label", "label", "--dtype", "float64", "--hidden", "16",
@@ -133,6 +133,7 @@ def test_an_ensemble_stopped_in_its_second_member_resumes_to_the_model_it_would_
     assert r.returncode == 0, r.stderr
     assert "resumed from %s" % (ck / "ckpt-") in r.stdout and "resumed from %s" % (ck / "member-2" / "ckpt-") \
         in r.stdout and "member-3" not in r.stdout, r.stdout     # member 3 had not begun
+    assert "resumed from %s" % (ck / "trial-periodic" / "ckpt-") in r.stdout      # --numeric-embedding auto's trial
     assert not (ck / "STOPPED").exists() and list((ck / "member-3").glob("ckpt-*.npz"))
     with np.load(str(tmp_path / "m.npz")) as got, np.load(str(tmp_path / "plain.npz")) as want:
         assert got["params"].shape[0] == 3 and np.array_equal(got["params"], want["params"])     # bitwise

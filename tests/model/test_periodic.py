@@ -1,6 +1,7 @@
 """Periodic embeddings of numeric inputs (mpinn.periodic; Gorishniy et al. 2022's PLR): the forward pass against
 the published formula written plainly, the gradients of every parameter against central finite differences, and
 the model's other paths (sparse rows, chunked prediction) unchanged by them."""
+import json
 import math
 import sys
 
@@ -150,9 +151,43 @@ def test_n_ranks_equal_one_rank_and_the_file_predicts_the_formula(tmp_path, laun
     np.testing.assert_allclose(from_file, 1 / (1 + np.exp(-z)), rtol=1e-5, atol=1e-7)     # the CSV's 6 digits
 
 
-@pytest.mark.parametrize("bad", ["periodic:0", "periodic:x", "sine", "periodic:-1", "auto"])
+@pytest.mark.parametrize("bad", ["periodic:0", "periodic:x", "sine", "periodic:-1"])
 def test_a_bad_choice_is_one_clear_line(bad):
     r = run([sys.executable, "-m", "mpinn.train", "--numeric-embedding", bad], timeout=60)
     assert r.returncode == 2
     assert "--numeric-embedding" in r.stderr and "periodic:SIGMA" in r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2
+
+
+@pytest.mark.mpi
+def test_auto_trains_the_first_member_again_with_them_and_keeps_the_better(tmp_path, launcher):
+    """--numeric-embedding auto on an ensemble: member 1 is trained without and with periodic embeddings; each run
+    equals that run alone (--ensemble 1 with the choice given: its held-out logloss, its parameters bit for bit),
+    the better by held-out logloss is member 1 and every member has its choice; one model (--ensemble 1) tries
+    nothing."""
+    data = table(tmp_path / "t.csv", n=1200)
+    common = ["-m", "mpinn.train", "--data", data, "--label", "y", "--dtype", "float64", "--hidden", "8",
+              "--epochs", "4", "--early-stop", "2", "--no-progress"]
+    alone = {}
+    for emb in ("off", "periodic"):
+        out, metrics = str(tmp_path / (emb + ".npz")), str(tmp_path / (emb + ".json"))
+        r = mpirun(2, common + ["--ensemble", "1", "--numeric-embedding", emb, "--model-out", out,
+                                "--metrics-out", metrics], timeout=180)
+        assert r.returncode == 0, r.stderr
+        alone[emb] = (json.load(open(metrics))["valid"]["logloss"], np.load(out)["params"])
+    r = mpirun(2, common + ["--ensemble", "2", "--model-out", str(tmp_path / "auto.npz")], timeout=180)
+    assert r.returncode == 0, r.stderr
+    chosen = "periodic" if alone["periodic"][0] < alone["off"][0] else "off"
+    line = "numeric embedding: periodic (sigma 10, 3 columns) on member 1's held-out rows: logloss %.4f against " \
+           "%.4f without; %s for every member" % (alone["periodic"][0], alone["off"][0],
+                                                  "kept" if chosen == "periodic" else "left out")
+    assert line in r.stdout, r.stdout
+    params, spec, meta = load_model(str(tmp_path / "auto.npz"))
+    assert np.array_equal(params[0], alone[chosen][1])
+    assert (spec.periodic is not None) == (chosen == "periodic")
+    record = meta["ensemble"]["numeric_embedding"]
+    assert record["chosen"] == chosen and record["with"] == alone["periodic"][0] and \
+        record["without"] == alone["off"][0]
+    r = mpirun(2, common + ["--ensemble", "1", "--model-out", str(tmp_path / "one.npz")], timeout=180)
+    assert r.returncode == 0 and "numeric embedding:" not in r.stdout, r.stderr
+    assert np.array_equal(np.load(str(tmp_path / "one.npz"))["params"], alone["off"][1])
