@@ -6,6 +6,12 @@ import sys
 
 import pytest
 
+# numpy in this process runs its BLAS on one thread, as every process run() starts does: tests compare in-process runs
+# (the estimator, mpinn.api) with CLI runs bit for bit, and a float32 product big enough for OpenBLAS to thread rounds
+# otherwise on two threads (the estimator against the CLI with periodic embeddings: 5e-7 apart). Before numpy loads.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 # the multi-rank tests (mpi_*.py beside the others) run only under mpiexec, launched by test_mpi.py
 # with python_files=mpi_*.py; the plain pytest process collects test_*.py only
 UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))

@@ -171,7 +171,7 @@ def test_predict_checks_a_model_header_against_its_parameters_before_allocating(
     import json
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", X=rng.standard_normal((200, 3)), y=rng.integers(0, 2, 200))
-    r, model = train(["--data", tmp_path / "d.npz", "--epochs", "1"], tmp_path)
+    r, model = train(["--data", tmp_path / "d.npz", "--epochs", "1", "--numeric-embedding", "off"], tmp_path)
     assert r.returncode == 0, r.stderr
     with np.load(model) as z:
         header, params = json.loads(str(z["header"][()])), z["params"]
