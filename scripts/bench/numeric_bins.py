@@ -1,9 +1,10 @@
-"""Quantile bins (--numeric-bins) on scikit-learn's bundled tables, as a user trains them: python -m mpinn.train with
+"""Quantile bins (--numeric-bins) and periodic embeddings (--numeric-embedding) on scikit-learn's bundled tables, as a user trains them: python -m mpinn.train with
 only --label at np 2, each setting over a few seeds, on a seeded 20% test split, beside a logistic (ridge)
 regression and LightGBM on the same split. Prints a Markdown table and writes JSON. (Census income, cells,
 diamonds and the rest: python -m scripts.bench.real_data --settings "--numeric-bins off" ...)
 
-    python -m scripts.bench.numeric_bins --sets breast_cancer,diabetes,wine,digits --bins off,8,16 --seeds 0,1,2"""
+    python -m scripts.bench.numeric_bins --sets breast_cancer,diabetes,wine,digits --bins off,8,16 --seeds 0,1,2
+    python -m scripts.bench.numeric_bins --bins auto --embeddings off,auto,periodic      # the embeddings instead"""
 import argparse
 import datetime
 import json
@@ -59,17 +60,18 @@ def baselines(name, task, work):
     return out
 
 
-def mpinn(name, work, bins, seed, np_=2):
+def mpinn(name, work, bins, seed, np_=2, embedding="auto"):
     """Train with only the label (and the task where auto would not see it: diabetes' integer target), predict the
     test file."""
     train, test = (os.path.join(work, "%s-%s.csv" % (name, p)) for p in ("train", "test"))
-    model = os.path.join(work, "%s-%s-%d.npz" % (name, bins, seed))
+    model = os.path.join(work, "%s-%s-%s-%d.npz" % (name, bins, embedding.replace(":", "_"), seed))
     pred = model[:-4] + ".json"
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     t = time.perf_counter()
     cmd = [here if os.path.exists(here) else "mpiexec", "-n", str(np_), sys.executable, "-m", "mpinn.train", "--data",
-           train, "--label", "target", "--numeric-bins", bins, "--seed", str(seed), "--model-out", model, "--no-progress"]
+           train, "--label", "target", "--numeric-bins", bins, "--numeric-embedding", embedding, "--seed", str(seed),
+           "--model-out", model, "--no-progress"]
     cmd += ["--task", "regression"] if SETS[name] == "regression" else []
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - t
@@ -80,41 +82,46 @@ def mpinn(name, work, bins, seed, np_=2):
     if p.returncode:
         sys.exit("mpinn predict failed: %s" % p.stderr[-2000:])
     line = [s for s in r.stdout.splitlines() if s.startswith("preprocessing:")]
-    return dict(json.load(open(pred)), seconds=seconds, preprocessing=line[0] if line else "")
+    chose = [s for s in r.stdout.splitlines() if s.startswith("numeric embedding:")]
+    return dict(json.load(open(pred)), seconds=seconds, preprocessing=line[0] if line else "",
+                embedding=chose[0] if chose else "")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--bins", default="off,8,16", help="--numeric-bins values, comma-separated")
+    ap.add_argument("--embeddings", default="auto", help="--numeric-embedding values, comma-separated")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--work", default="/tmp/mpinn-numeric-bins")
     ap.add_argument("--out", default=os.path.join(RESULTS, "numeric-bins-%s.json" % datetime.date.today()))
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
+    embeddings = args.embeddings.split(",")     # the records' keys: BINS, or BINS/EMBEDDING when several are tried
+    settings = [b if embeddings == ["auto"] else "%s/%s" % (b, e) for b in args.bins.split(",") for e in embeddings]
     records, rows = {}, []
     for name in args.sets.split(","):
         task = SETS[name]
         make(name, args.work)
         metric = "rmse" if task == "regression" else "auc" if task == "binary" else "accuracy"
         rec = {"task": task, "baselines": baselines(name, task, args.work), "mpinn": {}}
-        for bins in args.bins.split(","):
-            runs = [mpinn(name, args.work, bins, s) for s in seeds]
-            rec["mpinn"][bins] = runs
+        for key in settings:
+            bins, emb = key.split("/") if "/" in key else (key, "auto")
+            runs = [mpinn(name, args.work, bins, s, embedding=emb) for s in seeds]
+            rec["mpinn"][key] = runs
             vals = [r[metric] for r in runs]
-            print("  %-14s bins %-4s %s %s (mean %.4f)  %.1f s  %s" % (name, bins, metric, " ".join(
+            print("  %-14s %-20s %s %s (mean %.4f)  %.1f s  %s" % (name, key, metric, " ".join(
                 "%.4f" % v for v in vals), np.mean(vals), np.mean([r["seconds"] for r in runs]),
-                runs[0]["preprocessing"][:100]), flush=True)
-        cells = ["%.4f" % np.mean([r[metric] for r in rec["mpinn"][b]]) for b in args.bins.split(",")]
+                (runs[0]["embedding"] or runs[0]["preprocessing"])[:140]), flush=True)
+        cells = ["%.4f" % np.mean([r[metric] for r in rec["mpinn"][b]]) for b in settings]
         rows.append("| %s | %s | %s | %s | %.4f | %.4f |" % (name, task, metric, " | ".join(cells),
                                                              rec["baselines"]["linear"][metric],
                                                              rec["baselines"]["lightgbm"][metric]))
         records[name] = rec
         print(rows[-1], flush=True)
     table = ["| data | task | metric | %s | linear | LightGBM |" % " | ".join(
-        "mpinn bins %s (mean of %d seeds)" % (b, len(seeds)) for b in args.bins.split(",")),
-        "|---" * (5 + len(args.bins.split(","))) + "|"] + rows
+        "mpinn %s (mean of %d seeds)" % (b, len(seeds)) for b in settings), "|---" * (5 + len(settings)) + "|"] + rows
     print("\n".join(table))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -161,13 +161,13 @@ def test_a_bad_choice_is_one_clear_line(bad):
 
 @pytest.mark.mpi
 def test_auto_trains_the_first_member_again_with_them_and_keeps_the_better(tmp_path, launcher):
-    """--numeric-embedding auto on an ensemble: member 1 is trained without and with periodic embeddings; each run
-    equals that run alone (--ensemble 1 with the choice given: its held-out logloss, its parameters bit for bit),
-    the better by held-out logloss is member 1 and every member has its choice; one model (--ensemble 1) tries
-    nothing."""
-    data = table(tmp_path / "t.csv", n=1200)
+    """--numeric-embedding auto on an ensemble of 10,000 training rows: member 1 is trained without and with
+    periodic embeddings; each run equals that run alone (--ensemble 1 with the choice given: its held-out logloss,
+    its parameters bit for bit), the better by held-out logloss is member 1 and every member has its choice; the
+    trial's checkpoints resume like a member's; one model (--ensemble 1) and fewer rows try nothing."""
+    data = table(tmp_path / "t.csv", n=11200)
     common = ["-m", "mpinn.train", "--data", data, "--label", "y", "--dtype", "float64", "--hidden", "8",
-              "--epochs", "4", "--early-stop", "2", "--no-progress"]
+              "--epochs", "3", "--early-stop", "2", "--batch-size", "512", "--no-progress"]
     alone = {}
     for emb in ("off", "periodic"):
         out, metrics = str(tmp_path / (emb + ".npz")), str(tmp_path / (emb + ".json"))
@@ -175,7 +175,9 @@ def test_auto_trains_the_first_member_again_with_them_and_keeps_the_better(tmp_p
                                 "--metrics-out", metrics], timeout=180)
         assert r.returncode == 0, r.stderr
         alone[emb] = (json.load(open(metrics))["valid"]["logloss"], np.load(out)["params"])
-    r = mpirun(2, common + ["--ensemble", "2", "--model-out", str(tmp_path / "auto.npz")], timeout=180)
+    ck = tmp_path / "ck"
+    r = mpirun(2, common + ["--ensemble", "2", "--checkpoint-dir", str(ck), "--model-out", str(tmp_path / "auto.npz")],
+               timeout=180)
     assert r.returncode == 0, r.stderr
     chosen = "periodic" if alone["periodic"][0] < alone["off"][0] else "off"
     line = "numeric embedding: periodic (sigma 10, 3 columns) on member 1's held-out rows: logloss %.4f against " \
@@ -188,6 +190,14 @@ def test_auto_trains_the_first_member_again_with_them_and_keeps_the_better(tmp_p
     record = meta["ensemble"]["numeric_embedding"]
     assert record["chosen"] == chosen and record["with"] == alone["periodic"][0] and \
         record["without"] == alone["off"][0]
+    r = mpirun(2, common + ["--ensemble", "2", "--resume", str(ck), "--model-out", str(tmp_path / "again.npz")],
+               timeout=180)
+    assert r.returncode == 0 and "resumed from %s" % (ck / "trial-periodic" / "ckpt-") in r.stdout, r.stderr
+    assert line in r.stdout and np.array_equal(load_model(str(tmp_path / "again.npz"))[0], params)
     r = mpirun(2, common + ["--ensemble", "1", "--model-out", str(tmp_path / "one.npz")], timeout=180)
     assert r.returncode == 0 and "numeric embedding:" not in r.stdout, r.stderr
     assert np.array_equal(np.load(str(tmp_path / "one.npz"))["params"], alone["off"][1])
+    small = table(tmp_path / "small.csv", n=2000)
+    r = mpirun(2, common + ["--data", small, "--ensemble", "2", "--model-out", str(tmp_path / "small.npz")],
+               timeout=180)
+    assert r.returncode == 0 and "numeric embedding:" not in r.stdout, r.stderr
