@@ -12,6 +12,7 @@ The first member is the run api._run makes; more_members trains the rest."""
 import os
 import time
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import numpy as np
 
@@ -147,6 +148,10 @@ def periodic_trial(given, first, job, info, hooks, say, progress, resplit):
             spec["sigma"], spec["columns"], metric, _value(on), _value(off),
             "kept" if chosen == "periodic" else "left out"))
     record = {"tried": "periodic", "metric": metric, "with": on, "without": off, "chosen": chosen}
+    if chosen == "periodic":    # the run's configuration (its ensemble, its checkpoint directory), the choice made
+        from mpinn.settings.table import DATA
+        trial.run.cfg = replace(first.run.cfg, numeric_embedding=chosen,
+                                origin=MappingProxyType(dict(first.run.cfg.origin, numeric_embedding=DATA)))
     return (trial if chosen == "periodic" else first), chosen, record
 
 

@@ -111,7 +111,7 @@ def table(path, n=400, seed=0):
     rng = np.random.default_rng(seed)
     a, b = rng.normal(0, 1, n), rng.lognormal(3, 1, n)
     flag, kind = rng.integers(0, 2, n), rng.choice(["u", "v", "w"], n)
-    logit = np.sin(3 * a) + 2 * (b > 30) - flag + (kind == "u")
+    logit = 3 * np.sin(4 * a) + 2 * (b > 30) - flag + (kind == "u")
     y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
     with open(path, "w") as f:
         f.write("a,b,flag,kind,y\n")
@@ -190,6 +190,9 @@ def test_auto_trains_the_first_member_again_with_them_and_keeps_the_better(tmp_p
     record = meta["ensemble"]["numeric_embedding"]
     assert record["chosen"] == chosen and record["with"] == alone["periodic"][0] and \
         record["without"] == alone["off"][0]
+    # the file records the run's options (not those of the trial's run): what --print-config writes
+    assert meta["config"]["ensemble"] == 2 and meta["config"]["checkpoint_dir"] == str(ck)
+    assert meta["config"]["numeric_embedding"] == ("periodic" if chosen == "periodic" else "auto")
     r = mpirun(2, common + ["--ensemble", "2", "--resume", str(ck), "--model-out", str(tmp_path / "again.npz")],
                timeout=180)
     assert r.returncode == 0 and "resumed from %s" % (ck / "trial-periodic" / "ckpt-") in r.stdout, r.stderr
