@@ -137,11 +137,13 @@ def _run(cfg, job, stop, t_start, params_everywhere):
     if cfg.ensemble > 1:        # members 2..K, each on every rank (the curve records the first alone)
         from mpinn.training.ensemble import Member, more_members, periodic_trial
         first = Member(run, history, params, summary, final, time.perf_counter() - t_start)
-        quiet_hooks, progress, tried = replace(hooks, on_epoch=None, on_eval=None), not (cfg.no_progress or cfg.quiet), None
-        if cfg.numeric_embedding == "auto":     # the first member again with periodic embeddings: the better one goes on
+        quiet_hooks, progress, tried = replace(hooks, on_epoch=None, on_eval=None), not (cfg.no_progress or
+                                                                                         cfg.quiet), None
+        if cfg.numeric_embedding == "auto":     # the first member again with periodic embeddings; the better goes on
             first, chosen, tried = periodic_trial(given, first, job, info, quiet_hooks, say, progress, resplit)
             given = replace(given, numeric_embedding=chosen)
-            run, history, params, summary, final = first.run, first.history, first.params, first.summary, first.metrics
+            run, history, params, summary, final = (first.run, first.history, first.params, first.summary,
+                                                    first.metrics)
         params, info.meta["ensemble"] = more_members(given, cfg.ensemble, job, info, params, summary, final,
                                                      first.seconds, quiet_hooks, say, progress, resplit)
         if tried:

@@ -90,6 +90,14 @@ def compute_metrics(task, y, pred):
     return metrics_from_sums(task, sums, k, auc_value)
 
 
+HIGHER_IS_BETTER = ("auc", "accuracy")       # the held-out metrics to maximise; logloss and rmse are minimised
+
+
+def better(metric, a, b):
+    """Is held-out value a better than b by `metric`? (A tie, or a NaN, is not.)"""
+    return a > b if metric in HIGHER_IS_BETTER else a < b
+
+
 def format_metrics(m):
     keys = [k for k in ("accuracy", "logloss", "auc", "rmse") if k in m]
     text = "  ".join(("%s %.4f" if abs(m[k]) < 1e6 else "%s %.5g") % (k, m[k]) for k in keys)

@@ -92,12 +92,12 @@ class Periodic:
         h += b[:, None, :]
         xp.maximum(h, 0, out=h)
         H = xp.ascontiguousarray(h.transpose(1, 0, 2)).reshape(x.shape[0], self.width)
-        return H, ((x, z, v, h) if keep else None)
+        return H, ((x, v, h) if keep else None)
 
     def backward_(self, flat, grad, kept, dH):
         """Write d(loss)/d(c, W, b) into the flat slice grad, given dH = d(loss)/dH (n, m*d)."""
         xp = self.xp
-        x, z, v, h = kept
+        x, v, h = kept
         c, W, _ = self.views(flat)
         gc, gW, gb = self.views(grad)
         dh = xp.ascontiguousarray(dH.reshape(x.shape[0], self.m, self.d).transpose(1, 0, 2))     # (m, n, d)
@@ -105,8 +105,9 @@ class Periodic:
         xp.matmul(v.transpose(0, 2, 1), dh, out=gW)
         xp.sum(dh, axis=1, out=gb)
         dv = xp.matmul(dh, W.transpose(0, 2, 1))                              # (m, n, 2k)
-        dz = dv[:, :, self.k:] * xp.cos(z)
-        dz -= dv[:, :, :self.k] * xp.sin(z)
+        cos, sin = v[:, :, :self.k], v[:, :, self.k:]                         # the forward's: d cos = -sin, d sin = cos
+        dz = dv[:, :, self.k:] * cos
+        dz -= dv[:, :, :self.k] * sin
         dz *= x.T[:, :, None]
         xp.sum(dz, axis=1, out=gc)
         gc *= self.dtype.type(TWO_PI)

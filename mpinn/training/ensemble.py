@@ -17,7 +17,7 @@ from types import MappingProxyType
 import numpy as np
 
 from mpinn.config import MpinnError
-from mpinn.metrics import format_metrics
+from mpinn.metrics import better, format_metrics
 
 
 def kept_metrics(history, summary):
@@ -125,11 +125,6 @@ def train_member(given, k, seed, job, info, hooks, say, progress, resplit, **opt
     p, s = run.finish()
     return Member(run, history, run.model.backend.asnumpy(p) if p is not None else None, s, kept_metrics(history, s),
                   time.perf_counter() - t)
-
-
-def better(metric, a, b):
-    """Is held-out value a better than b by --stop-metric `metric`? (auc and accuracy higher, the rest lower.)"""
-    return a > b if metric in ("auc", "accuracy") else a < b
 
 
 def periodic_trial(given, first, job, info, hooks, say, progress, resplit):

@@ -9,7 +9,7 @@ import numpy as np
 from mpinn import __version__
 from mpinn.comm.guard import NoWatchdog
 from mpinn.config import MpinnError
-from mpinn.metrics import format_metrics
+from mpinn.metrics import better, format_metrics
 from mpinn.process import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked
@@ -290,10 +290,9 @@ class Trainer:
         accuracy; a tie is no better)? An epoch's end, or (point) one inside it: an epoch's end no better than the
         best counts towards early stop, a point does not. Every rank has the same metrics, so every rank agrees."""
         value = record["valid"].get(self.stop_metric)
-        higher = self.stop_metric in ("auc", "accuracy")
-        better = value is not None and value == value and (
-            self.best is None or (value > self.best["value"] if higher else value < self.best["value"]))
-        if better:
+        improved = value is not None and value == value and (
+            self.best is None or better(self.stop_metric, value, self.best["value"]))
+        if improved:
             self.best = {"epoch": record["epoch"], "value": float(value), "bad_epochs": 0, "step": record["step"],
                          "at": record["at"], "valid": record["valid"]}
             if self.keep_best:
