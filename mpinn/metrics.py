@@ -1,6 +1,5 @@
 """Held-out metrics: accuracy, log-loss, AUC (binary), RMSE (regression). Host numpy only."""
 import numpy as np
-from scipy.stats import rankdata
 
 EPS = 1e-15
 # the confusion matrix (k x k counts) is kept up to this many classes: beyond, its k^2 counts would outweigh the
@@ -17,13 +16,25 @@ def sums_length(task, k=2):
     return 4 + (k * k if has_confusion(task, k) else 0)
 
 
+def average_ranks(p):
+    """The ranks of p (1 for the smallest), tied values sharing their ranks' mean: scipy.stats.rankdata's default,
+    without importing scipy.stats (a third of a second at every start of every rank)."""
+    order = np.argsort(p)
+    sorted_p = p[order]
+    starts = np.flatnonzero(np.r_[True, sorted_p[1:] != sorted_p[:-1]])     # where each run of equal values begins
+    ends = np.r_[starts[1:], p.size]
+    ranks = np.empty(p.size, np.float64)
+    ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)
+    return ranks
+
+
 def auc(y, p):
     """Area under the ROC curve by the rank-sum (Mann-Whitney) formula; ties count one half."""
     y = np.asarray(y) > 0.5
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    r = rankdata(p)
+    r = average_ranks(np.asarray(p, dtype=np.float64).ravel())
     return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk
 
-from mpinn.metrics import auc, compute_metrics, metric_sums, metrics_from_sums
+from mpinn.metrics import auc, average_ranks, compute_metrics, metric_sums, metrics_from_sums
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -25,6 +25,15 @@ def test_auc_with_all_predictions_tied_is_one_half_and_needs_both_classes():
     y = np.array([0, 1, 1, 0, 1.0])
     assert auc(y, np.full(5, 0.3)) == pytest.approx(sk.roc_auc_score(y, np.full(5, 0.3))) == 0.5
     assert np.isnan(auc(np.ones(4), np.linspace(0, 1, 4)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_average_ranks_equal_scipy_rankdata(seed):
+    from scipy.stats import rankdata
+    rng = np.random.default_rng(20 + seed)
+    n = int(rng.integers(1, 300))
+    p = np.round(rng.normal(size=n), int(rng.integers(0, 3)))       # 0 decimals: long runs of ties
+    np.testing.assert_array_equal(average_ranks(p), rankdata(p))
 
 
 @pytest.mark.parametrize("seed", range(3))
