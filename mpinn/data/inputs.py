@@ -10,6 +10,7 @@ from mpinn.config import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo
+from mpinn.data.labels import task_note
 from mpinn.data.stream_setup import reader_count, reader_streams, stream_input
 from mpinn.data.transform import NumericTransform
 
@@ -146,7 +147,9 @@ def load_everywhere(args, comm, say, resplit=None):
             ("about %d" if getattr(valid, "streamed", False) else "%d") % (len(valid) if valid is not None else 0),
             streamed[2] if streamed is not None else held_how(args, valid),
             train.n_sparse, train.n_dense, train.task,
-            " (positive class %r)" % classes[1] if train.task == "binary" else "", time.perf_counter() - t))
+            " (positive class %r)" % classes[1] if train.task == "binary" else
+            task_note(train.task, classes, None if train.streamed else train.y) if args.task == "auto" else "",
+            time.perf_counter() - t))
         if train.meta.get("columns_chosen"):
             say(train.meta["columns_chosen"])
         if transform is not None:

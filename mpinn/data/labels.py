@@ -78,9 +78,49 @@ def binary_classes(classes, positive=None):
     return [c for c in classes if c != positive] + [positive]
 
 
-def encode_labels(raw, task="auto", classes=None, positive=None):
+# integer labels: up to this many distinct values are classes whatever they are (ratings 1-5, digits 0-9)
+FEW_CLASSES = 10
+MAX_CLASSES = 1000
+# beyond FEW_CLASSES, values far apart (filling less than half of their range) are codes when each repeats: on
+# average in at least this many rows (a product category 101, 205, 310; not a price in whole dollars)
+CODE_ROWS = 20
+
+
+def integer_task(distinct, rows):
+    """multiclass or regression for labels that are integers, of more than two sorted `distinct` values over
+    `rows` rows. Classes: a few values; ids from 0 or 1 (0..k-1 or 1..k, a tenth of them at most absent); codes
+    far apart, each in many rows. Numbers: a score, a count or an amount whose values fill most of their range
+    (inspection scores 66..100, disease progression 25..346), or values far apart that hardly repeat (prices)."""
+    k = len(distinct)
+    if k <= FEW_CLASSES:
+        return "multiclass"
+    if k > MAX_CLASSES:
+        return "regression"
+    low, high = float(distinct[0]), float(distinct[-1])
+    if low in (0.0, 1.0) and k >= 0.9 * (high - low + 1):      # ids from 0 or 1, a few perhaps absent here
+        return "multiclass"
+    if k >= 0.5 * (high - low + 1):
+        return "regression"
+    return "multiclass" if rows >= CODE_ROWS * k else "regression"
+
+
+def task_note(task, classes, y=None):
+    """What the start-up line adds where --task auto decided integer labels of more than FEW_CLASSES values
+    (a doubtful call either way); '' otherwise. y: the regression's labels, when in memory."""
+    if task == "multiclass" and len(classes) > FEW_CLASSES and all(c.lstrip("-").isdigit() for c in classes):
+        return " (%d integer labels taken as classes: --task regression for numbers)" % len(classes)
+    if task == "regression" and y is not None and len(y):
+        distinct = np.unique(y)
+        if len(distinct) <= MAX_CLASSES and np.all(np.mod(distinct, 1) == 0):
+            return " (%d integer labels, %s to %s, taken as numbers: --task multiclass for classes)" % (
+                len(distinct), _label_str(distinct[0]), _label_str(distinct[-1]))
+    return ""
+
+
+def encode_labels(raw, task="auto", classes=None, positive=None, rows=None):
     """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`; binary ones
-    0/1, 1 for classes[1] (the positive class). Any two distinct values make a binary task. A missing
+    0/1, 1 for classes[1] (the positive class). Any two distinct values make a binary task; integers, see
+    integer_task (rows: how many labels `raw` stands for, when it is only their distinct values). A missing
     or non-finite label is refused."""
     raw = plain_labels(raw)
     check_labels_present(raw)
@@ -97,12 +137,8 @@ def encode_labels(raw, task="auto", classes=None, positive=None):
                 distinct = np.unique(raw)
                 # an integer past 2^53 cannot be told from a float's rounding: 1e300s are not classes
                 integral = np.all(np.mod(distinct, 1) == 0) and np.all(np.abs(distinct) < 2.0 ** 53)
-                if len(distinct) == 2:
-                    task = "binary"
-                elif integral and len(distinct) <= 1000:
-                    task = "multiclass"
-                else:
-                    task = "regression"
+                task = "binary" if len(distinct) == 2 else integer_task(distinct, rows or raw.shape[0]) \
+                    if integral else "regression"
         if task == "regression":
             if not numeric:
                 raise MpinnError("regression needs numeric labels")
@@ -145,18 +181,19 @@ def _label_str(v):
 class LabelScan:
     """The task and classes of labels seen chunk by chunk (what encode_labels decides on all of them
     at once), keeping only their distinct values."""
-    MAX_NUMBERS = 1001      # more distinct numbers than this: regression, whatever else comes
+    MAX_NUMBERS = MAX_CLASSES + 1       # more distinct numbers than this: regression, whatever else comes
     MAX_TEXTS = 100_000
 
     def __init__(self, task="auto", positive=None):
         self.task, self.numeric, self.positive = task, True, positive
         self.numbers, self.texts = set(), set()
         self.many_numbers = self.many_texts = False
+        self.seen = 0       # labels seen
 
     def update(self, raw):
         raw = plain_labels(raw)
-        check_labels_present(raw, getattr(self, "seen", 0))
-        self.seen = getattr(self, "seen", 0) + raw.shape[0]
+        check_labels_present(raw, self.seen)
+        self.seen += raw.shape[0]
         if not self.many_texts:
             _, keys = factorize(raw) if raw.dtype.kind not in "iufb" else (None, [])
             self.texts.update(str(k) for k in keys)
@@ -180,7 +217,7 @@ class LabelScan:
                                      % (self.task, self.MAX_NUMBERS - 1))
                 return "regression", None
             _, task, classes = encode_labels(np.array(sorted(self.numbers), dtype=np.float64), self.task,
-                                             positive=self.positive)
+                                             positive=self.positive, rows=self.seen)
             return task, classes
         if self.many_texts:
             raise MpinnError("the labels hold more than %d distinct values" % self.MAX_TEXTS)

@@ -108,7 +108,8 @@ class RunConfig:
     categorical: str = option("", "data", "comma-separated CSV/Parquet columns to hash")
     numeric: str = option("", "data", "comma-separated CSV/Parquet columns used as numbers")
     task: str = option("auto", "data", "auto: two distinct labels of any kind (0/1, yes/no, '<=50K'/'>50K') are "
-                       "binary, a few integers or more than two texts multiclass, other numbers regression",
+                       "binary; more than two texts, a few integers or integer ids (0..k-1, 1..k) multiclass; other "
+                       "numbers (a score, a count, an amount) regression",
                        choices=TASKS)
     positive_class: Optional[str] = option(
         None, "data", "binary: the label predicted as 1 (default: the larger of the two, e.g. 1, yes, True, "
