@@ -10,12 +10,21 @@ from mpinn.config import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo
-from mpinn.data.labels import task_note
+from mpinn.data.labels import binary_classes, task_note
 from mpinn.data.stream_setup import reader_count, reader_streams, stream_input
 from mpinn.data.transform import NumericTransform
 
 
 IN_RUNS = 65536        # --shuffle-block from which a file read from disk is read in runs long enough
+
+
+def given_classes(args):
+    """DataSpec's task and classes where --classes names them (two: binary, the positive class last), else {}."""
+    if not args.classes:
+        return {}
+    classes = args.classes.split(",")
+    task = args.task if args.task != "auto" else "binary" if len(classes) == 2 else "multiclass"
+    return {"task": task, "classes": binary_classes(classes, args.positive_class) if task == "binary" else classes}
 
 
 def larger_than_memory_note(path, size, available, shuffle_block):
@@ -102,7 +111,7 @@ def load_everywhere(args, comm, say, resplit=None):
         hashing = args.hashing      # the options' HashSpec (mpinn.settings)
         by, _, column = args.holdout_by.partition(":")
         by = None if by == "random" else by
-        spec = replace(spec, positive=args.positive_class, exclude=[column] if column else [])
+        spec = replace(spec, positive=args.positive_class, exclude=[column] if column else [], **given_classes(args))
         streamed = stream_input(args, spec, hashing) if not isinstance(args.data, Rows) else None
         if streamed is not None:
             data, valid, _ = streamed
@@ -140,6 +149,7 @@ def load_everywhere(args, comm, say, resplit=None):
                              % (len(train), comm.size))
         check_labels(train, "the label column %r" % args.label if args.label else "the label")
         classes = train.meta.get("classes")
+        decided = args.task == "auto" and not args.classes      # from the labels: say a doubtful call
         say("data: %s, %s%d training rows, %s held out%s, %s input columns + %d dense, task %s%s (%.1f s)" % (
             describe_files(data.meta["files"]) if data.meta.get("files") else args.data if isinstance(args.data, str)
             else "embedded click log" if args.data is None else "in-memory data",
@@ -148,7 +158,7 @@ def load_everywhere(args, comm, say, resplit=None):
             streamed[2] if streamed is not None else held_how(args, valid),
             train.n_sparse, train.n_dense, train.task,
             " (positive class %r)" % classes[1] if train.task == "binary" else
-            task_note(train.task, classes, None if train.streamed else train.y) if args.task == "auto" else "",
+            task_note(train.task, classes, None if train.streamed else train.y) if decided else "",
             time.perf_counter() - t))
         if train.meta.get("columns_chosen"):
             say(train.meta["columns_chosen"])

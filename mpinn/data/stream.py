@@ -99,7 +99,8 @@ class Stream(Rows):
                 try:
                     idx, y = self.table.chunk(part)
                 except MpinnError as e:     # a label the sample did not have
-                    raise MpinnError("%s: %s, fitted on the stream's sample (--sample-rows)" % (source.path, e))
+                    raise MpinnError("%s: %s, fitted on the stream's sample: name every class with --classes, or "
+                                     "fit on more rows (--sample-rows)" % (source.path, e))
                 Xs = csr_from_indices(idx, self._n_sparse) if idx is not None else None
                 yield Dataset(Xs, part.Xd if self._raw_dense else None, y, self.meta)
 

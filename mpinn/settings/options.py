@@ -109,6 +109,17 @@ def holdout_by(s):
     raise argparse.ArgumentTypeError("expected random, last, time:COLUMN or group:COLUMN, not %r" % s)
 
 
+def class_list(s):
+    """--classes: two or more distinct labels, comma-separated, normalised ('a, b,c' -> 'a,b,c')."""
+    names = [c.strip() for c in s.split(",")]
+    if len(names) < 2 or "" in names:
+        raise argparse.ArgumentTypeError("wants two or more labels, comma-separated, not %r" % (s,))
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError("names %s twice" % ", ".join(twice))
+    return ",".join(names)
+
+
 def numeric_embedding(s):
     """--numeric-embedding: auto, off, periodic or periodic:SIGMA (a positive number), normalised."""
     from mpinn.periodic import parse

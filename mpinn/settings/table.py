@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
-from mpinn.settings.options import (hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int,
+from mpinn.settings.options import (class_list, hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int,
                                     numeric_embedding, positive_float, positive_int)
 from mpinn.config import MpinnError
 from mpinn.hashing import MAX_BITS, MAX_K, HashSpec, parse_buckets
@@ -114,6 +114,11 @@ class RunConfig:
     positive_class: Optional[str] = option(
         None, "data", "binary: the label predicted as 1 (default: the larger of the two, e.g. 1, yes, True, "
         "'>50K'); named in the output and stored in the model", metavar="LABEL")
+    classes: Optional[str] = option(
+        None, "data", "every class, comma-separated, in the order of the model's outputs (default: the labels "
+        "read; a stream's, those of its sample, which a class first met later ends with an error): two make a "
+        "binary task (the second predicted as 1 unless --positive-class says), more a multiclass one",
+        type=class_list, metavar="A,B,...")
     numeric_transform: str = option(
         "auto", "data", "what numeric inputs go through, fitted on the training file in the reading pass and "
         "stored in the model: auto: log1p first for non-negative heavy-tailed columns (skewness > 2, and less "
