@@ -87,3 +87,13 @@ def undecodable_line(path, limit=MAX_LINE):
                 raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 return number, len(raw[:e.start].decode("utf-8")) + 1, raw[e.start]
+
+
+def other_separator(header):
+    """A hint where a CSV's header reads as one column holding another separator (a semicolon-separated export,
+    tab-separated values); '' otherwise."""
+    if len(header) == 1:
+        for sep, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
+            if sep in header[0]:
+                return ": its header is one column holding %s; mpinn reads comma-separated values" % name
+    return ""

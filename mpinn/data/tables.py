@@ -70,7 +70,8 @@ class TableSource:
         twice = [h for h in col if header.count(h) > 1] if len(col) < len(header) else []
         for name in categorical + numeric + ([label] if require_label else []):
             if name not in col:
-                raise MpinnError("%s has no column %r (columns: %s)" % (path, name, kinds.names_shown(header, 20)))
+                raise MpinnError("%s has no column %r (columns: %s)%s" % (path, name, kinds.names_shown(header, 20),
+                                                                           csvtext.other_separator(header)))
         for name in dict.fromkeys(categorical + numeric + ([label] if label else [])):
             if name in twice:
                 raise MpinnError("%s: %d columns are named %r: rename them so that the name says which"

@@ -1,4 +1,6 @@
 """Readers: CSV, .npz, .mat, the embedded click log; labels; clear errors for bad files."""
+import re
+
 import numpy as np
 import pytest
 import scipy.io
@@ -27,12 +29,15 @@ def test_csv_reads_hashes_and_encodes(tmp_path):
     ("a,x,y\nq,1,0\nr,2\n", "line 3: 2 fields, the header has 3"),
     ("a,x,y\nq,1,0\nr,zz,1\n", "line 3: column 'x' is not a number: 'zz'"),
     ("a,x,z\nq,1,0\n", "has no column 'y'"),
+    ("a;x;y\nq;1;0\n", "has no column 'a' (columns: 'a;x;y'): its header is one column holding semicolons; mpinn "
+                       "reads comma-separated values"),
+    ("a\tx\ty\nq\t1\t0\n", "its header is one column holding tabs"),
     ("", "is empty"),
     ("a,x,y\n", "no rows"),
 ])
 def test_csv_errors_name_the_problem(tmp_path, text, message):
     p = write(tmp_path / "bad.csv", text)
-    with pytest.raises(MpinnError, match=message.replace("(", r"\(")):
+    with pytest.raises(MpinnError, match=re.escape(message)):
         load_data(p, DataSpec("y", categorical="a", numeric="x"))
 
 
