@@ -130,6 +130,28 @@ def numeric_embedding(s):
     return choice
 
 
+def readers_value(s):
+    """--readers: 1, all or a number of readers; kept as the text given (a number as its digits)."""
+    if s == "all":
+        return s
+    try:
+        k = int(s)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise argparse.ArgumentTypeError("wants 1, all or a number of reading ranks, not %r" % s)
+    return str(k)
+
+
+def numeric_bins(s):
+    """--numeric-bins: auto, off or 2..64 bins per column; kept as the text given."""
+    from mpinn.data.bins import parse
+    try:
+        return str(parse(s))
+    except MpinnError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--numeric-bins ", "", 1))
+
+
 def add_data_argument(group, help):
     """--data FILE, the documented form, and the same file as an optional first positional argument
     (Parser.parse_known_args makes them one `data`)."""

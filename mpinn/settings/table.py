@@ -9,8 +9,7 @@ from typing import Any, Optional
 from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
 from mpinn.settings.options import (class_list, hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int,
-                                    numeric_embedding, positive_float, positive_int)
-from mpinn.config import MpinnError
+                                    numeric_bins, numeric_embedding, positive_float, positive_int, readers_value)
 from mpinn.hashing import MAX_BITS, MAX_K, HashSpec, parse_buckets
 
 # where a value came from
@@ -52,28 +51,6 @@ def bucket_counts(s):
     if any(n < 1 for n in ([b] if isinstance(b, int) else (b or {}).values())):
         raise argparse.ArgumentTypeError("a bucket count is at least 1, not %r" % s)
     return s
-
-
-def readers_value(s):
-    """--readers: 1, all or a number of readers; kept as the text given (a number as its digits)."""
-    if s == "all":
-        return s
-    try:
-        k = int(s)
-    except ValueError:
-        k = 0
-    if k < 1:
-        raise argparse.ArgumentTypeError("wants 1, all or a number of reading ranks, not %r" % s)
-    return str(k)
-
-
-def numeric_bins(s):
-    """--numeric-bins: auto, off or 2..64 bins per column; kept as the text given."""
-    from mpinn.data.bins import parse
-    try:
-        return str(parse(s))
-    except MpinnError as e:
-        raise argparse.ArgumentTypeError(str(e).replace("--numeric-bins ", "", 1))
 
 
 def resolved(default, help):
