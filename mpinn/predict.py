@@ -64,7 +64,7 @@ def model_columns(meta):
     """The DataSpec a model's training data was read with: its columns, label (optional here), task and classes,
     and the click-log format for a model trained on click-log text."""
     from mpinn.data import DataSpec
-    return DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False,
+    return DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, unlabelled=True,
                     categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
                     label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
 
@@ -83,7 +83,7 @@ def _read_for_model(meta, path):
         if valid is None:
             raise MpinnError(messages.predict_needs_data("the model was trained without held-out rows"))
         return valid
-    labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False)
+    labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, unlabelled=True)
     columns = model_columns(meta)
     from mpinn.data import files
     paths = files.expand(path) if files.is_many(path) else [path]     # several files are read as one, in order
@@ -155,6 +155,7 @@ def predict_file(model_path, data=None, loaded=None):
     None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
     file's load_checked(), where it was loaded already."""
     from mpinn.data import Rows
+    from mpinn.data.labels import labelled
     from mpinn.metrics import compute_metrics
     model, towers, meta = loaded or load_checked(model_path)
     rows = data if isinstance(data, Rows) else load_for_model(meta, data)
@@ -165,7 +166,9 @@ def predict_file(model_path, data=None, loaded=None):
     pred = predict_with(model, towers, meta, rows)
     metrics = {"n": len(rows)}
     if rows.meta.get("has_label", True):
-        metrics = compute_metrics(meta["task"], rows.y, pred)
+        known = labelled(rows.y)
+        metrics = compute_metrics(meta["task"], rows.y[known], pred[known]) if known.any() else {"n": 0}
+        metrics["unlabelled"] = int((~known).sum())
     return pred, metrics, meta, rows
 
 
@@ -235,7 +238,11 @@ def run(args):
             with written_whole(args.out, "the predictions") as f:
                 out = Predictions(f, meta, args.id)
                 out.write(pred, ids)
-    if has_label:
+    if has_label and metrics.get("unlabelled"):
+        print("%d rows, %d of them without a label (predicted, not scored): %s" % (
+            n, metrics["unlabelled"], format_metrics(metrics) if metrics["unlabelled"] < n else "no metrics"),
+            flush=True)
+    elif has_label:
         print("%d rows: %s" % (n, format_metrics(metrics)), flush=True)
     else:
         print("%d rows (no labels: no metrics)" % n, flush=True)
@@ -260,11 +267,12 @@ def run_stream(args, model, towers, meta, streamed, ids):
     from contextlib import nullcontext
     from mpinn.data.files import describe
     from mpinn.data.progress import reading
+    from mpinn.data.labels import labelled
     from mpinn.metrics import auc, metric_sums, metrics_from_sums
     paths, formats = streamed
     task = meta["task"]
     k = len(meta["classes"]) if task == "multiclass" else 2
-    sums, scores, labels, n, has_label = 0, [], [], 0, True
+    sums, scores, labels, n, has_label, unknown = 0, [], [], 0, True, 0
     with reading(describe(paths)), (written_whole(args.out, "the predictions") if args.out else nullcontext()) as f:
         out = Predictions(f, meta, args.id) if f is not None else None
         for pred, rows in predict_stream(model, towers, meta, paths, formats):
@@ -274,9 +282,11 @@ def run_stream(args, model, towers, meta, streamed, ids):
                 out.write(pred, ids[n:n + len(rows)] if ids is not None else None, first=n + 1)
             has_label = rows.meta.get("has_label", True)
             if has_label:
-                sums = sums + metric_sums(task, rows.y, pred, k)
+                known = labelled(rows.y)
+                unknown += int((~known).sum())
+                sums = sums + metric_sums(task, rows.y[known], pred[known], k)
                 if task == "binary":
-                    keep = np.isfinite(pred)
+                    keep = known & np.isfinite(pred)
                     scores.append(pred[keep])
                     labels.append(rows.y[keep] > 0.5)
             n += len(rows)
@@ -286,8 +296,10 @@ def run_stream(args, model, towers, meta, streamed, ids):
             raise MpinnError("%s: no rows" % describe(paths))
     if not has_label:
         return n, {"n": n}, False
+    if unknown == n:
+        return n, {"n": 0, "unlabelled": n}, True
     value = auc(np.concatenate(labels), np.concatenate(scores)) if task == "binary" else None
-    return n, metrics_from_sums(task, sums, k, value), True
+    return n, dict(metrics_from_sums(task, sums, k, value), unlabelled=unknown), True
 
 
 def row_ids(name, path):

@@ -23,7 +23,7 @@ class TablePass:
         """count_values: fit the contract even when it is known up front (its cardinalities and the
         collision report need every value)."""
         self.source, self.threads, self.positive = source, threads, spec.positive
-        self.task, self.classes = spec.task, spec.classes
+        self.task, self.classes, self.unlabelled = spec.task, spec.classes, spec.unlabelled
         features = source.categorical
         self.contract, self.fitter = hashing.contract, None
         if self.contract is not None and self.contract.get("features") != features:
@@ -79,7 +79,7 @@ class TablePass:
         if not self.source.has_label:
             return np.zeros(n)
         if self.labels_known:
-            return encode_labels(raw, self.task, self.classes)[0]
+            return encode_labels(raw, self.task, self.classes, unlabelled=self.unlabelled)[0]
         y, self.task, self.classes = encode_labels(raw, self.task, self.classes, self.positive)
         return y
 

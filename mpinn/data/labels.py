@@ -117,12 +117,27 @@ def task_note(task, classes, y=None):
     return ""
 
 
-def encode_labels(raw, task="auto", classes=None, positive=None, rows=None):
+def labelled(y):
+    """The rows of encoded labels y that have one (unlabelled=True reads a missing label as NaN, or as -1 for a
+    multiclass id)."""
+    y = np.asarray(y)
+    return ~np.isnan(y) if y.dtype.kind == "f" else y >= 0
+
+
+def encode_labels(raw, task="auto", classes=None, positive=None, rows=None, unlabelled=False):
     """(y, task, classes). Multiclass labels become ids 0..k-1 in the order of `classes`; binary ones
     0/1, 1 for classes[1] (the positive class). Any two distinct values make a binary task; integers, see
     integer_task (rows: how many labels `raw` stands for, when it is only their distinct values). A missing
-    or non-finite label is refused."""
+    or non-finite label is refused; with unlabelled=True and the task known (the classes given, or a regression),
+    it is read as unknown: NaN, or -1 for a multiclass id (labelled() tells them)."""
     raw = plain_labels(raw)
+    if unlabelled and (classes is not None or task == "regression"):
+        missing = missing_labels(raw)
+        if missing.any():
+            y, task, classes = encode_labels(raw[~missing], task, classes, positive)
+            out = np.full(raw.shape[0], -1 if y.dtype.kind == "i" else np.nan, dtype=y.dtype)
+            out[~missing] = y
+            return out, task, classes
     check_labels_present(raw)
     numeric = raw.dtype.kind in "iufb"
     if not numeric:

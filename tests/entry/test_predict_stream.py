@@ -1,6 +1,7 @@
 """python -m mpinn.predict --stream (issue 36): table files predicted a block of 65536 rows at a time write the same
 bytes as the files read whole (blocks cut across the files' ends, as reading whole cuts them), for a binary, a
-multiclass and a regression model, with an --id column and with no label; a bad file in the middle is one line,
+multiclass and a regression model, with an --id column, with no label and with some labels missing (those rows
+predicted, the others scored); a bad file in the middle is one line,
 exit 2, and no predictions file; the memory stays bounded under a memory cgroup that the same rows read whole
 exceed."""
 import json
@@ -113,6 +114,49 @@ def test_rows_without_a_label_are_predicted_and_not_scored(days, models, tmp_pat
     streamed, metrics, out = predict(model, str(bare), tmp_path, "on")
     assert streamed == whole and whole.count("\n") == ROWS + 1
     assert metrics == {"n": ROWS} and "%d rows (no labels: no metrics)" % ROWS in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", ["clicked", "kind", "value"], ids=["binary", "multiclass", "regression"])
+def test_rows_whose_label_is_missing_are_predicted_and_the_others_scored(days, models, tmp_path, label):
+    """A file with some labels unknown (rows not yet resolved): every row predicted, as with every label there,
+    and the metrics those of the labelled rows alone, read whole or streamed (training still refuses them)."""
+    import gzip
+    import pandas as pd
+    d, paths = days
+    model = models(label)
+    holey = tmp_path / "holey"
+    holey.mkdir()
+    column, dropped = None, 0
+    for i, p in enumerate(paths):
+        with (gzip.open(p, "rt") if p.endswith(".gz") else open(p)) as f:
+            rows = [line.rstrip("\n").split(",") for line in f]
+        column = rows[0].index(label)
+        for j in range(1 + i, len(rows), 7):       # every 7th row's label blank
+            rows[j][column] = ""
+            dropped += 1
+        (holey / os.path.basename(p).replace(".gz", "")).write_text("\n".join(",".join(r) for r in rows) + "\n")
+    full, _, _ = predict(model, str(d), tmp_path, "off")
+    for stream in ("off", "on"):
+        got, metrics, out = predict(model, str(holey), tmp_path, stream)
+        assert got == full
+        assert "%d rows, %d of them without a label (predicted, not scored): " % (3 * ROWS, dropped) in out
+        assert metrics["unlabelled"] == dropped and metrics["n"] == 3 * ROWS - dropped
+        truth = pd.concat([pd.read_csv(p, keep_default_na=False) for p in sorted(holey.iterdir())])[label]
+        known = (truth.astype(str) != "").to_numpy()
+        pred = pd.read_csv(tmp_path / ("p-%s.csv" % stream))
+        if label == "clicked":
+            from sklearn.metrics import roc_auc_score
+            assert abs(roc_auc_score(truth[known].astype(int), pred["p_1"][known]) - metrics["auc"]) < 1e-4
+        elif label == "kind":
+            assert np.mean(pred["prediction"].to_numpy()[known] == truth.to_numpy()[known]) == pytest.approx(
+                metrics["accuracy"], abs=1e-12)
+        else:
+            err = pred["prediction"].to_numpy()[known] - truth[known].astype(float).to_numpy()
+            assert np.sqrt(np.mean(err ** 2)) == pytest.approx(metrics["rmse"], rel=1e-6)
+    r = run([sys.executable, "-m", "mpinn.train", "--data", str(holey), "--label", label, "--model-out",
+             str(tmp_path / "t.npz")])
+    assert r.returncode == 2 and "the label is missing or not a number in" in r.stderr, r.stderr
 
 
 def test_a_bad_file_in_the_middle_is_one_line_and_no_predictions(days, models, tmp_path):
