@@ -64,7 +64,7 @@ def model_columns(meta):
     """The DataSpec a model's training data was read with: its columns, label (optional here), task and classes,
     and the click-log format for a model trained on click-log text."""
     from mpinn.data import DataSpec
-    return DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, unlabelled=True,
+    return DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, missing_labels="keep",
                     categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
                     label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
 
@@ -83,7 +83,7 @@ def _read_for_model(meta, path):
         if valid is None:
             raise MpinnError(messages.predict_needs_data("the model was trained without held-out rows"))
         return valid
-    labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, unlabelled=True)
+    labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, missing_labels="keep")
     columns = model_columns(meta)
     from mpinn.data import files
     paths = files.expand(path) if files.is_many(path) else [path]     # several files are read as one, in order

@@ -23,7 +23,7 @@ class TablePass:
         """count_values: fit the contract even when it is known up front (its cardinalities and the
         collision report need every value)."""
         self.source, self.threads, self.positive = source, threads, spec.positive
-        self.task, self.classes, self.unlabelled = spec.task, spec.classes, spec.unlabelled
+        self.task, self.classes, self.unlabelled = spec.task, spec.classes, spec.missing_labels == "keep"
         features = source.categorical
         self.contract, self.fitter = hashing.contract, None
         if self.contract is not None and self.contract.get("features") != features:

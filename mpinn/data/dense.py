@@ -5,12 +5,12 @@ import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data.base import Dataset
-from mpinn.data.labels import encode_labels
+from mpinn.data.labels import encode_labels, missing_labels as missing_labels_of
 from mpinn.data.spec import DataSpec
 from mpinn.data.stats import column_stats
 
 
-def dense_xy(X, y, path, task, classes, require_label, positive=None, unlabelled=False):
+def dense_xy(X, y, path, task, classes, require_label, positive=None, missing_labels="refuse"):
     # loadmat returns Fortran-ordered arrays: convert once, here, where they enter
     if getattr(X, "dtype", None) is not None and X.dtype.kind == "c":
         raise MpinnError("%s: X holds complex numbers (%s); mpinn reads real ones" % (path, X.dtype))
@@ -33,7 +33,14 @@ def dense_xy(X, y, path, task, classes, require_label, positive=None, unlabelled
     y = np.ascontiguousarray(np.asarray(y)).ravel()
     if y.shape[0] != X.shape[0]:
         raise MpinnError("%s: X has %d rows but y has %d" % (path, X.shape[0], y.shape[0]))
-    y, task, classes = encode_labels(y, task, classes, positive, unlabelled=unlabelled)
+    if missing_labels == "drop":
+        keep = ~missing_labels_of(y)
+        if not keep.any():
+            raise MpinnError("%s: every row's label is missing" % path)
+        if not keep.all():
+            X, y = X[keep], y[keep]
+            meta["dropped_unlabelled"] = int((~keep).sum())
+    y, task, classes = encode_labels(y, task, classes, positive, unlabelled=missing_labels == "keep")
     meta.update(task=task, classes=classes, has_label=True)
     return Dataset(None, X, y, meta)
 
@@ -53,7 +60,7 @@ def load_npz(path, spec=DataSpec()):
         raise MpinnError("%s: cannot load without pickle (%s)" % (path, e))
     except Exception as e:      # a truncated or damaged file: BadZipFile, EOFError, OSError, zlib.error ...
         raise MpinnError("cannot read %s as an .npz file (%s: %s)" % (path, type(e).__name__, str(e)[:120]))
-    return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive, spec.unlabelled)
+    return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive, spec.missing_labels)
 
 
 # scipy.io.loadmat in a process of its own: its compiled reader crashes on some damaged files (a segmentation fault
@@ -97,4 +104,4 @@ def load_mat(path, spec=DataSpec()):
             raise MpinnError("cannot read %s as a .mat file (%s)" % (path, str(e)[:120]))
     if X is None:
         raise MpinnError("%s has no X matrix" % path)
-    return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive, spec.unlabelled)
+    return dense_xy(X, y, path, spec.task, spec.classes, spec.require_label, spec.positive, spec.missing_labels)

@@ -111,7 +111,8 @@ def load_everywhere(args, comm, say, resplit=None):
         hashing = args.hashing      # the options' HashSpec (mpinn.settings)
         by, _, column = args.holdout_by.partition(":")
         by = None if by == "random" else by
-        spec = replace(spec, positive=args.positive_class, exclude=[column] if column else [], **given_classes(args))
+        spec = replace(spec, positive=args.positive_class, exclude=[column] if column else [],
+                       missing_labels=args.missing_labels, **given_classes(args))
         streamed = stream_input(args, spec, hashing) if not isinstance(args.data, Rows) else None
         if streamed is not None:
             data, valid, _ = streamed
@@ -140,7 +141,8 @@ def load_everywhere(args, comm, say, resplit=None):
                 by, values = "time", np.arange(len(data))
             elif by is not None:
                 from mpinn.data.many import read_column_of
-                values = read_column_of(data.meta.get("files") or args.data, column)
+                values = read_column_of(data.meta.get("files") or args.data, column,
+                                        label=args.label if args.missing_labels == "drop" else None)
             train, valid = data.split(args.holdout, args.seed, by, values)
             if resplit is not None:
                 resplit.append(lambda seed: data.split(args.holdout, seed, by, values))
@@ -160,6 +162,8 @@ def load_everywhere(args, comm, say, resplit=None):
             " (positive class %r)" % classes[1] if train.task == "binary" else
             task_note(train.task, classes, None if train.streamed else train.y) if decided else "",
             time.perf_counter() - t))
+        if data.meta.get("dropped_unlabelled"):
+            say("labels: missing in %d rows, left out (--missing-labels drop)" % data.meta["dropped_unlabelled"])
         if train.meta.get("columns_chosen"):
             say(train.meta["columns_chosen"])
         if transform is not None:

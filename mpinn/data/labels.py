@@ -40,7 +40,8 @@ def check_labels_present(raw, offset=0):
         value = np.asarray(raw).ravel()[first]
         value = value.item() if isinstance(value, np.generic) else value
         raise MpinnError("the label is missing or not a number in %d of %d rows (the first is data row %d, "
-                         "value %r): remove those rows, or fill their labels" % (
+                         "value %r): remove those rows or fill their labels (of a CSV, Parquet, .npz or .mat file, mpinn.train "
+                         "--missing-labels drop leaves them out)" % (
                              int(bad.sum()), bad.shape[0], offset + first + 1, value))
 
 

@@ -2,6 +2,8 @@
 columns (named, or chosen from its values) are every file's, and the rows follow each other as if the files were
 one. Hashed, labelled and counted through the same TablePass as one file, so the result equals one file holding
 them all, bit for bit."""
+import numpy as np
+
 from mpinn.config import MpinnError
 from mpinn.data.files import describe
 from mpinn.data.spec import DataSpec
@@ -32,6 +34,12 @@ class ChainedSource:
     def parts(self):
         for s in self.sources:
             yield from s.parts()
+        if self.dropped:
+            self.meta["dropped_unlabelled"] = self.dropped
+
+    @property
+    def dropped(self):
+        return sum(getattr(s, "dropped", 0) for s in self.sources)
 
 
 def chained_source(paths, formats, spec, chunk_rows=None):
@@ -50,7 +58,7 @@ def chained_source(paths, formats, spec, chunk_rows=None):
         if criteo:
             return ClickTextSource(path, spec.label, categorical, numeric, spec.require_label, chunk_rows)
         return TableSource(path, spec.label, categorical, numeric, spec.require_label, exclude=spec.exclude,
-                           chunk_rows=chunk_rows)
+                           chunk_rows=chunk_rows, drop_unlabelled=spec.missing_labels == "drop")
     first = source(paths[0], spec.categorical, spec.numeric)
     return ChainedSource([first] + [source(p, first.categorical, first.numeric) for p in paths[1:]])
 
@@ -74,20 +82,57 @@ def load_many(paths, formats, spec=DataSpec(), hashing=HashSpec()):
     return load_table(chained_source(paths, formats, spec), spec, hashing)
 
 
-def read_column_of(data, name, purpose="for --holdout-by"):
-    """Every data row's raw value of column `name`, file after file (data: a path or the files read as one)."""
-    import numpy as np
-    from mpinn.data.tables import read_column
+def read_column_of(data, name, purpose="for --holdout-by", label=None):
+    """Every data row's raw value of column `name`, file after file (data: a path or the files read as one);
+    label: only the rows whose label (that column) is not missing, as --missing-labels drop reads them."""
     paths = [data] if isinstance(data, str) else list(data)
-    values = [read_column(p, name, purpose) for p in paths]
+    values = [read_column(p, name, purpose, label) for p in paths]
     return values[0] if len(values) == 1 else np.concatenate([np.asarray(v, dtype=object) for v in values])
+
+
+def read_column(path, name, purpose="for --holdout-by", label=None):
+    """Every data row's raw value of one column of a CSV or Parquet file, in the readers' row order (the
+    values --holdout-by splits on, predict's ids; one more pass over the file); label: see read_column_of."""
+    import os
+    from mpinn.data import csvtext
+    from mpinn.data.labels import missing_labels
+    from mpinn.data.tables import TableSource
+    names = [name] + ([label] if label else [])
+    if os.path.splitext(path)[1].lower() in (".parquet", ".pq"):
+        source = TableSource.__new__(TableSource)
+        source.path = path
+        pf = source._parquet()
+        for n in names:
+            if n not in pf.schema_arrow.names:
+                raise MpinnError("%s has no column %r %s" % (path, n, purpose))
+        table = pf.read(columns=list(dict.fromkeys(names)))
+        columns = [["" if v is None else v for v in table.column(n).to_pylist()] for n in names]
+    else:
+        columns = [[] for _ in names]
+        with csvtext.open_text(path) as f:
+            reader = csvtext.reader(f, path)
+            try:
+                header = [h.strip() for h in next(reader)]
+                for n in names:
+                    if n not in header:
+                        raise MpinnError("%s has no column %r %s" % (path, n, purpose))
+                at = [header.index(n) for n in names]
+                for row in reader:
+                    if row:                     # the readers skip empty lines too
+                        for out, j in zip(columns, at):
+                            out.append(row[j] if j < len(row) else "")
+            except csvtext.READ_ERRORS + (StopIteration,) as e:
+                raise csvtext.text_error(path, reader.line_num, e)
+    if not label:
+        return columns[0]
+    keep = ~missing_labels(np.array(columns[1], dtype=object))
+    return [v for v, k in zip(columns[0], keep) if k]
 
 
 def chunks_of(paths, formats, spec, hashing, chunk_rows=None):
     """Table files read as one, a chunk at a time: Datasets of the raw numbers (no transform) and the rows hashed
     under hashing's contract, known up front (a model's), with spec's task and classes. What predict streams: its
     memory holds a chunk, whatever the number of rows."""
-    import numpy as np
     from mpinn.data.base import Dataset
     from mpinn.data.chunks import TablePass
     from mpinn.hashing import csr_from_indices

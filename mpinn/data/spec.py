@@ -26,8 +26,9 @@ class DataSpec:
     positive: Optional[str] = None      # binary: the label that is 1 (default: the larger of the two)
     require_label: bool = True          # False: a file without labels is read (predicting)
     format: str = "auto"                # auto: by extension and first line; criteo: click-log text
-    unlabelled: bool = False            # True: a missing label is read as unknown (NaN, or -1 for a multiclass
-    #                                     id: labels.labelled), not refused; predict reads so and scores the rest
+    missing_labels: str = "refuse"      # a row whose label is missing: refuse (one line), drop (left out:
+    #                                     train --missing-labels drop) or keep (as unknown: NaN, or -1 for a
+    #                                     multiclass id, labels.labelled; predict reads so and scores the rest)
 
     def __post_init__(self):
         for name in ("categorical", "numeric", "exclude"):

@@ -16,24 +16,11 @@ import scipy.sparse as sp
 from mpinn.config import MpinnError
 from mpinn.data.base import Dataset, Rows
 from mpinn.data.chunks import TablePass
+from mpinn.data.part import take_part
 from mpinn.data.progress import tick
 from mpinn.hashing import csr_from_indices, per_feature_nnz
 
 STREAM_FROM = 1_000_000     # --stream auto streams table files of more (estimated) rows than this
-
-
-def take_part(part, rows):
-    """The rows `rows` (positions within the chunk) of a chunk (mpinn.data.tables.Part)."""
-    from mpinn.data.tables import Part
-
-    def pick(c):
-        if isinstance(c, np.ndarray):
-            return c[rows]
-        if isinstance(c, list):
-            return [c[i] for i in rows]
-        return c.take(rows)     # an arrow array
-    return Part([pick(c) for c in part.cats], part.Xd[rows] if part.Xd is not None else None,
-                pick(part.labels) if part.labels is not None else None, len(rows))
 
 
 def _concat(pieces, meta):

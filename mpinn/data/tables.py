@@ -1,6 +1,6 @@
 """CSV and Parquet tables (and the embedded click log) read chunk by chunk, hashed into a Dataset."""
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -9,20 +9,11 @@ from mpinn.data import csvtext, kinds
 from mpinn.data.base import CHUNK_ROWS, Dataset
 from mpinn.data.chunks import TablePass
 from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
-from mpinn.data.labels import MISSING_TEXT
+from mpinn.data.labels import MISSING_TEXT, missing_labels
+from mpinn.data.part import Part, take_part  # noqa: F401 - Part: the readers' chunk, made here and in clicktext
 from mpinn.data.progress import tick
 from mpinn.data.spec import DataSpec, split_names
 from mpinn.hashing import HashSpec, arrow_available, csr_from_indices
-
-
-@dataclass
-class Part:
-    """Consecutive rows of a table: categorical columns (list, numpy or arrow arrays, in feature
-    order), dense numbers (m, d) float64 or None, raw labels (m,) or None."""
-    cats: list
-    Xd: object
-    labels: object
-    n: int
 
 
 # numeric cells that mean "missing" (imputed and flagged by the transform), after stripping spaces;
@@ -50,8 +41,12 @@ class TableSource:
     Columns are resolved (and a CSV's header read) when it is made; parts() reads the rows."""
 
     def __init__(self, path=None, label=None, categorical=(), numeric=(), require_label=True,
-                 default_rows=200_000, default_seed=0, chunk_rows=CHUNK_ROWS, engine="auto", exclude=()):
+                 default_rows=200_000, default_seed=0, chunk_rows=CHUNK_ROWS, engine="auto", exclude=(),
+                 drop_unlabelled=False):
+        """drop_unlabelled: parts() leaves out the rows whose label is missing (--missing-labels drop), counting
+        them in self.dropped."""
         self.path, self.chunk_rows, self.engine = path, max(1, int(chunk_rows)), engine
+        self.drop_unlabelled, self.dropped = drop_unlabelled, 0
         categorical, numeric = split_names(categorical), split_names(numeric)
         self.n_rows = None
         if path is None:
@@ -296,16 +291,28 @@ class TableSource:
             yield Part([codes[:, j] for j in range(codes.shape[1])], numeric, y, len(y))
 
     def parts(self):
-        """Every row, as Parts of at most chunk_rows rows."""
+        """Every row (with drop_unlabelled, every row with a label), as Parts of at most chunk_rows rows."""
         if self.kind == "default":
             return self._default_parts()
         if self.kind == "parquet":
-            return self._parquet_parts()
-        engine = self.engine
-        if engine == "auto":
-            # a header spanning lines (a quoted newline) is left to the csv module: arrow skips rows, not lines
-            engine = "arrow" if arrow_available() and self.header_lines == 1 else "python"
-        return self._csv_arrow_parts() if engine == "arrow" else self._csv_python_parts()
+            parts = self._parquet_parts()
+        else:
+            engine = self.engine
+            if engine == "auto":
+                # a header spanning lines (a quoted newline) is left to the csv module: arrow skips rows, not lines
+                engine = "arrow" if arrow_available() and self.header_lines == 1 else "python"
+            parts = self._csv_arrow_parts() if engine == "arrow" else self._csv_python_parts()
+        return self._labelled(parts) if self.drop_unlabelled and self.has_label else parts
+
+    def _labelled(self, parts):
+        self.dropped = 0
+        for part in parts:
+            missing = missing_labels(part.labels)
+            if missing.any():
+                self.dropped += int(missing.sum())
+                part = take_part(part, np.flatnonzero(~missing))
+            yield part
+        self.meta["dropped_unlabelled"] = self.dropped
 
 
 def load_table(source, spec=DataSpec(), hashing=HashSpec(), threads=1):
@@ -319,7 +326,8 @@ def load_table(source, spec=DataSpec(), hashing=HashSpec(), threads=1):
         tick(p.n)
     n = sum(p.n for p in parts)
     if n == 0:
-        raise MpinnError("%s has a header but no rows" % source.path)
+        raise MpinnError("%s has a header but no rows%s" % (
+            source.path, " with a label (%d without)" % source.dropped if source.dropped else ""))
     for p in parts:
         table.learn(p, labels=False)
     table.settle()
@@ -359,7 +367,7 @@ def load_csv(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROWS, e
     in as dense features; an empty categorical cell is its own token, an empty numeric cell is missing.
     spec.exclude: columns never chosen as inputs when none are named (e.g. the --holdout-by column)."""
     source = TableSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows=chunk_rows,
-                         engine=engine, exclude=spec.exclude)
+                         engine=engine, exclude=spec.exclude, drop_unlabelled=spec.missing_labels == "drop")
     return load_table(source, spec, hashing)
 
 
@@ -367,31 +375,5 @@ def load_parquet(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROW
     """A Parquet file read in record batches (pyarrow); dictionary-encoded string columns are hashed
     through their dictionaries."""
     source = TableSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows=chunk_rows,
-                         exclude=spec.exclude)
+                         exclude=spec.exclude, drop_unlabelled=spec.missing_labels == "drop")
     return load_table(source, spec, hashing)
-
-
-def read_column(path, name, purpose="for --holdout-by"):
-    """Every data row's raw value of one column of a CSV or Parquet file, in the readers' row order (the
-    values --holdout-by splits on, predict's ids; one more pass over the file)."""
-    if os.path.splitext(path)[1].lower() in (".parquet", ".pq"):
-        source = TableSource.__new__(TableSource)
-        source.path = path
-        pf = source._parquet()
-        if name not in pf.schema_arrow.names:
-            raise MpinnError("%s has no column %r %s" % (path, name, purpose))
-        return ["" if v is None else v for v in pf.read(columns=[name]).column(0).to_pylist()]
-    out = []
-    with csvtext.open_text(path) as f:
-        reader = csvtext.reader(f, path)
-        try:
-            header = [h.strip() for h in next(reader)]
-            if name not in header:
-                raise MpinnError("%s has no column %r %s" % (path, name, purpose))
-            j = header.index(name)
-            for row in reader:
-                if row:                     # the readers skip empty lines too
-                    out.append(row[j] if j < len(row) else "")
-        except csvtext.READ_ERRORS + (StopIteration,) as e:
-            raise csvtext.text_error(path, reader.line_num, e)
-    return out

@@ -221,6 +221,11 @@ RULES = tuple([
          lambda c: c.positive_class is not None and c.task in ("multiclass", "regression"),
          "--positive-class names the label that is 1 in a binary task (task is {c.task})",
          "--task multiclass --positive-class yes"),
+    Rule("missing-labels-format", ("missing_labels", "data"),
+         lambda c: c.missing_labels == "drop" and c.data is not None and _suffix(c) not in (
+             "csv", "parquet", "pq", "npz", "mat"),
+         "--missing-labels drop leaves rows out of CSV, Parquet, .npz and .mat files; this data is %s" % "{_s}",
+         "--missing-labels drop", "data.mpinn"),
     Rule("classes-task", ("classes", "task"), lambda c: c.classes is not None and c.task == "regression",
          "--classes names a classification's labels: the task is regression", "--task regression --classes a,b"),
     Rule("classes-binary", ("classes", "task"),

@@ -96,6 +96,9 @@ class RunConfig:
         "read; a stream's, those of its sample, which a class first met later ends with an error): two make a "
         "binary task (the second predicted as 1 unless --positive-class says), more a multiclass one",
         type=class_list, metavar="A,B,...")
+    missing_labels: str = option(
+        "refuse", "data", "a row whose label is missing (an empty cell, NA, NaN): refuse: one line naming it, exit 2; "
+        "drop: train without it (CSV, Parquet, .npz and .mat files), saying how many", choices=("refuse", "drop"))
     numeric_transform: str = option(
         "auto", "data", "what numeric inputs go through, fitted on the training file in the reading pass and "
         "stored in the model: auto: log1p first for non-negative heavy-tailed columns (skewness > 2, and less "

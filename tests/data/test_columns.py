@@ -8,7 +8,7 @@ import pytest
 from conftest import run
 from mpinn.config import MpinnError
 from mpinn.data import DataSpec, Dataset, load_csv
-from mpinn.data.tables import read_column
+from mpinn.data.many import read_column
 
 
 def write(path, header, rows):
