@@ -98,9 +98,9 @@ def test_several_files_a_valid_file_npz_and_parquet_drop_the_same_rows(tmp_path)
     import pyarrow.parquet as pq
     for name, part in (("hp", rows), ("cp", keep)):
         cells = [r.split(",") for r in part]
-        pq.write_table(pa.table({"day": [int(c[0]) for c in cells], "city": [c[1] for c in cells],
-                                 "x": [float(c[2]) for c in cells],
-                                 "clicked": [int(c[3]) if c[3] else None for c in cells]}), tmp_path / (name + ".parquet"))
+        columns = {"day": [int(c[0]) for c in cells], "city": [c[1] for c in cells], "x": [float(c[2]) for c in cells],
+                   "clicked": [int(c[3]) if c[3] else None for c in cells]}
+        pq.write_table(pa.table(columns), tmp_path / (name + ".parquet"))
         r = run([sys.executable] + TRAIN + ["--data", str(tmp_path / (name + ".parquet")), "--missing-labels", "drop",
                                             "--model-out", str(tmp_path / (name + "-m.npz"))])
         assert r.returncode == 0, r.stderr
