@@ -174,8 +174,7 @@ def test_srun_without_an_mpi_plugin_is_one_clear_error(cluster, tmp_path, comman
 def _srun_long(cluster, tmp_path, name, extra=(), srun_opts=("--kill-on-bad-exit=1",)):
     job = cluster.srun(list(srun_opts) + ["--job-name=" + name] + SRUN_MPICH + [sys.executable] + LONG_TRAIN
                        + list(extra) + ["--model-out", str(tmp_path / "never.npz")], name=name)
-    assert job.wait_for_output("model:", 60), job.stdout + job.stderr
-    time.sleep(0.5)                                     # well inside the training loop
+    assert job.wait_for_output("epoch 1/", 60), job.stdout + job.stderr       # inside the training loop
     return job, job_id_of(cluster, name)
 
 
