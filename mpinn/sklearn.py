@@ -14,8 +14,8 @@ from mpinn.settings.table import OPTIONS
 
 # options about the data file and its label, which fit(X, y) replaces, and tower mode (a model per rank: not one
 # estimator); every other option of python -m mpinn.train is a parameter, with its default
-NOT_PARAMETERS = ("config", "data", "format", "label", "task", "positive_class", "classes", "valid", "holdout_by",
-                  "default_rows", "input", "parallel", "tower_data", "tower_mix")
+NOT_PARAMETERS = ("config", "data", "format", "label", "task", "positive_class", "classes", "missing_labels", "valid",
+                  "holdout_by", "default_rows", "input", "parallel", "tower_data", "tower_mix")
 # an estimator is silent and writes no file unless asked
 OWN_DEFAULTS = {"quiet": True, "model_out": None}
 PARAMETERS = {f.name: OWN_DEFAULTS.get(f.name, f.default) for f in OPTIONS if f.name not in NOT_PARAMETERS}
