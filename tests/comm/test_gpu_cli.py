@@ -101,3 +101,44 @@ def test_the_sharded_table_is_refused_on_a_gpu(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("mpinn: error: --table sharded") and "--device gpu" in r.stderr, r.stderr
     assert not (tmp_path / "m.npz").exists()
+
+
+def day_files(folder, days=3, rows=2500, seed=0):
+    """A table in day files, as a warehouse exports it: two numbers, an integer id, a text category, a 0/1 label."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder)
+    for d in range(days):
+        x, z = rng.normal(size=rows), rng.exponential(size=rows)
+        ids, cat = rng.integers(1000, 9000, size=rows), rng.choice(["red", "green", "blue", "grey"], size=rows)
+        logit = np.sin(3 * x) + 0.5 * z - 1 + (ids % 7 == 0) + (cat == "red")
+        y = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(int)
+        with open(os.path.join(folder, "day-%02d.csv" % d), "w") as f:
+            f.write("x,z,user_id,colour,clicked\n")
+            f.writelines("%.5f,%.5f,%d,%s,%d\n" % row for row in zip(x, z, ids, cat, y))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("device", DEVICES)
+def test_day_files_streamed_with_bins_embeddings_and_an_ensemble_train_as_on_the_cpu(tmp_path, device, launcher):
+    """This round's paths on the device: a directory of day files streamed by every rank (--readers all), numeric
+    bins, periodic embeddings and a 2-member ensemble, at np 2. The model equals the CPU's to rounding (float64),
+    and predict on the host scores a day file with it."""
+    day_files(str(tmp_path / "days"))
+    args = ["-m", "mpinn.train", "--data", "days", "--label", "clicked", "--stream", "on", "--sample-rows", "3000",
+            "--readers", "all", "--numeric-bins", "8", "--numeric-embedding", "periodic", "--ensemble", "2",
+            "--epochs", "2", "--hidden", "16", "--dtype", "float64", "--no-progress"]
+    models = {}
+    for dev in sorted({device, "cpu"}):
+        r = mpirun(2, args + ["--device", dev, "--model-out", dev + ".npz", "--metrics-out", dev + ".json"], 300,
+                   cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.startswith("device: gpu 0 (" if dev == "gpu" else "device: cpu"), r.stdout[:300]
+        models[dev] = params(tmp_path / (dev + ".npz"))
+    assert models[device].shape == models["cpu"].shape
+    assert np.max(np.abs(models[device] - models["cpu"])) < 1e-7
+    reported = json.load(open(tmp_path / (device + ".json")))["valid"]
+    p = run([sys.executable, "-m", "mpinn.predict", "--model", device + ".npz", "--data", "days/day-02.csv",
+             "--out", "p.csv", "--metrics-out", "p.json"], cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    scored = json.load(open(tmp_path / "p.json"))
+    assert 0.6 < scored["auc"] <= 1 and np.isfinite(reported["auc"]), (scored, reported)
