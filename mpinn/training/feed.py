@@ -7,6 +7,8 @@ import numpy as np
 
 from mpinn.comm import split_counts
 
+MAX_AHEAD = 4096      # batches a stream's reader thread holds ready at most (see batches_ahead)
+
 
 def epoch_order(n, seed, epoch, block=1):
     """The epoch's row order, drawn from (seed, epoch) alone. With block b > 1, blocks of b consecutive
@@ -122,7 +124,8 @@ class Feed:
 class StreamFeed:
     """One epoch's local batches of a stream (mpinn.data.stream.Stream, on rank 0; None elsewhere), from step
     `start` on (the batches before it are made and dropped: a resume replays the same order). A thread on rank 0
-    reads, hashes and batches ahead of the steps (a queue of two; the parsing runs outside the GIL). Every step
+    reads, hashes and batches ahead of the steps (up to a shuffle window ahead: batches_ahead; the parsing runs
+    outside the GIL). Every step
     begins with a one-number broadcast of the global batch's rows, which tells every rank its size and, with 0,
     that the epoch's rows are done: next() then returns None."""
 
@@ -131,7 +134,7 @@ class StreamFeed:
         self.n_global = 0
         self.queue = None
         if comm.rank == 0:
-            self.queue = queue.Queue(maxsize=2)
+            self.queue = queue.Queue(maxsize=batches_ahead(data, int(batch_size)))
             batches = data.batches(int(batch_size), dtype, seed, epoch)
             threading.Thread(target=_produce, args=(self.queue, batches, start), daemon=True,
                              name="mpinn-stream").start()
@@ -164,7 +167,7 @@ class LocalStreamFeed:
         self.queue, self.done = None, False
         if self.group.rank == 0:
             share = int(split_counts(int(batch_size), readers.count)[readers.reader])
-            self.queue = queue.Queue(maxsize=2)
+            self.queue = queue.Queue(maxsize=batches_ahead(data, max(share, 1)))
             threading.Thread(target=_produce, args=(self.queue, data.batches(max(share, 1), dtype, seed, epoch), start),
                              daemon=True, name="mpinn-reader").start()
 
@@ -204,6 +207,14 @@ def empty_batch(layout):
     from mpinn.batch import Batch
     return Batch(sp.csr_matrix((0, layout.n_sparse), dtype=layout.dtype) if layout.n_sparse else None,
                  np.zeros((0, layout.n_dense), layout.dtype) if layout.n_dense else None, np.zeros(0, layout.y_dtype))
+
+
+def batches_ahead(data, rows):
+    """How many batches of `rows` rows a stream's reader thread may hold ready: a shuffle window's and two, so that
+    it reads and hashes window k+1 while the steps take window k's batches (with two, the steps waited for each
+    window's reading, and a rank reading its window kept the others waiting at the step's Allreduce), at most
+    MAX_AHEAD batches."""
+    return int(min(MAX_AHEAD, -(-int(data.window) // max(int(rows), 1)) + 2))
 
 
 def _produce(q, batches, start):

@@ -40,7 +40,9 @@ def run(days, np_, out_dir, sample_rows):
     if r.returncode != 0:
         raise SystemExit("failed: %s\n%s" % (" ".join(cmd), r.stderr[-3000:]))
     rows = json.load(open(metrics))["summary"]["samples"]
-    return {"np": np_, "wall_s": wall, "rows": rows, "rows_per_s": rows / wall, "cpu_s": cpu, "cores_busy": cpu / wall}
+    said = {k: next((line for line in r.stdout.splitlines() if line.startswith(k + ":")), "") for k in ("data", "done")}
+    return {"np": np_, "wall_s": wall, "rows": rows, "rows_per_s": rows / wall, "cpu_s": cpu, "cores_busy": cpu / wall,
+            "data_line": said["data"], "done_line": said["done"]}
 
 
 def main(argv=None):
@@ -63,6 +65,7 @@ def main(argv=None):
             runs.append(r)
             print("np %d rep %d: %.1f s, %.0f rows/s, %.2f cores busy" % (n, rep, r["wall_s"], r["rows_per_s"],
                                                                         r["cores_busy"]), flush=True)
+            print("  " + r["done_line"], flush=True)
     med = {n: statistics.median(r["rows_per_s"] for r in runs if r["np"] == n) for n in nps}
     busy = {n: statistics.median(r["cores_busy"] for r in runs if r["np"] == n) for n in nps}
     lines = ["| np | readers | median rows/s | ratio to np %d | cores busy (median) |" % nps[0], "|---|---|---|---|---|"]
