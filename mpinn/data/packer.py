@@ -86,15 +86,14 @@ def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, nu
     each chunk and appends it to the packed file. Both write the same bytes for the same rows (numbers as
     they are: the transform is applied as rows are read).
     passes: None (one when it can), 2 (two, as above, whatever the source). stats: "meta" (the statistics and
-    the transform go into the file's meta); "return" (a multi-part dataset's first part, mpinn.data.pack_parts:
-    the meta holds neither, and the statistics, still open, are summary["stats"], for the caller to go on over
-    the later parts' rows); None (not taken: a later part). Returns a summary dict (rows, columns, passes,
+    the transform go into the file's meta); None (not taken: a part of a multi-part dataset, whose statistics
+    mpinn.data.pack_parts folds afterwards). Returns a summary dict (rows, columns, passes,
     seconds, rows_per_s, collision report)."""
     from mpinn.data.chunks import TablePass
     from mpinn.data.packing import PackedWriter, StreamingPackedWriter
     from mpinn.hashing import per_feature_nnz
-    if passes not in (None, 1, 2) or stats not in ("meta", "return", None):
-        raise ValueError("passes: None, 1 or 2; stats: meta, return or None")
+    if passes not in (None, 1, 2) or stats not in ("meta", None):
+        raise ValueError("passes: None, 1 or 2; stats: meta or None")
     progress = progress or Progress(False)
     t0 = time.perf_counter()
     spec, hashing = known_up_front(source, spec, hashing, passes)
@@ -156,8 +155,6 @@ def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, nu
                "task": task, "classes": classes, "bytes": os.path.getsize(out), "seconds": seconds,
                "rows_per_s": rows / seconds if seconds else 0.0, "hashing": contract,
                "transform": meta.get("transform"), "passes": 2 if scan else 1}
-    if stats == "return":
-        summary["stats"] = table.stats
     if table.fitter is not None and contract is not None:
         summary["collisions"] = table.fitter.report(contract)
     return summary

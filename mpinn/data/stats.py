@@ -50,7 +50,10 @@ class _Sample:
         self._bar = None        # the largest key kept once `size` rows are held: a larger one never enters
 
     def add(self, start, X):
-        keys = _row_keys(start, X.shape[0])
+        self.add_keyed(_row_keys(start, X.shape[0]), X)
+
+    def add_keyed(self, keys, X):
+        """Rows X whose keys are given (another sample's, mpinn.data.stats.PartFold)."""
         if self._bar is not None:
             keep = keys < self._bar
             keys, X = keys[keep], X[keep]
@@ -151,21 +154,39 @@ class ColumnStats:
     def _fold(self, block):
         self._sample.add(self._folded, block)
         self._folded += block.shape[0]
-        unset = np.isnan(self._shift[0])
-        if unset.any():
-            finite = np.isfinite(block[:, unset])
-            has = finite.any(axis=0)
-            first = block[:, unset][finite.argmax(axis=0), np.arange(int(unset.sum()))]
-            cols = np.flatnonzero(unset)[has]
-            self._shift[0, cols] = first[has]
-            self._shift[1, cols] = np.log1p(np.maximum(first[has], 0.0))
-        with np.errstate(over="ignore", invalid="ignore"):     # values near float64's limits: inf moments, which
-            raw, log, lo, hi = _block_moments(block, np.nan_to_num(self._shift))    # the transform does without
-            if self._acc is None:
-                self._acc = (raw, log, lo, hi)
-                return
-            r, lg, l0, h0 = self._acc
+        _set_shift(self._shift, block)
+        self._absorb(_moments(block, self._shift))
+
+    def _absorb(self, moments):
+        """A block's moments (_moments) merged into the total, after the blocks before it."""
+        if self._acc is None:
+            self._acc = moments
+            return
+        r, lg, l0, h0 = self._acc
+        raw, log, lo, hi = moments
+        with np.errstate(over="ignore", invalid="ignore"):
             self._acc = (_merge(r, raw), _merge(lg, log), np.minimum(l0, lo), np.maximum(h0, hi))
+
+    def join(self, piece, shift):
+        """Go on over a later part's rows as its own rank folded them (PartFold.result(), the part starting where
+        these rows end), with `shift`, every column's first finite value over all the rows (first_finite):
+        the same bits as update() with those rows. The head completes the block held here, the part's whole
+        blocks are merged in order, and its tail is held for the next part."""
+        self.update(piece["head"])
+        if piece["blocks"]:
+            if self._held_n:
+                raise ValueError("a part's whole blocks must start at a block's start")
+            unset = np.isnan(self._shift[0])        # the first value comes in this part: the one it used
+            self._shift[0, unset] = shift[unset]
+            self._shift[1, unset] = np.log1p(np.maximum(shift[unset], 0.0))
+            for m in piece["blocks"]:
+                self._absorb(m)
+            n = BLOCK * len(piece["blocks"])
+            self._folded += n
+            self.rows += n
+            self._sample.add_keyed(piece["keys"], piece["sample"])
+        self.update(piece["tail"])
+        return self
 
     def result(self):
         """{"columns": names, "rows": n, and a list per field of FIELDS} (JSON-able)."""
@@ -194,6 +215,84 @@ class ColumnStats:
         out["max"] = [float(v) if np.isfinite(v) else None for v in hi]
         out["quantiles"] = _quantiles(self._sample.values(d), lo, hi)
         return out
+
+
+def _set_shift(shift, block):
+    """Each column's first finite value (and its log1p), for the columns that had none before this block."""
+    unset = np.isnan(shift[0])
+    if unset.any():
+        finite = np.isfinite(block[:, unset])
+        has = finite.any(axis=0)
+        first = block[:, unset][finite.argmax(axis=0), np.arange(int(unset.sum()))]
+        cols = np.flatnonzero(unset)[has]
+        shift[0, cols] = first[has]
+        shift[1, cols] = np.log1p(np.maximum(first[has], 0.0))
+
+
+def _moments(block, shift):
+    with np.errstate(over="ignore", invalid="ignore"):     # values near float64's limits: inf moments, which
+        return _block_moments(block, np.nan_to_num(shift))      # the transform does without
+
+
+def first_finite(chunks, d):
+    """Each of d columns' first finite value in rows fed as chunks (NaN where there is none); stops reading once
+    every column has one."""
+    out = np.full(d, np.nan)
+    for X in chunks:
+        X = np.asarray(X, dtype=np.float64)
+        unset = np.isnan(out)
+        finite = np.isfinite(X[:, unset])
+        has = finite.any(axis=0)
+        out[np.flatnonzero(unset)[has]] = X[:, unset][finite.argmax(axis=0), np.arange(int(unset.sum()))][has]
+        if not np.isnan(out).any():
+            break
+    return out
+
+
+class PartFold:
+    """A later part's share of the statistics, folded by the rank that packed it (prepare in parallel), for
+    ColumnStats.join on rank 0: the part starts at row `start` of the whole and `shift` is every column's first
+    finite value over all the rows (first_finite). The blocks wholly inside the part are folded here, counted
+    from the first row of the whole as ColumnStats counts them; the rows before the first (the head, which
+    completes the block before) and after the last (the tail) are handed over as they are. About 1 KB a block
+    for 13 columns (0.03% of their values) and the sample's rows of these blocks go to rank 0."""
+
+    def __init__(self, names, start, shift):
+        d = len(names)
+        self.start, self.rows = int(start), 0
+        self.shift = np.stack([shift, np.log1p(np.maximum(shift, 0.0))]) if d else np.zeros((2, 0))
+        self.head_left = (-self.start) % BLOCK
+        self.head, self.blocks, self.held, self.held_n = [], [], [], 0
+        self.sample = _Sample(int(np.clip(SAMPLE_VALUES // max(d, 1), BLOCK, 16 * BLOCK)))
+        self.d = d
+
+    def update(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        self.rows += X.shape[0]
+        if self.head_left:
+            take = min(self.head_left, X.shape[0])
+            self.head.append(X[:take])
+            self.head_left -= take
+            X = X[take:]
+        while X.shape[0]:
+            take = min(BLOCK - self.held_n, X.shape[0])
+            self.held.append(X[:take])
+            self.held_n += take
+            X = X[take:]
+            if self.held_n == BLOCK:
+                block = np.concatenate(self.held) if len(self.held) > 1 else self.held[0]
+                self.sample.add(self.start + self.rows - X.shape[0] - BLOCK, block)
+                self.blocks.append(_moments(block, self.shift))
+                self.held, self.held_n = [], 0
+        return self
+
+    def result(self):
+        """{head, blocks, tail, keys, sample}: what ColumnStats.join takes."""
+        def rows(parts):
+            return np.concatenate(parts) if parts else np.zeros((0, self.d))
+        sample = self.sample.values(self.d)
+        return {"head": rows(self.head), "blocks": self.blocks, "tail": rows(self.held), "keys": self.sample.keys,
+                "sample": sample}
 
 
 def column_stats(X, names):

@@ -1,6 +1,7 @@
 """Numeric inputs: streaming statistics against numpy, the fitted transform, its round trips through the
 model file and the packed file, missing cells, labels with two values of any kind, learning-rate decay."""
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -8,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpinn.config import MpinnError
-from mpinn.data import DataSpec, load_csv, load_data
+from mpinn.data import DataSpec, load_csv, load_data, stats
 from mpinn.data.inputs import check_labels
 from mpinn.data.labels import encode_labels
-from mpinn.data.stats import BLOCK, ColumnStats, column_stats
+from mpinn.data.stats import BLOCK, ColumnStats, PartFold, column_stats, first_finite
 from mpinn.data.transform import NumericTransform, check_same
 
 
@@ -51,6 +52,40 @@ def test_statistics_equal_numpy_whatever_the_chunking(cuts, seed):
         pos += c
     acc.update(X[pos:])
     assert acc.result() == whole        # bit for bit: blocks are counted from the first row
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3 * BLOCK), min_size=1, max_size=5), chunk=st.integers(1, 2 * BLOCK),
+       late=st.integers(0, 4 * BLOCK), seed=st.integers(0, 100))
+def test_parts_folded_apart_then_joined_are_the_one_pass_bit_for_bit(sizes, chunk, late, seed):
+    """Prepare in parallel: part 0 folded by rank 0, every later part by its own rank (PartFold, from its start
+    row and the first finite values all parts agree on), joined on rank 0 in order: the same result, bit for bit,
+    as one pass over the rows, for parts of any size (shorter than a block, ending on a block's end, empty) and a
+    column whose first value comes late (in a later part)."""
+    with mock.patch.object(stats, "SAMPLE_VALUES", 1):       # a sample of BLOCK rows: fewer than the rows
+        joined_equals_one_pass(sizes, chunk, late, seed)
+
+
+def joined_equals_one_pass(sizes, chunk, late, seed):
+    X = columns(sum(sizes) + 100, seed)
+    X[:late, 3] = np.nan
+    whole = column_stats(X, NAMES)
+    cuts = np.cumsum([100] + sizes)[:-1].tolist() + [len(X)]       # part 0 has 100 rows and more
+    parts = [X[a:b] for a, b in zip([0] + cuts[:-1], cuts)]
+    chunks = [[p[i:i + chunk] for i in range(0, len(p), chunk)] for p in parts]
+    firsts = [first_finite(c, X.shape[1]) for c in chunks]
+    shift = np.full(X.shape[1], np.nan)
+    for f in firsts:
+        shift = np.where(np.isnan(shift), f, shift)
+    acc = ColumnStats(NAMES)
+    for c in chunks[0]:
+        acc.update(c)
+    for k in range(1, len(parts)):
+        fold = PartFold(NAMES, cuts[k - 1], shift)
+        for c in chunks[k]:
+            fold.update(c)
+        acc.join(fold.result(), shift)
+    assert acc.result() == whole
 
 
 def test_transform_standardises_logs_imputes_and_flags():

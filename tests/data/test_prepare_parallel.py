@@ -58,7 +58,6 @@ def test_shares_are_runs_of_files_in_order_balanced_by_bytes():
     assert shares([10] * 8, 3) == [0, 0, 0, 1, 1, 2, 2, 2]
     assert shares([90, 5, 5], 3) == [0, 1, 1]           # rank 0 always has the first file (it decides the columns)
     assert shares([1, 1], 4) == [0, 2]                  # more ranks than files: some pack nothing
-    assert shares([10] * 8, 2, first=0.6) == [0] * 3 + [1] * 5      # rank 0 folds the statistics too: fewer files
     for sizes in ([3, 1, 4, 1, 5, 9, 2, 6], [0, 0, 7], [100]):
         s = shares(sizes, 3)
         assert s == sorted(s) and s[0] == 0
@@ -77,6 +76,30 @@ def test_the_parts_are_the_one_file(logs, tmp_path, n, launcher):
     parts = open_packed(out)
     assert sum(len(p) for p in parts.parts) == 8 * ROWS and all(len(p) % ROWS == 0 for p in parts.parts)
     same_rows(parts, PackedDataset(one), seed=n)
+
+
+@pytest.mark.mpi
+def test_parts_of_many_blocks_fold_their_statistics_on_their_own_ranks(tmp_path, launcher):
+    """Parts longer than the statistics' blocks of 4096 rows (each later rank folds the blocks wholly inside its
+    part, rank 0 joins them in order), a numeric column whose first value comes in such a block: the statistics
+    are one prepared file's, bit for bit."""
+    (tmp_path / "big").mkdir()
+    for i in range(3):
+        write_text(W4(i, 1000), str(tmp_path / "big" / ("day_%d.tsv" % i)), i * 7000, 7000)
+    for name, upto in (("day_0.tsv", 7000), ("day_1.tsv", 2000)):    # I2, the second numeric column, empty up to
+        lines = (tmp_path / "big" / name).read_text().splitlines()      # row 9000: in a block inside rank 1's part
+        (tmp_path / "big" / name).write_text("".join("\t".join(f if k != 2 or i >= upto else "" for k, f in enumerate(
+            line.split("\t"))) + "\n" for i, line in enumerate(lines)))
+    one, out = str(tmp_path / "one.mpinn"), str(tmp_path / "parts.mpinn")
+    r = run([sys.executable, "-m", "mpinn.prepare", "--data", str(tmp_path / "big"), "--hash-bits", "12", "--out",
+             one, "--quiet"])
+    assert r.returncode == 0, r.stderr
+    r = prepare_at(3, str(tmp_path / "big"), out, "--hash-bits", "12", "--quiet")
+    assert r.returncode == 0, r.stderr
+    a, b = open_packed(out), PackedDataset(one)
+    assert [len(p) for p in a.parts] == [7000] * 3
+    assert 0 < a.meta["numeric_stats"]["count"][1] <= 12000 and a.numeric_stats() == b.numeric_stats()
+    assert a.meta == b.meta
 
 
 @pytest.mark.mpi
