@@ -13,8 +13,8 @@ at "the machine"; python3 -c "import os; print(os.cpu_count(), 'CPU cores')"; py
 scipy.__version__, 'mpi4py', mpi4py.__version__)" || exit 1
 python3 -c "import pyarrow; print('pyarrow', pyarrow.__version__)" || echo "no pyarrow: the plain text reader runs"
 at "read-bound training, --readers all"; timeout ${READ_S:-240} python3 -m scripts.bench.read_scaling --rows ${ROWS:-5000000} \
-  --files 8 --nps 1,2,4 --reps 2 --jobs 8 --workdir /tmp/mpinn-read-scaling 2>&1 | tee "$OUT/read.log"
+  --files 8 --nps ${NPS:-1,2,4} --reps ${REPS:-2} --jobs 8 --workdir /tmp/mpinn-read-scaling 2>&1 | tee "$OUT/read.log"
 at "prepare in parallel"; timeout ${PREP_S:-200} python3 -m scripts.bench.prepare_parallel --rows ${PREP_ROWS:-2000000} \
-  --nps 1,2,4 --reps 2 --workdir /tmp/mpinn-prepare-parallel 2>&1 | tee "$OUT/prepare.log"
-cp scripts/results/read-scaling-*.json scripts/results/prepare-parallel-*.json "$OUT/" 2>/dev/null
+  --nps ${NPS:-1,2,4} --reps ${REPS:-2} --workdir /tmp/mpinn-prepare-parallel 2>&1 | tee "$OUT/prepare.log"
+cp scripts/results/read-scaling-$(date +%F).json scripts/results/prepare-parallel-$(date +%F).json "$OUT/" 2>/dev/null
 at "end"
