@@ -23,7 +23,7 @@ def build_parser():
                "are printed when the data has the label.")
     p.add_argument("--model", required=True, metavar="FILE", help="model file (.npz) written by mpinn.train")
     p.add_argument("--data", metavar="FILE",
-                   help="rows to predict, in the model's input: .csv (.csv.gz), .parquet or a packed .mpinn file "
+                   help="rows to predict, in the model's input: .csv (.csv.gz), .tsv, .parquet or a packed .mpinn file "
                         "(python -m mpinn.prepare, with the model's hashing) for a model trained on a table; click-log "
                         "text for one trained on it; .npz (X) or .mat for one trained on arrays; omitted for a model "
                         "trained on the embedded click log: its held-out rows. The label column is optional")
@@ -70,7 +70,7 @@ def model_columns(meta):
 
 
 def _read_for_model(meta, path):
-    from mpinn.data import DataSpec, HashSpec, load_data
+    from mpinn.data import TABLE_EXTS, DataSpec, HashSpec, extension, load_data
     from mpinn.hashing import check_contract
     # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
     hashing = HashSpec().using(meta.get("hashing"))
@@ -93,8 +93,9 @@ def _read_for_model(meta, path):
     elif meta.get("source") == "criteo":       # click-log text, with or without the label field
         data = load_data(path, columns, hashing)
     elif meta.get("source") in ("csv", "default", "parquet"):
-        if not all(p.lower().endswith((".csv", ".txt", ".csv.gz", ".txt.gz", ".parquet", ".pq")) for p in paths):
-            raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .parquet or .mpinn file")
+        if not all(extension(p) in TABLE_EXTS for p in paths):
+            raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .tsv, .parquet or .mpinn "
+                             "file")
         data = load_data(path, columns, hashing)
         if meta.get("hashing"):
             check_contract(meta["hashing"], data.meta["hashing"])

@@ -27,15 +27,15 @@ from mpinn.data.spec import DataSpec, split_names  # noqa: F401
 from mpinn.data.tables import load_csv, load_default, load_parquet  # noqa: F401
 from mpinn.hashing import HashSpec  # noqa: F401
 
-TABLE_EXTS = (".csv", ".txt", ".parquet", ".pq")
-FORMATS = {".csv": "csv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet", ".npz": "npz", ".mat": "mat",
-           ".mpinn": "mpinn"}
+TABLE_EXTS = (".csv", ".txt", ".tsv", ".tab", ".parquet", ".pq")
+FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".tab": "csv", ".parquet": "parquet", ".pq": "parquet",
+           ".npz": "npz", ".mat": "mat", ".mpinn": "mpinn"}      # tab-separated values read as CSV (csvtext.separator)
 
 
 def extension(path):
     """A data file's extension, lower case; a gzip-compressed CSV's (.csv.gz, .txt.gz) is its inner one."""
     base, ext = os.path.splitext(path.lower())
-    if ext == ".gz" and os.path.splitext(base)[1] in (".csv", ".txt"):
+    if ext == ".gz" and os.path.splitext(base)[1] in (".csv", ".txt", ".tsv", ".tab"):
         return os.path.splitext(base)[1]
     return ext
 
@@ -84,8 +84,8 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
     if ext == ".mpinn":     # a packed file, or a multi-part dataset's manifest
         from mpinn.data.parts import open_packed
         return open_packed(path, spec, hashing)
-    raise MpinnError("%s: unknown data format %r (use .csv or .csv.gz, .parquet, .npz, .mat, .mpinn, or click-log "
-                     "text: 40 tab-separated fields a line, maybe .gz)" % (path, ext))
+    raise MpinnError("%s: unknown data format %r (use .csv or .csv.gz, .tsv, .parquet, .npz, .mat, .mpinn, or "
+                     "click-log text: 40 tab-separated fields a line, maybe .gz)" % (path, ext))
 
 
 def _expect(paths, formats):

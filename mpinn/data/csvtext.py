@@ -1,4 +1,4 @@
-"""The text of a CSV file: opened as UTF-8 (a byte-order mark skipped), read a line at a time with each line
+"""The text of a CSV file (or of tab-separated values: separator): opened as UTF-8 (a byte-order mark skipped), read a line at a time with each line
 bounded to MAX_LINE characters (a header line of a gigabyte is one error, not a gigabyte of fields in memory),
 and a byte that is not UTF-8 named at its own line (the decoder reads ahead in blocks, so the line the csv
 module is on when it fails can be an earlier one)."""
@@ -48,8 +48,26 @@ def bounded_lines(f, path, limit=MAX_LINE):
         yield line
 
 
+TAB_EXTS = (".tsv", ".tab")      # tab-separated values, with a header as a CSV file's
+
+
+def separator(path):
+    """A table file's separator: a tab for .tsv and .tab files (maybe .gz), and for a file whose first line holds
+    tabs and no comma (tab-separated values named .csv or .txt); else a comma."""
+    name = path.lower()[:-3] if path.lower().endswith(".gz") else path.lower()
+    if name.endswith(TAB_EXTS):
+        return "\t"
+    try:
+        with _open(path, "rb") as f:
+            first = f.readline(1 << 20)
+    except (OSError, EOFError, zlib.error):
+        return ","          # the reader says what is wrong with the file
+    return "\t" if b"\t" in first and b"," not in first else ","
+
+
 def reader(f, path, **kwargs):
-    """csv.reader over bounded_lines(f)."""
+    """csv.reader over bounded_lines(f), with the file's separator unless one is given."""
+    kwargs.setdefault("delimiter", separator(path))
     return csv.reader(bounded_lines(f, path), **kwargs)
 
 
@@ -93,7 +111,8 @@ def other_separator(header):
     """A hint where a CSV's header reads as one column holding another separator (a semicolon-separated export,
     tab-separated values); '' otherwise."""
     if len(header) == 1:
-        for sep, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
+        for sep, name in ((";", "semicolons"), ("|", "bars")):
             if sep in header[0]:
-                return ": its header is one column holding %s; mpinn reads comma-separated values" % name
+                return ": its header is one column holding %s; mpinn reads values separated by commas, or by " \
+                       "tabs" % name
     return ""

@@ -190,7 +190,7 @@ class TableSource:
                 # arrow's reader reads up to 32 blocks ahead of the rows taken: 2 MiB blocks bound that to 64 MiB
                 # of text (a stream's memory; the chunk's 16 MiB: 512); a longer line goes to the csv module
                 read_options=pacsv.ReadOptions(column_names=names, skip_rows=self.header_lines, block_size=2 << 20),
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                parse_options=pacsv.ParseOptions(delimiter=csvtext.separator(self.path), newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
                                                      null_values=list(MISSING_NUMBERS),
                                                      strings_can_be_null=False, quoted_strings_can_be_null=False))

@@ -6,7 +6,7 @@ import textwrap
 # (group, [(option, what it does, in a few words)]): the common options, in the order a new user reaches for them
 COMMON = (
     ("data", (
-        ("data", "the data: .csv (.csv.gz), .parquet, .npz (X, y), .mat, a packed .mpinn or click-log text; also "
+        ("data", "the data: .csv (.csv.gz), .tsv, .parquet, .npz (X, y), .mat, a packed .mpinn or click-log text; also "
                  "the first argument; omitted: the embedded click log"),
         ("label", "the label column of a CSV or Parquet file"),
         ("categorical", "comma-separated columns to hash (default: chosen from the values, with --numeric)"),

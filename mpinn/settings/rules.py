@@ -40,7 +40,20 @@ def _suffix(c):
     if not isinstance(data, str) or "." not in data:
         return ""
     parts = data.lower().split(".")
-    return parts[-2] if parts[-1] == "gz" and len(parts) > 2 and parts[-2] in ("csv", "txt", "tsv") else parts[-1]
+    return parts[-2] if parts[-1] == "gz" and len(parts) > 2 and parts[-2] in ("csv", "txt", "tsv", "tab") else parts[-1]
+
+
+def _table(c, *more):
+    """Is the data a table (CSV, tab-separated values that are not click-log text, Parquet; or one of `more`)?"""
+    suffix = _suffix(c)
+    if suffix in ("tsv", "tab", "txt"):       # or click-log text
+        from mpinn.data.clicktext import is_click_text
+        try:
+            path = files.expand(c.data)[0] if files.is_many(c.data) else c.data
+            return not is_click_text(path)
+        except (MpinnError, OSError):
+            return True         # the reader says what is wrong with it
+    return suffix in ("csv", "parquet", "pq") + more
 
 
 def _task_known(c):
@@ -186,7 +199,7 @@ RULES = tuple([
          "--holdout splits the training data when there is no --valid file: give one of them",
          "--valid valid.csv --holdout 0.2"),
     Rule("holdout-by-table", ("holdout_by", "data"),
-         lambda c: c.holdout_by not in ("random", "last") and _suffix(c) not in ("csv", "parquet", "pq"),
+         lambda c: c.holdout_by not in ("random", "last") and not _table(c),
          "--holdout-by splits by a column of a CSV or Parquet file; this data is %s" % "{_s}",
          "--holdout-by time:t", "data.npz"),
     Rule("holdout-by-valid", ("holdout_by", "valid"), lambda c: c.holdout_by != "random" and bool(c.valid),
@@ -222,8 +235,7 @@ RULES = tuple([
          "--positive-class names the label that is 1 in a binary task (task is {c.task})",
          "--task multiclass --positive-class yes"),
     Rule("missing-labels-format", ("missing_labels", "data"),
-         lambda c: c.missing_labels == "drop" and c.data is not None and _suffix(c) not in (
-             "csv", "parquet", "pq", "npz", "mat"),
+         lambda c: c.missing_labels == "drop" and c.data is not None and not _table(c, "npz", "mat"),
          "--missing-labels drop leaves rows out of CSV, Parquet, .npz and .mat files; this data is %s" % "{_s}",
          "--missing-labels drop", "data.mpinn"),
     Rule("classes-task", ("classes", "task"), lambda c: c.classes is not None and c.task == "regression",

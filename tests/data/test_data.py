@@ -30,8 +30,8 @@ def test_csv_reads_hashes_and_encodes(tmp_path):
     ("a,x,y\nq,1,0\nr,zz,1\n", "line 3: column 'x' is not a number: 'zz'"),
     ("a,x,z\nq,1,0\n", "has no column 'y'"),
     ("a;x;y\nq;1;0\n", "has no column 'a' (columns: 'a;x;y'): its header is one column holding semicolons; mpinn "
-                       "reads comma-separated values"),
-    ("a\tx\ty\nq\t1\t0\n", "its header is one column holding tabs"),
+                       "reads values separated by commas, or by tabs"),
+    ("a|x|y\nq|1|0\n", "its header is one column holding bars"),
     ("", "is empty"),
     ("a,x,y\n", "no rows"),
 ])
