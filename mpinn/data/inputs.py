@@ -162,7 +162,7 @@ def load_everywhere(args, comm, say, resplit=None):
             " (positive class %r)" % classes[1] if train.task == "binary" else
             task_note(train.task, classes, None if train.streamed else train.y) if decided else "",
             time.perf_counter() - t))
-        if data.meta.get("dropped_unlabelled"):
+        if data.meta.get("dropped_unlabelled") and not train.streamed:     # a stream's: at its first epoch's end
             say("labels: missing in %d rows, left out (--missing-labels drop)" % data.meta["dropped_unlabelled"])
         if train.meta.get("columns_chosen"):
             say(train.meta["columns_chosen"])

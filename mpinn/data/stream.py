@@ -71,7 +71,9 @@ class Stream(Rows):
 
     def pieces(self):
         """The training rows in file order, hashed and labelled, as Datasets of a chunk each (the held-out rows
-        left out)."""
+        left out); self.dropped counts the rows left out for a missing label (--missing-labels drop) once the files
+        are read."""
+        self.dropped = 0
         for i, source in self.make_sources():
             held, pos = self.held.get(i, np.zeros(0, np.int64)), 0
             if held.size and getattr(source, "span", None):      # a byte range of the file: its rows from there
@@ -90,6 +92,7 @@ class Stream(Rows):
                                      "fit on more rows (--sample-rows)" % (source.path, e))
                 Xs = csr_from_indices(idx, self._n_sparse) if idx is not None else None
                 yield Dataset(Xs, part.Xd if self._raw_dense else None, y, self.meta)
+            self.dropped += getattr(source, "dropped", 0)       # rows without a label (--missing-labels drop)
 
     def windows(self, seed, epoch):
         """(rows, order) of each shuffle window in turn: its rows in file order and the order they go in. Only the

@@ -209,6 +209,13 @@ def empty_batch(layout):
                  np.zeros((0, layout.n_dense), layout.dtype) if layout.n_dense else None, np.zeros(0, layout.y_dtype))
 
 
+def rows_dropped(comm, data):
+    """Collective, at a stream's epoch end: the rows its readers' files left out for a missing label (each
+    reader's data.dropped; mpinn.data.stream.Stream.pieces)."""
+    n = np.array([getattr(data, "dropped", 0) if data is not None else 0], np.int64)
+    return int(comm.Allreduce_sum_(n, what="rows without a label")[0])
+
+
 def batches_ahead(data, rows):
     """How many batches of `rows` rows a stream's reader thread may hold ready: a shuffle window's and two, so that
     it reads and hashes window k+1 while the steps take window k's batches (with two, the steps waited for each

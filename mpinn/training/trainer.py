@@ -14,7 +14,7 @@ from mpinn.process import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
-from mpinn.training.feed import Feed, LocalStreamFeed, ReaderGroup, StreamFeed, epoch_order
+from mpinn.training.feed import Feed, LocalStreamFeed, ReaderGroup, StreamFeed, epoch_order, rows_dropped
 from mpinn.training.staging import device_feed
 from mpinn.training.timeline import PHASES, ProgressBar, write_trace
 
@@ -189,6 +189,9 @@ class Trainer:
                 local = feed.next()
                 if local is None:           # the stream's rows are done
                     self.watchdog.disarm()
+                    n = rows_dropped(self.comm, train) if epoch == 1 and self.cfg.missing_labels == "drop" else 0
+                    if self.rank0 and n:
+                        self.log("labels: missing in %d rows, left out (--missing-labels drop)" % n)
                     break
                 n_global = min(B, n_train - s * B) if steps else feed.n_global
                 self.timeline.add("data", t0, time.perf_counter(), self.global_step + 1)

@@ -61,8 +61,26 @@ def test_dropping_equals_removing_when_streamed_or_held_out_by_time(tmp_path, ex
     holey, clean = write(tmp_path / "holey.csv", rows), write(tmp_path / "clean.csv",
                                                              [r for r, b in zip(rows, blank) if not b])
     want, _ = params(2, clean, str(tmp_path / "clean.npz"), extra)
-    got, _ = params(2, holey, str(tmp_path / "holey.npz"), extra + ["--missing-labels", "drop"])
+    got, out = params(2, holey, str(tmp_path / "holey.npz"), extra + ["--missing-labels", "drop"])
     assert np.array_equal(got, want)
+    assert out.count("labels: missing in %d rows, left out (--missing-labels drop)" % blank.sum()) == 1, out
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n,readers", [(1, "1"), (2, "all"), (3, "all"), (3, "2")])
+def test_a_stream_says_how_many_rows_its_readers_left_out(tmp_path, n, readers, launcher):
+    """Streamed from three day files, each reader counts the rows it left out; the sum is said once, at the first
+    epoch's end, whoever read."""
+    (tmp_path / "days").mkdir()
+    total = 0
+    for d in range(3):
+        rows, blank = table(d)
+        write(tmp_path / "days" / ("day_%d.csv" % d), rows)
+        total += int(blank.sum())
+    _, out = params(n, str(tmp_path / "days"), str(tmp_path / "m.npz"), ["--stream", "on", "--sample-rows", "500",
+                                                                         "--readers", readers, "--missing-labels",
+                                                                         "drop"])
+    assert out.count("labels: missing in %d rows, left out (--missing-labels drop)" % total) == 1, out
 
 
 def test_several_files_a_valid_file_npz_and_parquet_drop_the_same_rows(tmp_path):
