@@ -38,6 +38,10 @@ CASES = [
     ("1001 distinct integers", np.arange(1001) * 3, "regression"),
     ("two values", repeat([3, 8], 100), "binary"),
     ("halves", repeat(np.arange(30) / 2, 300), "regression"),
+    ("incomes in 210 brackets far apart, 60 rows each", repeat(np.sort(RNG.choice(np.arange(483, 201_640), 210,
+                                                                                 replace=False)), 60 * 210),
+     "regression"),
+    ("100 codes far apart, 30 rows each", repeat(1000 + 37 * np.arange(100), 3000), "multiclass"),
 ]
 
 
