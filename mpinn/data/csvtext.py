@@ -1,7 +1,7 @@
-"""The text of a CSV file (or of tab-separated values: separator): opened as UTF-8 (a byte-order mark skipped), read a line at a time with each line
-bounded to MAX_LINE characters (a header line of a gigabyte is one error, not a gigabyte of fields in memory),
-and a byte that is not UTF-8 named at its own line (the decoder reads ahead in blocks, so the line the csv
-module is on when it fails can be an earlier one)."""
+"""The text of a CSV file (or of tab-separated values: separator): opened as UTF-8 (a byte-order mark skipped),
+read a line at a time with each line bounded to MAX_LINE characters (a header line of a gigabyte is one error, not
+a gigabyte of fields in memory), and a byte that is not UTF-8 named at its own line (the decoder reads ahead in
+blocks, so the line the csv module is on when it fails can be an earlier one)."""
 import csv
 import gzip
 import zlib
@@ -108,8 +108,8 @@ def undecodable_line(path, limit=MAX_LINE):
 
 
 def other_separator(header):
-    """A hint where a CSV's header reads as one column holding another separator (a semicolon-separated export,
-    tab-separated values); '' otherwise."""
+    """A hint where a CSV's header reads as one column holding another separator (a semicolon-separated export, bars);
+    '' otherwise."""
     if len(header) == 1:
         for sep, name in ((";", "semicolons"), ("|", "bars")):
             if sep in header[0]:

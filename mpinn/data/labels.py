@@ -91,8 +91,9 @@ MAX_CODES = 100
 def integer_task(distinct, rows):
     """multiclass or regression for labels that are integers, of more than two sorted `distinct` values over
     `rows` rows. Classes: a few values; ids from 0 or 1 (0..k-1 or 1..k, a tenth of them at most absent); codes
-    far apart, each in many rows, up to MAX_CODES of them. Numbers: a score, a count or an amount whose values fill most of their range
-    (inspection scores 66..100, disease progression 25..346), or values far apart that hardly repeat (prices)."""
+    far apart, each in many rows, up to MAX_CODES of them. Numbers: a score, a count or an amount whose values fill
+    most of their range (inspection scores 66..100, disease progression 25..346), values far apart that hardly
+    repeat (prices), or more than MAX_CODES of them (incomes in brackets)."""
     k = len(distinct)
     if k <= FEW_CLASSES:
         return "multiclass"

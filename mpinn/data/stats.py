@@ -168,9 +168,9 @@ class ColumnStats:
             self._acc = (_merge(r, raw), _merge(lg, log), np.minimum(l0, lo), np.maximum(h0, hi))
 
     def join(self, piece, shift):
-        """Go on over a later part's rows as its own rank folded them (PartFold.result(), the part starting where
-        these rows end), with `shift`, every column's first finite value over all the rows (first_finite):
-        the same bits as update() with those rows. The head completes the block held here, the part's whole
+        """Go on over a part's rows as its own rank folded them (PartFold.result(), the part starting where the
+        rows so far end), with `shift`, every column's first finite value over all the rows (first_finite): the
+        same bits as update() with those rows. The head completes the block held here, the part's whole
         blocks are merged in order, and its tail is held for the next part."""
         self.update(piece["head"])
         if piece["blocks"]:
