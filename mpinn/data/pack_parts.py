@@ -82,8 +82,9 @@ def _dense_chunks(path):
         p.release()
 
 
-def _on_every_rank(comm, fn):
-    """fn() on every rank; an error on any ends every rank with one line (collective)."""
+def _on_every_rank(comm, fn, asleep=False):
+    """fn() on every rank; an error on any ends every rank with one line (collective). asleep: the ranks done
+    first wait without taking a core from the others (comm.barrier_asleep)."""
     result, error = None, None
     try:
         result = fn()
@@ -92,6 +93,8 @@ def _on_every_rank(comm, fn):
     except Exception as e:  # noqa: BLE001 - every rank must hear of it
         traceback.print_exc()
         error = "rank %d of %d failed with %s: %s" % (comm.rank, comm.size, type(e).__name__, e)
+    if asleep:
+        comm.barrier_asleep()
     errors = comm.allgather_obj(error)
     if any(errors):
         raise MpinnError(next(e for e in errors if e), collective=True)
@@ -209,39 +212,28 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
     folds = bool(decided["numeric"]) and not decided["scanned"]     # the statistics, folded on every rank
     ranks_with_files = sorted(set(owner))
     mine = [i for i, r in enumerate(owner) if r == rank]
-    error, summary, path = None, None, None
-    if mine:
-        path = os.path.join(tmp, part_name(ranks_with_files.index(rank)))
-        try:
-            if source is None:      # the columns rank 0's first file decided, named
-                named = replace(columns, categorical=decided["categorical"], numeric=decided["numeric"])
-                source = chained_source([paths[i] for i in mine], [formats[i] for i in mine], named, chunk_rows)
-            summary = prepare(source, path, replace(spec, task=decided["task"], classes=decided["classes"]),
-                              hashing.using(decided["contract"]), numeric_transform=numeric_transform,
-                              threads=threads, progress=Progress(rank == 0 and not quiet), passes=1,
-                              stats=None)
-            if verify:
-                PackedDataset(path, verify=True)
-        except MpinnError as e:
-            error = str(e)
-        except Exception as e:  # noqa: BLE001 - every rank must hear of it, and the parts must go
-            traceback.print_exc()
-            error = "rank %d of %d failed with %s: %s" % (rank, comm.size, type(e).__name__, e)
-    comm.barrier_asleep()       # the ranks whose share is done wait without taking a core from the others
-    errors = comm.allgather_obj(error)
-    if any(errors):
+    path = os.path.join(tmp, part_name(ranks_with_files.index(rank))) if mine else None
+
+    def pack():
+        if not mine:
+            return None
+        named = source if source is not None else chained_source([paths[i] for i in mine], [formats[i] for i in mine],
+                                         replace(columns, categorical=decided["categorical"],
+                                                 numeric=decided["numeric"]), chunk_rows)   # rank 0's columns
+        done = prepare(named, path, replace(spec, task=decided["task"], classes=decided["classes"]),
+                       hashing.using(decided["contract"]), numeric_transform=numeric_transform, threads=threads,
+                       progress=Progress(rank == 0 and not quiet), passes=1, stats=None)
+        if verify:
+            PackedDataset(path, verify=True)
+        return done
+    try:        # an error on any rank ends every rank, and the parts written so far go
+        summary = _on_every_rank(comm, pack, asleep=True)
+        rows = comm.allgather_obj(summary["rows"] if summary else 0)
+        stats = _fold_in_parallel(comm, path, decided["numeric"], rows) if folds else decided["stats"]
+    except MpinnError:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise MpinnError(next(e for e in errors if e), collective=True)
-    rows = comm.allgather_obj(summary["rows"] if summary else 0)
-    stats = decided["stats"]
-    if folds:
-        try:
-            stats = _fold_in_parallel(comm, path, decided["numeric"], rows)
-        except MpinnError:
-            if rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        raise
 
     def finish():
         try:

@@ -249,49 +249,42 @@ def first_finite(chunks, d):
     return out
 
 
-class PartFold:
+class PartFold(ColumnStats):
     """A later part's share of the statistics, folded by the rank that packed it (prepare in parallel), for
     ColumnStats.join on rank 0: the part starts at row `start` of the whole and `shift` is every column's first
     finite value over all the rows (first_finite). The blocks wholly inside the part are folded here, counted
-    from the first row of the whole as ColumnStats counts them; the rows before the first (the head, which
-    completes the block before) and after the last (the tail) are handed over as they are. About 1 KB a block
-    for 13 columns (0.03% of their values) and the sample's rows of these blocks go to rank 0."""
+    from the first row of the whole as ColumnStats counts them (its update() cuts them); the rows before the first
+    (the head, which completes the block before) and after the last (the tail) are handed over as they are. About
+    1 KB a block for 13 columns (0.03% of their values) and the sample's rows of these blocks go to rank 0."""
 
     def __init__(self, names, start, shift):
-        d = len(names)
-        self.start, self.rows = int(start), 0
-        self.shift = np.stack([shift, np.log1p(np.maximum(shift, 0.0))]) if d else np.zeros((2, 0))
-        self.head_left = (-self.start) % BLOCK
-        self.head, self.blocks, self.held, self.held_n = [], [], [], 0
-        self.sample = _Sample(int(np.clip(SAMPLE_VALUES // max(d, 1), BLOCK, 16 * BLOCK)))
-        self.d = d
+        super().__init__(names)
+        self.head_left = (-int(start)) % BLOCK
+        self._folded = int(start) + self.head_left      # the first row of the part's first whole block
+        self._shift = np.stack([shift, np.log1p(np.maximum(shift, 0.0))]).reshape(2, len(self.names))
+        self.head, self.blocks = [], []
 
     def update(self, X):
         X = np.asarray(X, dtype=np.float64)
-        self.rows += X.shape[0]
         if self.head_left:
             take = min(self.head_left, X.shape[0])
             self.head.append(X[:take])
             self.head_left -= take
             X = X[take:]
-        while X.shape[0]:
-            take = min(BLOCK - self.held_n, X.shape[0])
-            self.held.append(X[:take])
-            self.held_n += take
-            X = X[take:]
-            if self.held_n == BLOCK:
-                block = np.concatenate(self.held) if len(self.held) > 1 else self.held[0]
-                self.sample.add(self.start + self.rows - X.shape[0] - BLOCK, block)
-                self.blocks.append(_moments(block, self.shift))
-                self.held, self.held_n = [], 0
-        return self
+        return super().update(X)
+
+    def _fold(self, block):
+        """A whole block: its moments kept, in order, under the shift all parts agree on, its rows sampled."""
+        self._sample.add(self._folded, block)
+        self._folded += block.shape[0]
+        self.blocks.append(_moments(block, self._shift))
 
     def result(self):
         """{head, blocks, tail, keys, sample}: what ColumnStats.join takes."""
         def rows(parts):
-            return np.concatenate(parts) if parts else np.zeros((0, self.d))
-        sample = self.sample.values(self.d)
-        return {"head": rows(self.head), "blocks": self.blocks, "tail": rows(self.held), "keys": self.sample.keys,
+            return np.concatenate(parts) if parts else np.zeros((0, len(self.names)))
+        sample = self._sample.values(len(self.names))
+        return {"head": rows(self.head), "blocks": self.blocks, "tail": rows(self._held), "keys": self._sample.keys,
                 "sample": sample}
 
 
