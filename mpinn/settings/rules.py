@@ -28,32 +28,32 @@ def _given(c, *names):
     return any(c.where(n) == "given" for n in names)
 
 
-def _suffix(c):
-    """The data file's extension (several files, a directory or a glob: the first file's; a .gz one's inner
-    extension)."""
+def _first_file(c):
+    """The data's file (several files, a directory or a glob: the first), or None (the embedded data, arrays, a
+    pattern that names nothing: the reader says so, in its own words)."""
     data = c.data
     if isinstance(data, (str, list, tuple)) and files.is_many(data):
         try:
             data = files.expand(data)[0]
-        except MpinnError:          # names nothing: the reader says so, in its own words
-            return ""
-    if not isinstance(data, str) or "." not in data:
+        except MpinnError:
+            return None
+    return data if isinstance(data, str) else None
+
+
+def _suffix(c):
+    """The data file's extension (a .gz one's inner extension), for the messages."""
+    data = _first_file(c)
+    if data is None or "." not in data:
         return ""
     parts = data.lower().split(".")
     return parts[-2] if parts[-1] == "gz" and len(parts) > 2 and parts[-2] in ("csv", "txt", "tsv", "tab") else parts[-1]
 
 
 def _table(c, *more):
-    """Is the data a table (CSV, tab-separated values that are not click-log text, Parquet; or one of `more`)?"""
-    suffix = _suffix(c)
-    if suffix in ("tsv", "tab", "txt"):       # or click-log text
-        from mpinn.data.clicktext import is_click_text
-        try:
-            path = files.expand(c.data)[0] if files.is_many(c.data) else c.data
-            return not is_click_text(path)
-        except (MpinnError, OSError):
-            return True         # the reader says what is wrong with it
-    return suffix in ("csv", "parquet", "pq") + more
+    """Is the data a table (CSV, tab-separated values, Parquet: mpinn.data.data_format) or of a format in `more`?"""
+    from mpinn.data import data_format
+    path = _first_file(c)
+    return path is not None and data_format(path) in ("csv", "parquet") + more
 
 
 def _task_known(c):

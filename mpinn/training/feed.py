@@ -125,9 +125,8 @@ class StreamFeed:
     """One epoch's local batches of a stream (mpinn.data.stream.Stream, on rank 0; None elsewhere), from step
     `start` on (the batches before it are made and dropped: a resume replays the same order). A thread on rank 0
     reads, hashes and batches ahead of the steps (up to a shuffle window ahead: batches_ahead; the parsing runs
-    outside the GIL). Every step
-    begins with a one-number broadcast of the global batch's rows, which tells every rank its size and, with 0,
-    that the epoch's rows are done: next() then returns None."""
+    outside the GIL). Every step begins with a one-number broadcast of the global batch's rows, which tells every
+    rank its size and, with 0, that the epoch's rows are done: next() then returns None."""
 
     def __init__(self, data, epoch, seed, start, comm, layout, batch_size, dtype, replicate=False):
         self.comm, self.layout, self.replicate, self.s = comm, layout, replicate, start
@@ -158,7 +157,7 @@ class StreamFeed:
 class LocalStreamFeed:
     """--readers all or K: reader g of K (mpinn.data.stream_setup.reader_streams: the first rank of its group of
     consecutive ranks) reads its own stream and takes the group's share of each global batch from it
-    (split_counts(B, K)[g]), a thread ahead, and scatters it over its group (readers: the ReaderGroup; a group of
+    (split_counts(B, K)[g]), a thread up to a window ahead, and scatters it over its group (readers: the ReaderGroup; a group of
     one keeps its rows). One Allreduce of the rows a step tells every rank the global batch's size: a reader
     whose files are done gives no rows while the others finish, and 0 ends the epoch (next() then returns None)."""
 
