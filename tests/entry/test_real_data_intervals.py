@@ -51,3 +51,27 @@ def test_more_test_rows_give_a_narrower_interval():
         d = paired_bootstrap("binary", y, a, b, reps=200)
         widths.append(d["hi"] - d["lo"])
     assert widths[1] < widths[0] / 2        # about sqrt(25) = 5 times narrower
+
+
+def test_one_table_splits_every_labelled_row_once_and_reads_the_task_from_the_label(tmp_path):
+    """scripts/bench/one_table.py: the test and training files hold each row with a label exactly once (the
+    rows without one in neither), the test share is near the one asked, and the task is read from the label."""
+    import pandas as pd
+    from scripts.bench.one_table import split
+    rng = np.random.default_rng(0)
+    n = 2000
+    frame = pd.DataFrame({"id": np.arange(n), "x": rng.normal(size=n), "colour": rng.choice(["r", "g", "b"], n),
+                          "yes": rng.choice(["no", "yes"], n), "price": rng.normal(100, 10, n).round(2),
+                          "grade": rng.choice(["A", "B", "C"], n)})
+    frame.loc[::50, "yes"] = None                       # 40 rows without a label
+    path = tmp_path / "t.csv"
+    frame.to_csv(path, index=False)
+    train, test, task, base = split(str(path), "yes", str(tmp_path), 0.2, 0)
+    assert task == "binary"
+    ids = sorted(pd.read_csv(base + "-train.csv")["id"].tolist() + pd.read_csv(base + "-test.csv")["id"].tolist())
+    assert ids == [i for i in range(n) if i % 50]
+    assert abs(len(test) / (n - 40) - 0.2) < 0.03
+    assert split(str(path), "price", str(tmp_path), 0.2, 0)[2] == "regression"
+    assert split(str(path), "grade", str(tmp_path), 0.2, 0)[2] == "multiclass"
+    again = split(str(path), "yes", str(tmp_path), 0.2, 0)[1]
+    assert again["id"].tolist() == test["id"].tolist()          # the seed fixes the test rows
