@@ -94,7 +94,10 @@ def stop_if_asked(trainer, epoch, at_epoch_end=False):
     stop, comm = trainer.stop, trainer.comm
     if stop is None:
         return
+    # under the step deadline: a peer lost here (kill -9, no signal) must end the job, not leave this rank waiting
+    trainer.watchdog.arm("the ranks' stop agreement after step %d" % trainer.global_step)
     signum = comm.allreduce_max_obj(int(stop.signal))
+    trainer.watchdog.disarm()
     if not signum:
         return
     stop.agreed = True

@@ -74,3 +74,31 @@ def test_a_signal_never_agreed_on_is_raised_again_when_the_handlers_are_put_back
     rc, out, err, took = child("late")
     assert "noted" in out and "survived" not in out, (out, err)
     assert rc == -signal.SIGTERM, (rc, err)      # the default action: ended by the signal itself
+
+
+def test_the_stop_agreement_waits_under_the_step_deadline():
+    """stop_if_asked's allreduce is a collective like a step's: a peer lost there (kill -9, no signal) must meet
+    the step deadline, not leave this rank waiting for ever (tests/cluster/test_slurm.py's step-deadline case
+    hung there once in about ten runs). The watchdog is armed while the ranks agree and disarmed after."""
+    from types import SimpleNamespace
+
+    from mpinn.comm.guard import StopSignals
+    from mpinn.training.checkpoints import stop_if_asked
+
+    class Watchdog:
+        armed = None
+
+        def arm(self, what, seconds=None):
+            self.armed = what
+
+        def disarm(self):
+            self.armed = None
+
+    seen = []
+    watchdog = Watchdog()
+    comm = SimpleNamespace(allreduce_max_obj=lambda x: seen.append(watchdog.armed) or x)
+    trainer = SimpleNamespace(stop=StopSignals(), comm=comm, watchdog=watchdog, global_step=16)
+    stop_if_asked(trainer, 1)
+    stop_if_asked(trainer, 1, at_epoch_end=True)
+    assert seen == ["the ranks' stop agreement after step 16"] * 2
+    assert watchdog.armed is None
