@@ -79,7 +79,7 @@ def test_a_signal_never_agreed_on_is_raised_again_when_the_handlers_are_put_back
 def test_the_stop_agreement_waits_under_the_step_deadline():
     """stop_if_asked's allreduce is a collective like a step's: a peer lost there (kill -9, no signal) must meet
     the step deadline, not leave this rank waiting for ever (tests/cluster/test_slurm.py's step-deadline case
-    hung there once in about ten runs). The watchdog is armed while the ranks agree and disarmed after."""
+    hung there once in this session's three full runs). The watchdog is armed while the ranks agree and disarmed after."""
     from types import SimpleNamespace
 
     from mpinn.comm.guard import StopSignals
