@@ -5,14 +5,12 @@ spread its test AUC wider than a bar's margin, the bar cannot be decided on that
 
     python -m scripts.bench.baseline_spread --sets obd-bts,obd-random --work /tmp/mpinn-real-data
 
-Binary sets only. Prints a Markdown table and writes JSON (default scripts/results/baseline-spread-DATE.json)."""
+Binary sets only. Prints a Markdown table and writes JSON (scripts/results/baseline-spread-DATE.json)."""
 import argparse
-import datetime
-import json
 import os
 import sys
 
-from scripts import RESULTS
+from scripts.bench.common import print_and_save
 from scripts.bench.real_data import _frames, _target
 from scripts.bench.real_sets import SETS, ensure
 
@@ -52,9 +50,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default="obd-bts,obd-random", help="comma-separated binary sets of real_data")
     ap.add_argument("--work", default="/tmp/mpinn-real-data", help="where the CSV files are (made if missing)")
-    ap.add_argument("--out", help="the JSON records (default scripts/results/baseline-spread-DATE.json)")
     args = ap.parse_args(argv)
-    args.out = args.out or os.path.join(RESULTS, "baseline-spread-%s.json" % datetime.date.today())
     os.makedirs(args.work, exist_ok=True)
     records, rows = {}, []
     for name in args.sets.split(","):
@@ -71,14 +67,9 @@ def main(argv=None):
                 name, yt.sum(), lib, aucs[used], min(aucs.values()), max(aucs.values()),
                 ", ".join("%s %.4f" % kv for kv in aucs.items())))
             print(rows[-1], flush=True)
-    table = ["| data | test positives | baseline | real_data's setting | range | every setting |",
-             "|---|---|---|---|---|---|"] + rows
-    print("\n".join(table))
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"date": str(datetime.date.today()), "command": " ".join(sys.argv), "sets": records,
-                   "table": table}, f, indent=1)
-    print("records written to %s" % args.out)
+    table = "\n".join(["| data | test positives | baseline | real_data's setting | range | every setting |",
+                       "|---|---|---|---|---|---|"] + rows)
+    print("records written to %s" % print_and_save("baseline-spread", table, {"sets": records}))
     return 0
 
 
