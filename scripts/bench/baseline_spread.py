@@ -11,7 +11,7 @@ import os
 import sys
 
 from scripts.bench.common import print_and_save
-from scripts.bench.real_data import _frames, _target
+from scripts.bench.real_data import _frames, _target, native_categories
 from scripts.bench.real_sets import SETS, ensure
 
 CS = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
@@ -33,14 +33,7 @@ def logistic(cat, num, tr, te, y, c):
 def lightgbm(cat, num, tr, te, y, trees, leaves):
     """As real_data.trees: categorical columns as LightGBM's own, a value unseen in training missing."""
     import lightgbm as lgb
-    import pandas as pd
-    frames = []
-    for f in (tr, te):
-        x = f[cat + num].copy()
-        for c in cat:
-            seen, v = sorted(set(tr[c].fillna("").astype(str))), x[c].fillna("").astype(str)
-            x[c] = pd.Categorical(v.where(v.isin(seen)), categories=seen)
-        frames.append(x)
+    frames = native_categories(cat, num, tr, te)
     model = lgb.LGBMClassifier(verbose=-1, random_state=0, n_estimators=trees, num_leaves=leaves)
     return model.fit(frames[0], y).predict_proba(frames[1])[:, 1]
 

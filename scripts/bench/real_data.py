@@ -144,18 +144,25 @@ def linear(name, work):
     return {"test": _scores(spec["task"], _target(spec, te), p), "pred": p, "seconds": time.perf_counter() - t}
 
 
-def trees(name, work):
-    """LightGBM with its defaults, categorical columns as its native categories (scikit-learn's
-    HistGradientBoosting where LightGBM is not installed)."""
+def native_categories(cat, num, tr, te):
+    """The training and test columns for a trees library: each categorical column a pandas Categorical of the
+    training rows' values (a value the training rows never had: missing)."""
     import pandas as pd
-    spec, cat, num, tr, te = _frames(name, work)
     X = []
     for f in (tr, te):
         x = f[cat + num].copy()
-        for c in cat:       # a value the training rows never had: missing
+        for c in cat:
             seen, v = sorted(set(tr[c].fillna("").astype(str))), x[c].fillna("").astype(str)
             x[c] = pd.Categorical(v.where(v.isin(seen)), categories=seen)
         X.append(x)
+    return X
+
+
+def trees(name, work):
+    """LightGBM with its defaults, categorical columns as its native categories (scikit-learn's
+    HistGradientBoosting where LightGBM is not installed)."""
+    spec, cat, num, tr, te = _frames(name, work)
+    X = native_categories(cat, num, tr, te)
     ytr = _target(spec, tr)
     t = time.perf_counter()
     try:
