@@ -69,7 +69,7 @@ def run(cfg, comm=None, params_everywhere=False):
     The options are checked against the rule table before anything else (no data file is opened until
     they pass), again once the job is probed (its nodes, memory, GPUs), and again when the data and the
     plan (mpinn.settings.plan) resolve the rest."""
-    from mpinn.comm.guard import StopSignals, world_rank_size
+    from mpinn.comm.guard import NoWatchdog, StopSignals, Watchdog, world_rank_size
     from mpinn.comm.node import unwired_srun
     from mpinn.comm.topology import open_job
 
@@ -79,25 +79,28 @@ def run(cfg, comm=None, params_everywhere=False):
     unwired = unwired_srun(world_rank_size()[1], os.environ)
     if unwired:     # before anything is read or written: N lone copies would all write the same files
         raise MpinnError(unwired, collective=True)
-    job = open_job(comm, cfg.device, nccl=cfg.comm == "nccl")      # the one probe of the job
-    cfg = settings.resolve_device(cfg, job.topology)
-    job.comm.root_call(lambda: (settings.check_outputs(cfg), settings.own_checkpoint_dir(cfg)))  # nothing read yet
-    stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
+    watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
+    if cfg.start_timeout > 0:       # from the job's probe on: every collective of the run is under a deadline
+        watchdog.arm("start-up (the job's probe, reading the data, building the model)", cfg.start_timeout)
     try:
-        return _run(cfg, job, stop, t_start, params_everywhere)
-    finally:
-        stop.uninstall()
+        job = open_job(comm, cfg.device, nccl=cfg.comm == "nccl")      # the one probe of the job
+        cfg = settings.resolve_device(cfg, job.topology)
+        job.comm.root_call(lambda: (settings.check_outputs(cfg), settings.own_checkpoint_dir(cfg)))  # nothing read
+        stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
+        try:
+            return _run(cfg, job, stop, watchdog, t_start, params_everywhere)
+        finally:
+            stop.uninstall()
+    finally:        # a caller that catches this run's error goes on: no deadline of the run may end it later
+        watchdog.stop()
 
 
-def _run(cfg, job, stop, t_start, params_everywhere):
-    """run(), once the options, the job and the outputs have passed their checks and the signals are caught."""
-    from mpinn.comm.guard import NoWatchdog, Watchdog
+def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
+    """run(), once the options, the job and the outputs have passed their checks and the signals are caught (the
+    watchdog armed with the start-up's deadline)."""
     from mpinn.data.inputs import load_everywhere
     from mpinn.data.progress import reading
     rank0 = job.rank == 0
-    watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
-    if cfg.start_timeout > 0:
-        watchdog.arm("start-up (reading the data, building the model)", cfg.start_timeout)
     say = (lambda msg: print(msg, flush=True)) if rank0 and not cfg.quiet else (lambda msg: None)
     say("device: %s" % settings.device_line(cfg, job.topology))
     if cfg.device == "cpu":
@@ -148,10 +151,11 @@ def _run(cfg, job, stop, t_start, params_everywhere):
                                                      first.seconds, quiet_hooks, say, progress, resplit)
         if tried:
             info.meta["ensemble"]["numeric_embedding"] = tried
-        final = _ensemble_held_out(cfg, job, run, info, params, valid, final, say)
-    watchdog.stop()
+        with watchdog.guard("the ensemble's held-out metrics"):
+            final = _ensemble_held_out(cfg, job, run, info, params, valid, final, say)
     if params_everywhere:
-        params = job.comm.bcast_array(params, what="the kept parameters")
+        with watchdog.guard("the kept parameters sent to every rank"):
+            params = job.comm.bcast_array(params, what="the kept parameters")
     result = TrainResult(history, final, summary, run.model, cfg.model_out, run.spec, info.meta, job.rank, run.cfg,
                          params)
     if rank0:

@@ -5,6 +5,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 
 from mpi4py import MPI
 
@@ -22,7 +23,29 @@ def say_error(line):
 DEADLINE_EXIT = 3
 
 
-class Watchdog:
+class Deadline:
+    """What both watchdogs share: guard(what), a with-block under the deadline."""
+
+    @contextmanager
+    def guard(self, what, seconds=None):
+        """arm(what) for the block, and after it (also when it raises) the deadline as it was before: a collective
+        outside the steps (the run's start and end, an averaging, a stream readers' group) meets the deadline as a
+        step does, and a guard inside another leaves the outer one armed."""
+        before = self.state()
+        self.arm(what, seconds)
+        try:
+            yield
+        finally:
+            self.restore(before)
+
+    def state(self):
+        return None
+
+    def restore(self, state):
+        pass
+
+
+class Watchdog(Deadline):
     """Turns a hang into an abort: arm(what) starts a deadline, disarm() ends it. A daemon thread
     checks it; past the deadline it prints which rank was waiting on what and calls
     COMM_WORLD.Abort, which (unlike a plain exit) also ends the launcher and the other ranks.
@@ -46,6 +69,12 @@ class Watchdog:
     def disarm(self):
         self._deadline = None
 
+    def state(self):
+        return self._what, self._started, self._deadline
+
+    def restore(self, state):
+        self._what, self._started, self._deadline = state
+
     def stop(self):
         self._deadline = None
         self._stop.set()
@@ -62,7 +91,7 @@ class Watchdog:
                 abort_job(DEADLINE_EXIT)
 
 
-class NoWatchdog:
+class NoWatchdog(Deadline):
     """--step-timeout 0: no deadline."""
 
     def arm(self, what, seconds=None):

@@ -110,10 +110,10 @@ def train_member(given, k, seed, job, info, hooks, say, progress, resplit, **opt
     from mpinn.settings import messages
     from mpinn.training.run import Run
     t = time.perf_counter()
-    cfg, home = member_checkpoints(replace(given, seed=seed, ensemble=1, **options), given, k, job.comm)
-    if cfg.start_timeout > 0:
+    if given.start_timeout > 0:
         hooks.watchdog.arm("start-up of ensemble member %s" % (k + 1 if k is not None else "1's trial"),
-                           cfg.start_timeout)
+                           given.start_timeout)
+    cfg, home = member_checkpoints(replace(given, seed=seed, ensemble=1, **options), given, k, job.comm)
     train, valid, mine = member_data(given, cfg.seed, job, resplit)
     if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
         raise MpinnError(messages.ensemble_member_differs(k + 1 if k is not None else 1), collective=True)

@@ -93,17 +93,18 @@ class Run:
         memory released, and the parameters kept (the best epoch's with --keep best; tower mode: every tower's,
         stacked) whole on rank 0, None elsewhere."""
         trainer, cfg = self.trainer, self.cfg
-        if cfg.timeline:
-            trainer.write_timeline(cfg.timeline)
-        summary = trainer.summary()
-        trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
-        if cfg.towers:
-            params = trainer.gather_towers()
-            if trainer.keep_best and trainer.best_params is not None:
-                self.model.params[...] = trainer.best_params
-        else:
-            params = trainer.final_params()     # the kept epoch's: the best one with --keep best
-        summary = self.comm.bcast_obj(summary)
+        with trainer.watchdog.guard("the run's end (the summary; the kept parameters to rank 0)"):
+            if cfg.timeline:
+                trainer.write_timeline(cfg.timeline)
+            summary = trainer.summary()
+            trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
+            if cfg.towers:
+                params = trainer.gather_towers()
+                if trainer.keep_best and trainer.best_params is not None:
+                    self.model.params[...] = trainer.best_params
+            else:
+                params = trainer.final_params()     # the kept epoch's: the best one with --keep best
+            summary = self.comm.bcast_obj(summary)
         summary["kept_epoch"] = trainer.kept_epoch
         best = trainer.best if trainer.keep_best and trainer.best is not None else {}
         if best.get("at") == "step":    # a point inside the epoch: its step and metrics

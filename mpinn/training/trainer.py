@@ -112,8 +112,7 @@ class Trainer:
     def signature(self):
         return {"mpinn": __version__, "layout": self.model.layout(), "spec": self.model.spec.to_dict(),
                 "reduce": self.comm.name, "optimizer": type(self.optimizer).__name__,
-                "compress": self.cfg.compress, "average_every": self.cfg.average_every,
-                "overlap": self.cfg.overlap,
+                "compress": self.cfg.compress, "average_every": self.cfg.average_every, "overlap": self.cfg.overlap,
                 "batch_size": self.batch_size, "input": vars(self.layout)}
 
     def start(self):
@@ -144,7 +143,8 @@ class Trainer:
 
     def settle_(self):
         """The parameters to evaluate or save (local SGD: averaged now if steps were taken since)."""
-        self.stepper.settle_(self.global_step + 1)
+        with self.watchdog.guard("the ranks' parameters averaged after step %d" % self.global_step):
+            self.stepper.settle_(self.global_step + 1)
 
     def feed(self, train, n_train, epoch, steps):
         """Where this epoch's local batches come from (see Feed; StreamFeed for a stream, n_train None); staged onto
@@ -167,8 +167,9 @@ class Trainer:
     def fit(self, train, valid, epochs, progress=True):
         """train / valid: Datasets on rank 0, None elsewhere. Returns the per-epoch history.
         Starts from the current position (epoch 1, step 0, or where a checkpoint left off)."""
-        n_train, has_valid, about = self.comm.bcast_obj((
-            None if train.streamed else len(train), valid is not None, len(train)) if self.rank0 else None)
+        with self.watchdog.guard("the start of training"):
+            n_train, has_valid, about = self.comm.bcast_obj((
+                None if train.streamed else len(train), valid is not None, len(train)) if self.rank0 else None)
         B = self.batch_size
         steps = math.ceil(n_train / B) if n_train is not None else None      # a stream's end is found by reading
         shown = steps or math.ceil(about / B)       # the progress bar's (a stream's is an estimate)
@@ -179,7 +180,8 @@ class Trainer:
             self.stop.beat(step_timeout)
         while self.epoch <= epochs and not self.stopping:
             epoch = self.epoch
-            feed = self.feed(train, n_train, epoch, steps)
+            with self.watchdog.guard("the start of epoch %d (its feed; a stream's readers)" % epoch):
+                feed = self.feed(train, n_train, epoch, steps)
             t_epoch, samples0 = time.perf_counter(), self.samples
             while steps is None or self.next_step < steps:
                 s = self.next_step
@@ -188,8 +190,8 @@ class Trainer:
                 t0 = time.perf_counter()
                 local = feed.next()
                 if local is None:           # the stream's rows are done
-                    self.watchdog.disarm()
                     n = rows_dropped(self.comm, train) if epoch == 1 and self.cfg.missing_labels == "drop" else 0
+                    self.watchdog.disarm()
                     if self.rank0 and n:
                         self.log("labels: missing in %d rows, left out (--missing-labels drop)" % n)
                     break
@@ -222,9 +224,8 @@ class Trainer:
                                  else 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
             if has_valid:
                 record["valid"] = self.evaluate(valid)
+                self.track_best(record)     # keeping the best may gather a sharded table: under the deadline too
             self.watchdog.disarm()
-            if has_valid:
-                self.track_best(record)
             self.history.append(record)
             self.epoch, self.next_step = epoch + 1, 0
             self.loss_sum, self.loss_n = 0.0, 0
@@ -272,12 +273,12 @@ class Trainer:
         if self.stop is not None:       # the first time: scoring costs less than the training since the epoch began
             self.stop.expect("evaluation", 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
         record["valid"] = self.evaluate(valid)
+        if self.keep_best and not self.towers:      # a point inside an epoch (a log's one pass) may be kept
+            self.track_best(record, point=True)
         self.watchdog.disarm()
         if self.rank0:
             self.log("step %d (epoch %d, %d rows seen)  valid: %s" % (
                 self.global_step, epoch, self.samples, format_metrics(record["valid"])))
-        if self.keep_best and not self.towers:      # a point inside an epoch (a log's one pass) may be kept
-            self.track_best(record, point=True)
         if self.on_eval is not None:
             self.on_eval(record)
         if self.stop is not None:
@@ -319,8 +320,7 @@ class Trainer:
             self.loss_n += n_global
             self.bad_streak = 0
             return
-        self.skipped += 1
-        self.bad_streak += 1
+        self.skipped, self.bad_streak = self.skipped + 1, self.bad_streak + 1
         self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"
                  % (self.global_step, self.bad_streak, self.skipped))
         if self.bad_streak >= self.max_bad_steps:
