@@ -66,10 +66,11 @@ def test_the_reader_gives_back_the_generated_rows(tmp_path, name, engine):
     assert source.categorical == CAT_NAMES and source.numeric == INT_NAMES
 
 
-def line_of(gen, i):
-    ids, ints, y, _ = generated(i, 1)
+def lines_of(gen, n):
+    """The first n generated rows as text lines, each a list of its fields."""
+    ids, ints, y, _ = generated(0, n)
     from mpinn.bench.w4 import text_lines
-    return text_lines(gen, ids, ints, y).rstrip("\n").split("\t")
+    return [line.split("\t") for line in text_lines(gen, ids, ints, y).rstrip("\n").split("\n")]
 
 
 @pytest.mark.parametrize("damage,message", [
@@ -83,7 +84,7 @@ def line_of(gen, i):
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_bad_row_is_one_line_naming_it(tmp_path, damage, message, gz):
     gen = W4(0, SCALE)
-    rows = [line_of(gen, i) for i in range(8)]
+    rows = lines_of(gen, 8)
     rows[4] = damage(rows[4])
     text = "".join("\t".join(r) + "\n" for r in rows)
     path = tmp_path / ("bad.tsv.gz" if gz else "bad.tsv")
