@@ -174,7 +174,8 @@ class MpinnClassifier(ClassifierMixin, _MpinnEstimator):
         check_classification_targets(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
-            raise ValueError("y holds one class (%r): a classifier needs two or more" % (self.classes_[0],))
+            one = self.classes_[:1].tolist()[0]        # a plain value: 0.0, not np.float64(0.0)
+            raise ValueError("y holds one class (%r): a classifier needs two or more" % (one,))
         return codes.ravel().astype(np.int64)
 
     def predict_proba(self, X):
