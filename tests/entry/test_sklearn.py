@@ -37,6 +37,13 @@ def test_every_training_option_but_the_data_files_is_a_parameter():
         MpinnClassifier(hiden=(8,))
 
 
+@pytest.mark.parametrize("y,shown", [(np.zeros(20), "0.0"), (np.full(20, "no", dtype=object), "'no'"),
+                                     (np.ones(20, bool), "True")])
+def test_one_class_is_refused_naming_it_as_written(y, shown):
+    with pytest.raises(ValueError, match=r"^y holds one class \(%s\): a classifier needs two or more$" % shown):
+        MpinnClassifier().fit(np.ones((20, 2)), y)
+
+
 def test_text_columns_of_a_dataframe_are_hashed(tmp_path):
     pd = pytest.importorskip("pandas")
     rng = np.random.default_rng(0)
