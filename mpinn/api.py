@@ -84,15 +84,31 @@ def run(cfg, comm=None, params_everywhere=False):
         watchdog.arm("start-up (the job's probe, reading the data, building the model)", cfg.start_timeout)
     try:
         job = open_job(comm, cfg.device, nccl=cfg.comm == "nccl")      # the one probe of the job
-        cfg = settings.resolve_device(cfg, job.topology)
-        job.comm.root_call(lambda: (settings.check_outputs(cfg), settings.own_checkpoint_dir(cfg)))  # nothing read
-        stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
         try:
-            return _run(cfg, job, stop, watchdog, t_start, params_everywhere)
-        finally:
-            stop.uninstall()
+            cfg = settings.resolve_device(cfg, job.topology)
+            job.comm.root_call(lambda: (settings.check_outputs(cfg), settings.own_checkpoint_dir(cfg)))  # none read
+            stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
+            try:
+                return _run(cfg, job, stop, watchdog, t_start, params_everywhere)
+            finally:
+                stop.uninstall()
+        except BaseException as e:
+            _close_after(job, e)
+            raise
     finally:        # a caller that catches this run's error goes on: no deadline of the run may end it later
         watchdog.stop()
+
+
+def _close_after(job, error):
+    """A run that raised frees what it made where every rank raised together (one process, or an error the ranks
+    agreed on): a caller that goes on (a search over settings, some of them diverging) would otherwise run out of
+    MPI's communicators after a few hundred failed runs (7 left behind by each at np 2) and keep their shared
+    memory."""
+    if job.size == 1 or getattr(error, "collective", False):
+        try:
+            job.close()
+        except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+            pass
 
 
 def _run(cfg, job, stop, watchdog, t_start, params_everywhere):

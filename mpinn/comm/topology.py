@@ -3,7 +3,7 @@ GPUs and CUDA-aware MPI; the node communicators built from it (node_comms); and 
 (open_job). Nothing else asks MPI where a rank runs."""
 import ctypes
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
@@ -204,9 +204,11 @@ def node_comms(comm, topo, peers=True, peers_by_node=False):
 @dataclass
 class Job:
     """The ranks a run has: a communicator for the start-up's agreements (a duplicate of the one given) and the
-    job's topology, probed once."""
+    job's topology, probed once; runs: the runs made on it and not yet released (mpinn.training.run.Run)."""
     comm: Communicator
     topology: object
+    runs: list = field(default_factory=list)
+    closed: bool = False
 
     @property
     def rank(self):
@@ -217,8 +219,14 @@ class Job:
         return self.comm.size
 
     def close(self):
-        """Collective, once its runs are done: the job's communicator is freed (MPI has only so many)."""
-        self.comm.free()
+        """Collective, once its runs are done, or after an error every rank raised together: what a run left (its
+        exchanges' communicators, its shared memory), then the job's communicator, are freed (MPI has only so many).
+        Once."""
+        while self.runs:
+            self.runs.pop().release_()
+        if not self.closed:
+            self.comm.free()
+            self.closed = True
 
 
 def open_job(comm=None, device="cpu", nccl=False):

@@ -112,6 +112,13 @@ class Feed:
     def _post(self, s):
         return self.comm.post_batch(self._get(s), self.layout, replicate=self.replicate)
 
+    def drop_(self):
+        """Collective: the batch posted ahead (prefetch) arrives and is let go, where every rank raised an error at
+        the same step, so that the communicator it travels on can be freed (MPI keeps one with transfers pending)."""
+        if self.pending is not None:
+            self.pending.wait()
+            self.pending = None
+
     def next(self):
         s, self.s = self.s, self.s + 1
         if self.read_local:

@@ -44,6 +44,7 @@ class Run:
         job.comm.check_signature({"plan": self.plan.summary()})    # made everywhere, from the same inputs
         self.cfg = cfg = self.plan.cfg
         self.comm = communicator(self.plan, job.comm.comm, backend, dup=False)    # the job's duplicate
+        job.runs.append(self)       # released by finish(), or by the job's close() after an error
         steps = cfg.epochs * math.ceil(info.n_train / cfg.batch)
         self.schedule = make_schedule(cfg.lr, cfg.batch, cfg.lr_base_batch or cfg.batch_per_rank, cfg.lr_scaling,
                                       cfg.warmup_steps, cfg.lr_decay, steps)
@@ -88,6 +89,18 @@ class Run:
         trainer.start()
         return trainer
 
+    def release_(self):
+        """Collective: what the run made for its exchanges (shared memory, a node's communicators) is freed, the
+        model and the optimizer keeping their arrays; by finish(), or by the job's close() after an error."""
+        if self.trainer is not None:
+            if self.trainer.posted is not None:     # after an error: a batch posted ahead arrives first
+                self.trainer.posted.drop_()
+            self.trainer.release_()
+        else:
+            self.comm.release_(self.model)
+        if self in self.job.runs:
+            self.job.runs.remove(self)
+
     def finish(self):
         """Collective, after training: the summary (every rank), the timeline written (--timeline), the shared
         memory released, and the parameters kept (the best epoch's with --keep best; tower mode: every tower's,
@@ -97,7 +110,7 @@ class Run:
             if cfg.timeline:
                 trainer.write_timeline(cfg.timeline)
             summary = trainer.summary()
-            trainer.release_()            # the returned model owns its arrays; shared-memory windows are freed
+            self.release_()               # the returned model owns its arrays; shared-memory windows are freed
             if cfg.towers:
                 params = trainer.gather_towers()
                 if trainer.keep_best and trainer.best_params is not None:

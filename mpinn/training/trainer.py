@@ -57,6 +57,7 @@ class Trainer:
         self.t_origin = time.perf_counter()     # records' "elapsed" counts from here (the API: its start)
         self.eval_seconds = 0.0                 # spent in held-out evaluations so far (the records say it)
         self.readers = None                     # --readers all or K: this rank's reader and its group
+        self.posted = None                      # this epoch's Feed, whose next batch may be on its way (Run.release_)
         self.first_step_s = None                # seconds from t_origin to the end of this run's first step
         self.stop = hooks.stop
         self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
@@ -159,8 +160,9 @@ class Trainer:
                                   self.model.dtype, replicate=self.towers == "same")
             return device_feed(feed, self.model.backend)
         order = epoch_order(n_train, self.seed, epoch, self.shuffle_block) if (self.rank0 or self.read_local) else None
-        feed = Feed(train, order, steps, self.next_step, self.comm, self.layout, self.batch_size, self.model.dtype,
-                    read_local=self.read_local, prefetch=self.prefetch, replicate=self.towers == "same")
+        self.posted = feed = Feed(train, order, steps, self.next_step, self.comm, self.layout, self.batch_size,
+                                  self.model.dtype, read_local=self.read_local, prefetch=self.prefetch,
+                                  replicate=self.towers == "same")
         return device_feed(feed, self.model.backend)
 
     # ---------------------------------------------------------------- the loop
@@ -316,9 +318,7 @@ class Trainer:
     def tally(self, loss, ok, n_global, epoch):
         """A step's loss into the epoch's mean, or a skipped step counted; too many in a row end training."""
         if ok:
-            self.loss_sum += loss * n_global
-            self.loss_n += n_global
-            self.bad_streak = 0
+            self.loss_sum, self.loss_n, self.bad_streak = self.loss_sum + loss * n_global, self.loss_n + n_global, 0
             return
         self.skipped, self.bad_streak = self.skipped + 1, self.bad_streak + 1
         self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"
