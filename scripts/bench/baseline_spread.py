@@ -11,7 +11,7 @@ import os
 import sys
 
 from scripts.bench.common import print_and_save
-from scripts.bench.real_data import _frames, _target, native_categories
+from scripts.bench.real_data import _frames, _target, linear_pipeline, native_categories
 from scripts.bench.real_sets import SETS, ensure
 
 CS = (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
@@ -19,15 +19,8 @@ TREES = ((25, 7), (25, 31), (50, 7), (50, 31), (100, 7), (100, 31), (200, 7), (2
 
 
 def logistic(cat, num, tr, te, y, c):
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
-    parts = ([("c", OneHotEncoder(handle_unknown="ignore"), cat)] if cat else []) + (
-        [("n", make_pipeline(SimpleImputer(), StandardScaler()), num)] if num else [])
-    pipe = make_pipeline(ColumnTransformer(parts), LogisticRegression(C=c, max_iter=3000)).fit(tr, y)
-    return pipe.predict_proba(te)[:, 1]
+    """As real_data.linear, at C = c."""
+    return linear_pipeline("binary", cat, num, c).fit(tr, y).predict_proba(te)[:, 1]
 
 
 def lightgbm(cat, num, tr, te, y, trees, leaves):

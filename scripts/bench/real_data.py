@@ -126,20 +126,25 @@ def _scores(task, y, p):
     return {"rmse": float(np.sqrt(np.mean((y - p) ** 2)))}
 
 
-def linear(name, work):
-    """Logistic regression (binary; scikit-learn's defaults, C = 1) or ridge regression on one-hot categoricals
+def linear_pipeline(task, cat, num, c=1.0):
+    """Logistic regression (binary; scikit-learn's defaults, C = c) or ridge regression on one-hot categoricals
     (unseen values: all zero) and standardised numerics (missing: the mean)."""
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
-    spec, cat, num, tr, te = _frames(name, work)
     parts = ([("c", OneHotEncoder(handle_unknown="ignore"), cat)] if cat else []) + (
         [("n", make_pipeline(SimpleImputer(), StandardScaler()), num)] if num else [])
-    model = LogisticRegression(max_iter=3000) if spec["task"] == "binary" else Ridge(alpha=1.0)
+    model = LogisticRegression(C=c, max_iter=3000) if task == "binary" else Ridge(alpha=1.0)
+    return make_pipeline(ColumnTransformer(parts), model)
+
+
+def linear(name, work):
+    """linear_pipeline's model (C = 1) on a set's training rows; its test scores."""
+    spec, cat, num, tr, te = _frames(name, work)
     t = time.perf_counter()
-    pipe = make_pipeline(ColumnTransformer(parts), model).fit(tr, _target(spec, tr))
+    pipe = linear_pipeline(spec["task"], cat, num).fit(tr, _target(spec, tr))
     p = pipe.predict_proba(te)[:, 1] if spec["task"] == "binary" else pipe.predict(te)
     return {"test": _scores(spec["task"], _target(spec, te), p), "pred": p, "seconds": time.perf_counter() - t}
 
