@@ -69,7 +69,7 @@ def run(cfg, comm=None, params_everywhere=False):
     The options are checked against the rule table before anything else (no data file is opened until
     they pass), again once the job is probed (its nodes, memory, GPUs), and again when the data and the
     plan (mpinn.settings.plan) resolve the rest."""
-    from mpinn.comm.guard import NoWatchdog, StopSignals, Watchdog, world_rank_size
+    from mpinn.comm.guard import START_KNOB, NoWatchdog, StopSignals, Watchdog, world_rank_size
     from mpinn.comm.node import unwired_srun
     from mpinn.comm.topology import open_job
 
@@ -81,7 +81,8 @@ def run(cfg, comm=None, params_everywhere=False):
         raise MpinnError(unwired, collective=True)
     watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
     if cfg.start_timeout > 0:       # from the job's probe on: every collective of the run is under a deadline
-        watchdog.arm("start-up (the job's probe, reading the data, building the model)", cfg.start_timeout)
+        watchdog.arm("start-up (the job's probe, reading the data, building the model)", cfg.start_timeout,
+                     START_KNOB)
     try:
         job = open_job(comm, cfg.device, nccl=cfg.comm == "nccl")      # the one probe of the job
         try:

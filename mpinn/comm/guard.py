@@ -21,6 +21,7 @@ def say_error(line):
 
 # ---------------------------------------------------------------- the step deadline
 DEADLINE_EXIT = 3
+STEP_KNOB, START_KNOB = "--step-timeout", "--start-timeout"     # the options that set the two deadlines
 
 
 class Deadline:
@@ -54,12 +55,14 @@ class Watchdog(Deadline):
     def __init__(self, seconds, poll=0.1):
         self.seconds = float(seconds)
         self.poll = min(poll, self.seconds / 4)
-        self._deadline, self._what, self._started = None, None, 0.0
+        self._deadline, self._what, self._started, self._knob = None, None, 0.0, STEP_KNOB
         self._stop = threading.Event()
         self._thread = None
 
-    def arm(self, what, seconds=None):
-        self._what = what
+    def arm(self, what, seconds=None, knob=STEP_KNOB):
+        """A deadline for `what`: `seconds` from now (default: the step deadline's); knob: the option that sets it,
+        which the abort's line tells the user to raise."""
+        self._what, self._knob = what, knob
         self._started = time.monotonic()
         self._deadline = self._started + (self.seconds if seconds is None else float(seconds))
         if self._thread is None:
@@ -70,10 +73,10 @@ class Watchdog(Deadline):
         self._deadline = None
 
     def state(self):
-        return self._what, self._started, self._deadline
+        return self._what, self._started, self._deadline, self._knob
 
     def restore(self, state):
-        self._what, self._started, self._deadline = state
+        self._what, self._started, self._deadline, self._knob = state
 
     def stop(self):
         self._deadline = None
@@ -85,8 +88,8 @@ class Watchdog(Deadline):
             if deadline is not None and time.monotonic() > deadline:
                 rank, size = world_rank_size()
                 say_error("mpinn: error on rank %d of %d: %s did not finish within %.0f s; aborting the job "
-                          "(a rank is stuck, crashed or unreachable; if steps are legitimately this slow, "
-                          "raise --step-timeout)" % (rank, size, self._what, deadline - self._started))
+                          "(a rank is stuck, crashed or unreachable; if it is legitimately this slow, "
+                          "raise %s)" % (rank, size, self._what, deadline - self._started, self._knob))
                 time.sleep(0.2)     # let the launcher forward the line before the abort tears it down
                 abort_job(DEADLINE_EXIT)
 
@@ -94,7 +97,7 @@ class Watchdog(Deadline):
 class NoWatchdog(Deadline):
     """--step-timeout 0: no deadline."""
 
-    def arm(self, what, seconds=None):
+    def arm(self, what, seconds=None, knob=None):
         pass
 
     def disarm(self):

@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from mpinn.comm.guard import START_KNOB
 from mpinn.config import MpinnError
 from mpinn.metrics import better, format_metrics
 
@@ -112,7 +113,7 @@ def train_member(given, k, seed, job, info, hooks, say, progress, resplit, **opt
     t = time.perf_counter()
     if given.start_timeout > 0:
         hooks.watchdog.arm("start-up of ensemble member %s" % (k + 1 if k is not None else "1's trial"),
-                           given.start_timeout)
+                           given.start_timeout, START_KNOB)
     cfg, home = member_checkpoints(replace(given, seed=seed, ensemble=1, **options), given, k, job.comm)
     train, valid, mine = member_data(given, cfg.seed, job, resplit)
     if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split

@@ -84,3 +84,15 @@ def test_a_guard_inside_another_leaves_the_outer_deadline_armed():
         w.stop()
     with NoWatchdog().guard("nothing"):
         pass
+
+
+@pytest.mark.parametrize("knob", ["--step-timeout", "--start-timeout"])
+def test_the_abort_names_the_option_that_sets_its_deadline(knob):
+    """A start-up past --start-timeout (reading a big file) is not helped by raising --step-timeout: the line
+    names the deadline's own option."""
+    code = ("import time\nfrom mpinn.comm.guard import Watchdog\n"
+            "Watchdog(300, poll=0.05).arm('the work', 1.0, %r)\ntime.sleep(20)\n" % knob)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    assert ("the work did not finish within 1 s; aborting the job (a rank is stuck, crashed or unreachable; if it "
+            "is legitimately this slow, raise %s)" % knob) in r.stderr, r.stderr[-2000:]
