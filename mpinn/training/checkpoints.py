@@ -27,21 +27,20 @@ class Checkpoints:
         """Collective: rank 0 writes the parameters, the optimizer state and the position; every rank waits for it
         under the deadline, so a slow disk is not mistaken for a stuck step."""
         comm = trainer.comm
-        trainer.watchdog.arm("checkpoint at step %d" % trainer.global_step)
-        arrays = trainer.stepper.saved_arrays()         # collective: a sharded table is gathered to rank 0
-        failed = None
-        if comm.rank == 0:
-            if trainer.best_params is not None:
-                arrays["best_params"] = trainer.best_params
-            header = dict(self.meta, position=trainer.position(), why=why, ranks=comm.size)
-            try:
-                self.last = save_checkpoint(self.directory, trainer.global_step, arrays, header, self.keep,
-                                            run=self.meta.get("run"))
-            except OSError as e:        # a full disk, a file-size limit: the earlier checkpoints are intact
-                failed = messages.checkpoint_not_written(trainer.global_step, self.directory, why_not_written(e),
-                                                         self.last)
-        self.last, failed = comm.bcast_obj((self.last, failed))
-        trainer.watchdog.disarm()
+        with trainer.watchdog.guard("checkpoint at step %d" % trainer.global_step):
+            arrays = trainer.stepper.saved_arrays()         # collective: a sharded table is gathered to rank 0
+            failed = None
+            if comm.rank == 0:
+                if trainer.best_params is not None:
+                    arrays["best_params"] = trainer.best_params
+                header = dict(self.meta, position=trainer.position(), why=why, ranks=comm.size)
+                try:
+                    self.last = save_checkpoint(self.directory, trainer.global_step, arrays, header, self.keep,
+                                                run=self.meta.get("run"))
+                except OSError as e:        # a full disk, a file-size limit: the earlier checkpoints are intact
+                    failed = messages.checkpoint_not_written(trainer.global_step, self.directory,
+                                                             why_not_written(e), self.last)
+            self.last, failed = comm.bcast_obj((self.last, failed))
         if failed:
             raise MpinnError(failed, collective=True)
 
@@ -95,9 +94,8 @@ def stop_if_asked(trainer, epoch, at_epoch_end=False):
     if stop is None:
         return
     # under the step deadline: a peer lost here (kill -9, no signal) must end the job, not leave this rank waiting
-    trainer.watchdog.arm("the ranks' stop agreement after step %d" % trainer.global_step)
-    signum = comm.allreduce_max_obj(int(stop.signal))
-    trainer.watchdog.disarm()
+    with trainer.watchdog.guard("the ranks' stop agreement after step %d" % trainer.global_step):
+        signum = comm.allreduce_max_obj(int(stop.signal))
     if not signum:
         return
     stop.agreed = True

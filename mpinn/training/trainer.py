@@ -220,14 +220,13 @@ class Trainer:
                     self.evaluate_inside(valid, epoch, t_epoch, step_timeout)
             self.settle_()
             record = self.record(epoch, t_epoch, "epoch")
-            self.watchdog.arm("evaluation after epoch %d" % epoch)
-            if self.stop is not None:   # evaluation and the epoch's checkpoint come before the next agreement
-                self.stop.expect("epoch end", step_timeout if self.checkpoints is not None      # not yet timed
-                                 else 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
-            if has_valid:
-                record["valid"] = self.evaluate(valid)
-                self.track_best(record)     # keeping the best may gather a sharded table: under the deadline too
-            self.watchdog.disarm()
+            with self.watchdog.guard("evaluation after epoch %d" % epoch):
+                if self.stop is not None:   # evaluation and the epoch's checkpoint come before the next agreement
+                    self.stop.expect("epoch end", step_timeout if self.checkpoints is not None      # not yet timed
+                                     else 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
+                if has_valid:
+                    record["valid"] = self.evaluate(valid)
+                    self.track_best(record)     # keeping the best may gather a sharded table: under the deadline
             self.history.append(record)
             self.epoch, self.next_step = epoch + 1, 0
             self.loss_sum, self.loss_n = 0.0, 0
@@ -271,13 +270,12 @@ class Trainer:
         curve) and the log; with --keep best the point may be the one kept; early stop counts epoch ends only."""
         self.settle_()
         record = self.record(epoch, t_epoch, "step")
-        self.watchdog.arm("evaluation at step %d" % self.global_step)
-        if self.stop is not None:       # the first time: scoring costs less than the training since the epoch began
-            self.stop.expect("evaluation", 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
-        record["valid"] = self.evaluate(valid)
-        if self.keep_best and not self.towers:      # a point inside an epoch (a log's one pass) may be kept
-            self.track_best(record, point=True)
-        self.watchdog.disarm()
+        with self.watchdog.guard("evaluation at step %d" % self.global_step):
+            if self.stop is not None:   # the first time: scoring costs less than the training since the epoch began
+                self.stop.expect("evaluation", 2 * (time.perf_counter() - t_epoch) + 2, step_timeout)
+            record["valid"] = self.evaluate(valid)
+            if self.keep_best and not self.towers:      # a point inside an epoch (a log's one pass) may be kept
+                self.track_best(record, point=True)
         if self.rank0:
             self.log("step %d (epoch %d, %d rows seen)  valid: %s" % (
                 self.global_step, epoch, self.samples, format_metrics(record["valid"])))
@@ -318,7 +316,9 @@ class Trainer:
     def tally(self, loss, ok, n_global, epoch):
         """A step's loss into the epoch's mean, or a skipped step counted; too many in a row end training."""
         if ok:
-            self.loss_sum, self.loss_n, self.bad_streak = self.loss_sum + loss * n_global, self.loss_n + n_global, 0
+            self.loss_sum += loss * n_global
+            self.loss_n += n_global
+            self.bad_streak = 0
             return
         self.skipped, self.bad_streak = self.skipped + 1, self.bad_streak + 1
         self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"

@@ -82,17 +82,23 @@ def test_the_stop_agreement_waits_under_the_step_deadline():
     hung there once in this session's three full runs). The watchdog is armed while the ranks agree and disarmed after."""
     from types import SimpleNamespace
 
-    from mpinn.comm.guard import StopSignals
+    from mpinn.comm.guard import Deadline, StopSignals
     from mpinn.training.checkpoints import stop_if_asked
 
-    class Watchdog:
+    class Watchdog(Deadline):       # mpinn's guard() over a deadline that records what it is armed for
         armed = None
 
-        def arm(self, what, seconds=None):
+        def arm(self, what, seconds=None, knob=None):
             self.armed = what
 
         def disarm(self):
             self.armed = None
+
+        def state(self):
+            return self.armed
+
+        def restore(self, state):
+            self.armed = state
 
     seen = []
     watchdog = Watchdog()

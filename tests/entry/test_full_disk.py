@@ -140,6 +140,7 @@ def test_enospc_in_process_leaves_the_old_file_and_writes_the_fallback(tmp_path,
 
 def test_enospc_for_a_checkpoint_names_the_last_one(tmp_path, monkeypatch):
     from mpinn.checkpoint import list_checkpoints
+    from mpinn.comm.guard import NoWatchdog
     from mpinn.config import MpinnError
     from mpinn.training.checkpoints import Checkpoints
 
@@ -149,19 +150,12 @@ def test_enospc_for_a_checkpoint_names_the_last_one(tmp_path, monkeypatch):
         def bcast_obj(self, obj):
             return obj
 
-    class Watchdog:
-        def arm(self, what):
-            pass
-
-        def disarm(self):
-            pass
-
     class Stepper:
         def saved_arrays(self):
             return {"params": np.ones(10)}
 
     class Trainer:
-        comm, watchdog, stepper, best_params, global_step = Comm(), Watchdog(), Stepper(), None, 7
+        comm, watchdog, stepper, best_params, global_step = Comm(), NoWatchdog(), Stepper(), None, 7
 
         def position(self):
             return {"epoch": 1}
