@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, mpirun
+from mpinn.backend import gpu_probe
 
 PROBE = os.path.join(ROOT, "tests", "comm", "deadline_probe.py")
+GPUS, NO_GPU = gpu_probe()
 
 
 def click_log(path, n=3000, seed=0):
@@ -48,6 +50,24 @@ def test_every_collective_of_a_run_is_under_a_deadline(tmp_path, launcher):
     assert lines.count("done") == 2, r.stdout[-3000:]
     assert [line for line in lines if line.startswith("UNGUARDED")] == []
 
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU: %s" % NO_GPU)
+def test_every_collective_of_a_gpu_run_is_under_a_deadline(tmp_path, launcher):
+    """The same on the GPU path, whose communicator stages the gradient through the host (two ranks share the one
+    GPU here): binding each rank to its GPU, the device feed, the evaluations, the checkpoints, an ensemble."""
+    data = click_log(tmp_path / "log.csv")
+    base = "--data %s --label click --missing-labels drop --epochs 2 --device gpu" % data
+    runs = [base + " --stream on --readers all --eval-every 4 --keep best --checkpoint-dir %s --checkpoint-every 3"
+            % (tmp_path / "ck"),
+            base + " --eval-every 4 --ensemble 2 --params-everywhere"]
+    r = mpirun(2, ["-m", "mpi4py", PROBE] + runs, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines.count("done") == 2, r.stdout[-3000:]
+    assert [line for line in lines if line.startswith("UNGUARDED")] == []
 
 def test_a_caught_error_leaves_no_deadline_behind(tmp_path):
     """The API raises MpinnError for bad input, and a caller (a notebook, the scikit-learn estimator's user) may

@@ -4,9 +4,15 @@ import os
 import pytest
 
 from conftest import ROOT, mpirun
+from mpinn.backend import gpu_probe
 from mpinn.config import MpinnError
 from mpinn.settings import from_keywords
 from mpinn.settings.parse import options_to_argv
+
+GPUS, NO_GPU = gpu_probe()
+DEVICES = [pytest.param("cpu"),         # and on a GPU where cupy finds one (marked gpu, skipped otherwise)
+           pytest.param("gpu", marks=[pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU: %s"
+                                                                          % NO_GPU)])]
 
 
 def test_keyword_options_become_the_cli_arguments():
@@ -91,18 +97,20 @@ def room():
         c.Free()
     return len(made)
 
+DEVICE = "%s"
 rng = np.random.default_rng(0)
 X = rng.standard_normal((2000, 3))
 y = (X[:, 0] > 0).astype(int)
 before, raised = room(), []
 for i in range(3):
     try:            # an error every rank raises while reading: a label the file lacks
-        mp.train("d.csv", label="nosuch", quiet=True)
+        mp.train("d.csv", label="nosuch", device=DEVICE, quiet=True)
     except mp.MpinnError as e:
         raised.append(e.code)
     os.environ["MPINN_FAULT"] = "nan:0:3+"      # and in training: diverged, a batch posted ahead on its way
     try:
-        mp.train(mp.arrays(X, y), epochs=1, ensemble=1, max_bad_steps=2, quiet=True, no_progress=True)
+        mp.train(mp.arrays(X, y), epochs=1, ensemble=1, max_bad_steps=2, device=DEVICE, quiet=True,
+                 no_progress=True)
     except mp.MpinnError as e:
         raised.append(e.code)
     os.environ["MPINN_FAULT"] = ""
@@ -113,13 +121,14 @@ for got in MPI.COMM_WORLD.gather((raised, before, after)) or []:       # rank 0 
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_failed_runs_leave_no_communicator_behind(tmp_path, n, launcher):
+def test_failed_runs_leave_no_communicator_behind(tmp_path, n, device, launcher):
     """A caller that catches the API's errors and goes on (a search over settings, some of them diverging) must
     not run out of MPI's communicators: before, a failed run left 1 behind at np 1 and 7 at np 2, so a few hundred
     failures made every later run fail; a diverged one also kept its node's shared memory."""
     (tmp_path / "d.csv").write_text("a,b,click\n1,2,0\n3,4,1\n")
-    (tmp_path / "script.py").write_text(FAILING)
+    (tmp_path / "script.py").write_text(FAILING % device)
     r = mpirun(n, ["-m", "mpi4py", "script.py"], cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [line.split() for line in r.stdout.splitlines() if line.startswith("raised")]
