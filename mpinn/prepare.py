@@ -6,7 +6,7 @@ import sys
 from mpinn.config import MpinnError
 from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
-from mpinn.settings.options import Parser, add_data_argument, positive_int
+from mpinn.settings.options import Parser, add_data_argument, nonneg_float, positive_int
 from mpinn.settings.parse import add_options
 
 
@@ -50,6 +50,11 @@ def build_parser():
     r.add_argument("--threads", type=positive_int,
                    help="columns hashed in parallel (default min(4, cores); under mpirun, the cores shared among "
                         "the ranks on a machine)")
+    r.add_argument("--peer-timeout", type=nonneg_float, default=300, metavar="SECONDS",
+                   help="under mpirun -np N or srun: a rank that has given no sign of life for this long (it was "
+                        "killed, or its node went down) ends the job, where the launcher would leave the others "
+                        "waiting (srun without --kill-on-bad-exit); each rank's sign is a file beside OUT, "
+                        "rewritten every few seconds; 0: no check (default 300)")
     r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums")
     r.add_argument("--report", action="store_true", help="print the collision report of every feature")
     r.add_argument("--quiet", action="store_true", help="only errors")
@@ -169,6 +174,7 @@ def run_ranks(args, comm):
     from mpinn.process import steady_heap
     from mpinn.data.pack_parts import prepare_parts
     from mpinn.hashing import describe
+    from mpinn.comm.heartbeat import Heartbeat, folder_for
     steady_heap()
     say = (lambda msg: print(msg, flush=True)) if not args.quiet and comm.rank == 0 else (lambda msg: None)
     try:
@@ -181,9 +187,17 @@ def run_ranks(args, comm):
     paths, formats, columns, spec, hashing, like = inputs
     if not paths:
         raise MpinnError(messages.prepare_parts_need_files(comm.size), collective=True)
-    s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing, like.get("transform") if like else None,
-                      args.numeric_transform, args.threads or _threads_per_rank(comm.size), args.quiet, args.report,
-                      args.verify, args.chunk_rows)
+    heartbeat = Heartbeat(folder_for(args.out), comm.rank, comm.size, args.peer_timeout).start() \
+        if args.peer_timeout else None
+    comm.while_waiting = heartbeat.check if heartbeat else None
+    try:
+        s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing,
+                          like.get("transform") if like else None, args.numeric_transform,
+                          args.threads or _threads_per_rank(comm.size), args.quiet, args.report, args.verify,
+                          args.chunk_rows)
+    finally:
+        if heartbeat:
+            heartbeat.stop()
     if comm.rank != 0:
         return 0
     say("wrote %s: %d rows in %d parts (%s/, by %d ranks), %d input columns (%s) + %d dense, task %s, %.1f MB in "

@@ -40,6 +40,13 @@ def mpirun(n, args, timeout=120, env=None, cwd=None):
     return run([mpiexec_path(), "-n", str(n), sys.executable] + list(args), timeout, env, cwd)
 
 
+def w4_text(path, rows, start=0):
+    """W4's click-log text (mpinn.bench.w4, scale 100): `rows` rows from row `start`."""
+    r = run([sys.executable, "-m", "mpinn.bench.w4", "--rows", str(rows), "--start", str(start), "--out", str(path),
+             "--scale", "100", "--quiet"])
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.fixture(scope="session")
 def launcher():
     path = mpiexec_path()

