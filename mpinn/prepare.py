@@ -82,7 +82,9 @@ def _inputs(args):
     like): the files (none: the embedded click log) and their formats, the label and columns as given (a
     DataSpec), the task, classes and positive class (a DataSpec), the HashSpec, and the --like file's meta."""
     from mpinn.data import DataSpec
+    from mpinn.outputs import check_file
     from mpinn.settings.hashing import hash_spec
+    check_file(args.out, "--out")       # one line now, not a traceback after the reading
     hashing = None if args.like else hash_spec(args)       # the options' rules, before any file is opened
     like = _like(args.like) if args.like else None
     if like is not None:
@@ -177,20 +179,21 @@ def run_ranks(args, comm):
     from mpinn.comm.heartbeat import Heartbeat, folder_for
     steady_heap()
     say = (lambda msg: print(msg, flush=True)) if not args.quiet and comm.rank == 0 else (lambda msg: None)
+    heartbeat = None
     try:
         inputs, error = _inputs(args), None
+        if args.peer_timeout:       # before the first wait (rank 0 may scan every file first)
+            heartbeat = Heartbeat(folder_for(args.out), comm.rank, comm.size, args.peer_timeout).start()
     except MpinnError as e:
         inputs, error = None, str(e)
-    errors = comm.allgather_obj(error)      # every rank read the same options and files: one line, from rank 0
-    if any(errors):
-        raise MpinnError(next(e for e in errors if e), collective=True)
-    paths, formats, columns, spec, hashing, like = inputs
-    if not paths:
-        raise MpinnError(messages.prepare_parts_need_files(comm.size), collective=True)
-    heartbeat = Heartbeat(folder_for(args.out), comm.rank, comm.size, args.peer_timeout).start() \
-        if args.peer_timeout else None
     comm.while_waiting = heartbeat.check if heartbeat else None
     try:
+        errors = comm.allgather_obj(error)      # every rank read the same options and files: one line, from rank 0
+        if any(errors):
+            raise MpinnError(next(e for e in errors if e), collective=True)
+        paths, formats, columns, spec, hashing, like = inputs
+        if not paths:
+            raise MpinnError(messages.prepare_parts_need_files(comm.size), collective=True)
         s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing,
                           like.get("transform") if like else None, args.numeric_transform,
                           args.threads or _threads_per_rank(comm.size), args.quiet, args.report, args.verify,

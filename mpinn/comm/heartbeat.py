@@ -15,6 +15,7 @@ import threading
 import time
 
 from mpinn.comm.guard import DEADLINE_EXIT, abort_job, say_error
+from mpinn.config import MpinnError
 
 KNOB = "--peer-timeout"
 
@@ -36,8 +37,12 @@ class Heartbeat:
         self._checked = None
 
     def start(self):
-        os.makedirs(self.folder, exist_ok=True)
-        self._beat()
+        """The first beat, then the thread; MpinnError where the folder cannot be written."""
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            self._write()
+        except OSError as e:
+            raise MpinnError("cannot write into %s: %s" % (os.path.dirname(self.folder), e.strerror or e))
         self._thread = threading.Thread(target=self._run, name="mpinn-heartbeat", daemon=True)
         self._thread.start()
         return self
@@ -58,14 +63,17 @@ class Heartbeat:
             self._beat()
 
     def _beat(self):
-        self._count += 1
-        tmp = "%s.%d.tmp" % (self.path, os.getpid())
         try:
-            with open(tmp, "w") as f:
-                f.write("%d %d\n" % (os.getpid(), self._count))
-            os.replace(tmp, self.path)      # whole: a reader never sees half a count
+            self._write()
         except OSError:     # a full or vanished folder: peers will see this rank stand still and say where
             pass
+
+    def _write(self):
+        self._count += 1
+        tmp = "%s.%d.tmp" % (self.path, os.getpid())
+        with open(tmp, "w") as f:
+            f.write("%d %d\n" % (os.getpid(), self._count))
+        os.replace(tmp, self.path)      # whole: a reader never sees half a count
 
     def check(self, now=None):
         """Called while this rank waits (at most once a second does any work): a peer whose file has not changed

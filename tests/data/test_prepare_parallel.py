@@ -201,3 +201,16 @@ def test_a_rank_done_early_waits_asleep(launcher):
     assert r.returncode == 0, r.stderr
     cpu = [float(x) for x in r.stdout.split()]
     assert len(cpu) == 2 and cpu[0] < 0.5, cpu      # a blocking Barrier spins the whole 1.5 s
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 2])
+def test_an_out_that_cannot_be_written_is_one_line_before_any_reading(logs, tmp_path, n, launcher):
+    """--out under a file: one line naming the option, exit 2 (was a traceback at np 1 after the reading, and at
+    np 2 the ranks' heartbeat folder beside it could not be made)."""
+    data, _ = logs
+    (tmp_path / "file").write_text("x")
+    r = prepare_at(n, data, str(tmp_path / "file" / "logs.mpinn"), "--hash-bits", "12", "--quiet")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == ["mpinn: error: --out %s cannot be written: %s is a file, not a "
+                                             "directory" % (tmp_path / "file" / "logs.mpinn", tmp_path / "file")]
