@@ -5,6 +5,7 @@ import math
 from dataclasses import replace
 from types import MappingProxyType
 
+from mpinn.config import MpinnError
 from mpinn.optim import REGISTRY
 from mpinn.settings.parse import from_keywords
 from mpinn.settings.rules import check, check_data
@@ -34,6 +35,10 @@ def resolve(cfg, info, ranks):
     """The resolved RunConfig for the data's shapes (info: mpinn.data.DataInfo, the same on every rank) on a job of
     `ranks` ranks. What the job decides (the device, the table, how gradients travel) is the plan's
     (mpinn.settings.plan)."""
+    if info.layout.n_sparse + info.layout.n_dense <= 0:     # every rank reads the same: one line, from rank 0
+        raise MpinnError("the data leaves no input column to learn from: only the label, or every other column left "
+                         "out (the start-up's 'columns chosen' line says why); name them with --categorical and "
+                         "--numeric", collective=True)
     d = _Decisions(cfg)
     task, n_sparse = info.task, info.n_sparse
     if cfg.task == "auto":

@@ -306,6 +306,8 @@ def test_every_bad_input_is_one_line_exit_2_and_damages_nothing(precious, launch
         (["--resume", str(ck), "--hidden", "8"], "written with --hidden [16], this run has [8]"),
         (["--resume", str(ck), "--hash-bits", "11"], "written with --hash-bits 12, this run has 11"),
         (["--checkpoint-dir", str(ck)], "holds 1 checkpoint(s) of an earlier run"),
+        ([write(tmp / "twice.csv", "x,x,y\n" + "1,2,0\n3,4,1\n" * 20), "--label", "y"],     # both x left out
+         "the data leaves no input column to learn from"),
     ]
     before = digest(tmp)
     for args, message in cases:
