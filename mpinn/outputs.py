@@ -59,6 +59,41 @@ def check_dir(path, what):
         raise MpinnError("%s %s cannot be used: %s" % (what, path, why))
 
 
+def check_apart(outputs, read):
+    """No output of a run overwrites what it reads, and no two outputs are one file. outputs: (option, path,
+    is_dir) of what the run will write; read: (option, path) of the files and directories it reads (a data
+    directory, a glob or a list expanded: mpinn.data.files.named). The same file by any name counts (./a and a, a
+    link). A file written into a data directory would be read as data by the next run over it. One line naming
+    both options."""
+    written = []
+    for what, path, is_dir in outputs:
+        if not path:
+            continue
+        for other, p in read:
+            if _same(path, p):
+                raise MpinnError("%s %s is also %s: writing it would destroy what this run reads; give another name"
+                                 % (what, path, other))
+            if not is_dir and os.path.isdir(p) and _inside(path, p):
+                raise MpinnError("%s %s is inside the data directory %s (%s): the next run over that directory "
+                                 "would read it as data; write it elsewhere" % (what, path, p, other))
+        for other, p in written:
+            if _same(path, p):
+                raise MpinnError("%s and %s are both %s: each output needs a file of its own" % (other, what, path))
+        written.append((what, path))
+
+
+def _same(a, b):
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)       # a hard link
+    except OSError:
+        return False
+
+
+def _inside(path, folder):
+    return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep)
+
 @contextmanager
 def written_whole(path, what):
     """A text file written through a temporary file in its directory and renamed into place: a write that fails (a

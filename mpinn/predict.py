@@ -219,10 +219,13 @@ def _relabel(rows, meta):
 
 def run(args):
     from mpinn.metrics import format_metrics
-    from mpinn.outputs import check_file
+    from mpinn.data.files import named
+    from mpinn.outputs import check_apart, check_file
     for path, what in ((args.out, "--out"), (args.metrics_out, "--metrics-out")):
         if path:
             check_file(path, what)      # before the model and the data are read
+    check_apart([("--out", args.out, False), ("--metrics-out", args.metrics_out, False)],
+                named([("--model", args.model), ("--data", args.data)]))
     if args.id and not args.out:
         raise MpinnError(messages.predict_id_needs_out())
     ids = row_ids(args.id, args.data) if args.id else None

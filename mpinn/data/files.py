@@ -47,6 +47,21 @@ def expand(data):
     return [data]
 
 
+def named(options):
+    """(option, path) of every path the input options name, options being (option, given) pairs (given: a file, a
+    directory, a glob or a list of them; None: nothing): each given path that exists, and the files it expands
+    to. For outputs.check_apart; a missing input is the reader's to report."""
+    out = []
+    for what, given in options:
+        items = list(given) if isinstance(given, (list, tuple)) else [given] if given is not None else []
+        items = [g for g in items if isinstance(g, (str, os.PathLike))]        # arrays (the API's) are no file
+        try:
+            found = expand(items) if items else []
+        except MpinnError:
+            found = []
+        out += [(what, str(g)) for g in items if os.path.exists(str(g))] + [(what, f) for f in found]
+    return out
+
 def describe(files):
     """'4 files, day_0.tsv.gz .. day_3.tsv.gz' for the start-up line (the first and last, in the order read)."""
     if len(files) == 1:

@@ -6,7 +6,8 @@ import json
 import os
 
 from mpinn.config import MpinnError
-from mpinn.outputs import check_dir, check_file
+from mpinn.data.files import named
+from mpinn.outputs import check_apart, check_dir, check_file
 from mpinn.settings.table import OPTIONS
 
 
@@ -18,6 +19,9 @@ def check_outputs(cfg):
     for name in ("checkpoint_dir", "resume", "log_dir"):
         if getattr(cfg, name):
             check_dir(getattr(cfg, name), "--" + name.replace("_", "-"))
+    written = [("--" + name.replace("_", "-"), getattr(cfg, name), name.endswith("dir"))
+               for name in ("model_out", "metrics_out", "curve", "plot", "timeline", "checkpoint_dir", "log_dir")]
+    check_apart(written, named([("--data", cfg.data), ("--valid", cfg.valid), ("--config", cfg.config)]))
     if cfg.resume:
         from mpinn.checkpoint import list_checkpoints
         if not os.path.isdir(cfg.resume):
