@@ -6,7 +6,7 @@ import sys
 from mpinn.config import MpinnError
 from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
-from mpinn.settings.options import Parser, add_data_argument, nonneg_float, positive_int
+from mpinn.settings.options import Parser, add_data_argument, nonneg_float, nonneg_int, positive_int
 from mpinn.settings.parse import add_options
 
 
@@ -38,7 +38,7 @@ def build_parser():
                    help="the transform fitted to this file's numeric columns and stored in it (as in train; "
                         "--like: the like file's); values are stored as they are")
     d.add_argument("--default-rows", type=positive_int, default=200_000, help="rows of the embedded click log")
-    d.add_argument("--default-seed", type=int, default=0, help="seed of the embedded click log")
+    d.add_argument("--default-seed", type=nonneg_int, default=0, help="seed of the embedded click log (>= 0)")
     h = p.add_argument_group("hashing")
     add_options(h, names=("hash_mode", "hash_k", "hash_bits", "hash_seed", "buckets"))     # as in train
     h.add_argument("--like", help="a packed file or model file: use its hashing contract, columns, task and "

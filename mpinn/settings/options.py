@@ -64,6 +64,15 @@ def nonneg_int(s):
     return v
 
 
+def hash_seed(s):
+    """--hash-seed: xxh64's seed, an unsigned 64-bit number (xxhash takes any integer modulo 2^64, so -1 and 2^64 - 1
+    would be one seed under two names)."""
+    v = int(s)
+    if not 0 <= v < 1 << 64:
+        raise argparse.ArgumentTypeError("must be in 0..2^64-1, not %s" % s)
+    return v
+
+
 def hot_rows_spec(s):
     """--hot-rows: auto, off, or a number of rows (0 is off)."""
     if s in ("auto", "off"):

@@ -8,8 +8,9 @@ from typing import Any, Optional
 
 from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
-from mpinn.settings.options import (class_list, hidden_sizes, holdout_by, hot_rows_spec, nonneg_float, nonneg_int,
-                                    numeric_bins, numeric_embedding, positive_float, positive_int, readers_value)
+from mpinn.settings.options import (class_list, hash_seed, hidden_sizes, holdout_by, hot_rows_spec, nonneg_float,
+                                    nonneg_int, numeric_bins, numeric_embedding, positive_float, positive_int,
+                                    readers_value)
 from mpinn.hashing import MAX_BITS, MAX_K, HashSpec, parse_buckets
 
 # where a value came from
@@ -153,7 +154,7 @@ class RunConfig:
     hash_bits: Optional[int] = option(
         None, "data", "trick: 2**bits columns, 1..30 bits (default auto: 16 columns per distinct training value of "
         "all the categorical columns together, between 2^10 and 2^18; 2^18 for the click log)", type=trick_bits)
-    hash_seed: int = option(0, "data", "xxh64 seed", type=int)
+    hash_seed: int = option(0, "data", "xxh64 seed (0..2^64-1)", type=hash_seed)
     buckets: Optional[str] = option(None, "data", "split: buckets per block, N for every feature or feat=N,feat=N "
                                     "(default ceil(sqrt(distinct values)))", type=bucket_counts)
     default_rows: int = option(200_000, "data", "rows of the embedded click log", type=positive_int)
@@ -233,7 +234,7 @@ class RunConfig:
                        resume=True, choices=("best", "last"))
     stop_metric: str = option("auto", "optimisation", "the held-out metric for --early-stop and --keep best (auto: "
                               "logloss, rmse for regression)", choices=("auto", "logloss", "auc", "accuracy", "rmse"))
-    seed: int = option(0, "optimisation", "initialisation and shuffling seed", type=int)
+    seed: int = option(0, "optimisation", "initialisation and shuffling seed (>= 0)", type=nonneg_int)
     ensemble: Optional[int] = option(
         None, "optimisation", "train K models one after another, each as --seed S+k alone would (its own "
         "initialisation, batch order and held-out share of the rows), and average their predictions: the model file "

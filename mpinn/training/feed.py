@@ -78,7 +78,7 @@ class Feed:
         # P-th as much, and on a machine with no spare core the thread only competed (measured)
         if prefetch and read_ahead and self.s < steps and comm.rank == 0 and not read_local:
             self.queue = queue.Queue(maxsize=2)
-            threading.Thread(target=self._produce, daemon=True, name="mpinn-prefetch").start()
+            threading.Thread(target=self._produce, args=(self.s,), daemon=True, name="mpinn-prefetch").start()
 
     def _rows(self, s):
         B = self.batch_size
@@ -92,9 +92,11 @@ class Feed:
     def _read(self, s):
         return self.data.take(self._rows(s), self.dtype)
 
-    def _produce(self):
+    def _produce(self, start):
+        """The batches from step `start` on (the feed's position when it was made: next() moves self.s, maybe
+        before this thread first runs)."""
         try:
-            for s in range(self.s, self.steps):
+            for s in range(start, self.steps):
                 self.queue.put(self._read(s))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
             self.queue.put(e)

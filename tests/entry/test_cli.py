@@ -85,6 +85,8 @@ def one_error_line(r, message):
     (["--lr", "-0.1"], "--lr: must be a positive number"),
     (["nothere.csv", "--label", "y"], "does not exist"),
     (["--default-rows", "2", "--holdout", "0"], "2 training rows for 3 ranks"),
+    (["--seed", "-1"], "--seed: must be >= 0, not -1"),        # was numpy's ValueError, exit 1
+    (["--hash-seed", "-1"], "--hash-seed: must be in 0..2^64-1"),      # xxhash's 2^64 - 1 under another name
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message, launcher):
     r, model, _ = train(3, args, tmp_path, timeout=60)
@@ -184,6 +186,7 @@ def test_prepare_errors_are_one_line(tmp_path):
     one_error_line(prepare_cli([str(bad), "--label", "y", "--buckets", "a=3", "--out", out]),
                    "--buckets is for --hash-mode split")
     one_error_line(prepare_cli(["--default-rows", "10", "--out", str(tmp_path / "o.npz")]), "ends in .mpinn")
+    one_error_line(prepare_cli(["--default-seed", "-1", "--out", out]), "--default-seed: must be >= 0, not -1")
     assert not (tmp_path / "o.mpinn").exists()
 
 

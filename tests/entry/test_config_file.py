@@ -17,7 +17,7 @@ from mpinn.settings.table import OPTIONS
 # TOML must escape, flags, numbers given as text
 VARIED = dict(lr=0.1234567890123, momentum=0.3, weight_decay=1e-05, hidden=(), categorical="a,b", numeric="n",
               positive_class='say "yes" \u00fc\t\\', hot_rows="100", buckets="a=3,b=4", holdout_by="time:day",
-              hash_bits=12, epochs=7, seed=-3, overlap=True, no_progress=True, optimizer="ftrl", l1=2.5,
+              hash_bits=12, epochs=7, seed=2 ** 40 + 3, overlap=True, no_progress=True, optimizer="ftrl", l1=2.5,
               lr_decay="cosine", dtype="float64", sparse_threshold=0.0, label="y")
 
 
