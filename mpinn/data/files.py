@@ -62,6 +62,7 @@ def named(options):
         out += [(what, str(g)) for g in items if os.path.exists(str(g))] + [(what, f) for f in found]
     return out
 
+
 def describe(files):
     """'4 files, day_0.tsv.gz .. day_3.tsv.gz' for the start-up line (the first and last, in the order read)."""
     if len(files) == 1:
