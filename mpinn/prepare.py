@@ -54,7 +54,8 @@ def build_parser():
                    help="under mpirun -np N or srun: a rank that has given no sign of life for this long (it was "
                         "killed, or its node went down) ends the job, where the launcher would leave the others "
                         "waiting (srun without --kill-on-bad-exit); each rank's sign is a file beside OUT, "
-                        "rewritten every few seconds; 0: no check (default 300)")
+                        "rewritten every few seconds (a network filesystem may show it late by up to a minute: "
+                        "keep this well above that); 0: no check (default 300)")
     r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums")
     r.add_argument("--report", action="store_true", help="print the collision report of every feature")
     r.add_argument("--quiet", action="store_true", help="only errors")
