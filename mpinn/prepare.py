@@ -187,7 +187,7 @@ def run_ranks(args, comm):
             heartbeat = Heartbeat(folder_for(args.out), comm.rank, comm.size, args.peer_timeout).start()
     except MpinnError as e:
         inputs, error = None, str(e)
-    comm.while_waiting = heartbeat.check if heartbeat else None
+    comm.while_waiting = (lambda: _waiting(heartbeat, args.quiet)) if heartbeat else None
     try:
         errors = comm.allgather_obj(error)      # every rank read the same options and files: one line, from rank 0
         if any(errors):
@@ -198,7 +198,7 @@ def run_ranks(args, comm):
         s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing,
                           like.get("transform") if like else None, args.numeric_transform,
                           args.threads or _threads_per_rank(comm.size), args.quiet, args.report, args.verify,
-                          args.chunk_rows)
+                          args.chunk_rows, on_rows=(lambda n: setattr(heartbeat, "rows", n)) if heartbeat else None)
     finally:
         if heartbeat:
             heartbeat.stop()
@@ -211,6 +211,19 @@ def run_ranks(args, comm):
             "rank 0 scanned every file first, then every rank packed its share in one pass" if s["scanned"]
             else "one pass on every rank", ", checksums verified" if args.verify else ""))
     return _done(s, args, say)
+
+
+WAITING_EVERY = 30.0     # seconds of a long wait between rank 0's lines on the other ranks' rows
+
+
+def _waiting(heartbeat, quiet):
+    """While a rank waits for the others: a lost peer ends the job (mpinn.comm.heartbeat); rank 0 shows the others'
+    rows packed so far on stderr, as the progress lines, every WAITING_EVERY seconds of a long wait."""
+    heartbeat.check()
+    line = heartbeat.progress_line(WAITING_EVERY) if heartbeat.rank == 0 and not quiet else None
+    if line:
+        sys.stderr.write("prepare: waiting for the other ranks: %s\n" % line)
+        sys.stderr.flush()
 
 
 def _threads_per_rank(size):

@@ -35,6 +35,9 @@ class Heartbeat:
         self._since = None      # when this rank first looked
         self._thread = None
         self._checked = None
+        self.rows = 0           # this rank's rows done, in its beat (prepare: packed so far)
+        self.peer_rows = {}     # peer -> its rows done, as its beat last said
+        self._shown = None      # when progress_line last gave a line
 
     def start(self):
         """The first beat, then the thread; MpinnError where the folder cannot be written."""
@@ -72,7 +75,7 @@ class Heartbeat:
         self._count += 1
         tmp = "%s.%d.tmp" % (self.path, os.getpid())
         with open(tmp, "w") as f:
-            f.write("%d %d\n" % (os.getpid(), self._count))
+            f.write("%d %d %d\n" % (os.getpid(), self._count, self.rows))
         os.replace(tmp, self.path)      # whole: a reader never sees half a count
 
     def check(self, now=None):
@@ -91,9 +94,23 @@ class Heartbeat:
             last = self._seen.get(peer)
             if last is None or (content is not None and content != last[0]):
                 self._seen[peer] = last = (content, now if content is not None else self._since)
+                fields = (content or "").split()
+                if len(fields) == 3 and fields[2].isdigit():
+                    self.peer_rows[peer] = int(fields[2])
             if now - last[1] > self.seconds:
                 self.lost(self._line(peer, last[0] is None))
                 return
+
+    def progress_line(self, every, now=None):
+        """'rank 1 1,234,567 rows, rank 2 ...': the peers' rows done as their beats say, at most once every `every`
+        seconds of waiting (None before that: a short wait says nothing)."""
+        now = time.monotonic() if now is None else now
+        if self._shown is None:
+            self._shown = now
+        if now - self._shown < every or not self.peer_rows:
+            return None
+        self._shown = now
+        return ", ".join("rank %d %s rows" % (peer, format(rows, ",")) for peer, rows in sorted(self.peer_rows.items()))
 
     def _line(self, peer, never):
         where = os.path.join(self.folder, "rank-%d" % peer)

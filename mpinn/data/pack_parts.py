@@ -177,12 +177,13 @@ def _root_call(comm, fn):
 
 
 def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=None, numeric_transform="auto",
-                  threads=1, quiet=False, report=False, verify=False, chunk_rows=None):
+                  threads=1, quiet=False, report=False, verify=False, chunk_rows=None, on_rows=None):
     """Pack table files `paths` (of `formats`; columns: a DataSpec of the label and columns as given) as a
     multi-part dataset at `out` with every rank of `comm` (a mpinn.comm Communicator) packing its share (see
     the module). spec: the task, classes and positive class; hashing: the HashSpec; transform: a fitted
     NumericTransform's dict to store (--like), else one fitted in mode numeric_transform. Collective; returns
-    the summary on rank 0 (rows, parts, seconds, rows_per_s, ...), None elsewhere."""
+    the summary on rank 0 (rows, parts, seconds, rows_per_s, ...), None elsewhere. on_rows(n): this rank's rows
+    packed so far, as it packs (the heartbeat's, which rank 0 shows while it waits)."""
     from mpinn.data.many import chained_source
     from mpinn.data.stream import estimate_rows
     t0 = time.perf_counter()
@@ -222,7 +223,7 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
                                                  numeric=decided["numeric"]), chunk_rows)   # rank 0's columns
         done = prepare(named, path, replace(spec, task=decided["task"], classes=decided["classes"]),
                        hashing.using(decided["contract"]), numeric_transform=numeric_transform, threads=threads,
-                       progress=Progress(rank == 0 and not quiet), passes=1, stats=None)
+                       progress=Progress(rank == 0 and not quiet, report=on_rows), passes=1, stats=None)
         if verify:
             PackedDataset(path, verify=True)
         return done

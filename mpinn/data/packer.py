@@ -14,8 +14,8 @@ from mpinn.hashing import HashSpec
 class Progress:
     """rows/s on stderr every few seconds."""
 
-    def __init__(self, enabled, every=2.0):
-        self.enabled, self.every = enabled, every
+    def __init__(self, enabled, every=2.0, report=None):
+        self.enabled, self.every, self.report = enabled, every, report      # report(rows so far): after each add
         self.t0 = self.last = time.perf_counter()
 
     def start(self, what):
@@ -23,6 +23,8 @@ class Progress:
 
     def add(self, rows, total=None, force=False):
         self.rows += rows
+        if self.report is not None:
+            self.report(self.rows)
         now = time.perf_counter()
         if self.enabled and (force or now - self.last >= self.every):
             self.last = now

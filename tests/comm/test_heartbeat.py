@@ -65,3 +65,15 @@ def test_a_folder_that_cannot_be_made_is_one_line(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(MpinnError, match="^cannot write into %s: Not a directory$" % (tmp_path / "file")):
         Heartbeat(folder_for(str(tmp_path / "file" / "out.mpinn")), 0, 2, 5).start()
+
+
+def test_the_peers_rows_ride_on_their_beats_for_rank_0_to_show(tmp_path):
+    a, b, lines = pair(tmp_path / "alive")
+    b.rows = 1234567
+    time.sleep(0.2)             # a few of b's beats (every 0.05 s)
+    a.check()
+    assert a.progress_line(every=10.0, now=0.0) is None          # a short wait says nothing
+    assert a.progress_line(every=10.0, now=10.5) == "rank 1 1,234,567 rows"
+    assert a.progress_line(every=10.0, now=11.0) is None         # at most once every 10 s
+    b.stop()
+    a.stop()
