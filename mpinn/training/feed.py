@@ -74,6 +74,7 @@ class Feed:
         self.reads = comm.rank == 0 or read_local
         self.pending = None
         self.queue = None
+        self.closed = False         # drop_: the reading thread stops at its next batch
         # the reading thread only where one rank reads for all: with read_local every rank reads a
         # P-th as much, and on a machine with no spare core the thread only competed (measured)
         if prefetch and read_ahead and self.s < steps and comm.rank == 0 and not read_local:
@@ -97,6 +98,8 @@ class Feed:
         before this thread first runs)."""
         try:
             for s in range(start, self.steps):
+                if self.closed:
+                    return
                 self.queue.put(self._read(s))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
             self.queue.put(e)
@@ -116,10 +119,18 @@ class Feed:
 
     def drop_(self):
         """Collective: the batch posted ahead (prefetch) arrives and is let go, where every rank raised an error at
-        the same step, so that the communicator it travels on can be freed (MPI keeps one with transfers pending)."""
+        the same step, so that the communicator it travels on can be freed (MPI keeps one with transfers pending);
+        rank 0's reading thread ends (it would wait for ever on a full queue, holding its batches)."""
         if self.pending is not None:
             self.pending.wait()
             self.pending = None
+        if self.queue is not None:      # the reading thread, maybe blocked on a full queue, ends with its batches
+            self.closed = True
+            while True:
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
 
     def next(self):
         s, self.s = self.s, self.s + 1

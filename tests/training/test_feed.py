@@ -49,3 +49,19 @@ def test_each_step_gets_its_rows_however_late_the_reading_thread_runs(monkeypatc
     for s in range(start, steps):
         got = feed.next()
         assert got.y.tolist() == order[s * B:(s + 1) * B].tolist(), s
+
+
+def test_a_feed_dropped_mid_epoch_ends_its_reading_thread():
+    """After an error mid-epoch the run lets its feed go (Run.release_ -> Feed.drop_): the reading thread, blocked
+    on its full queue, must end rather than wait for ever with its batches (one thread left per failed run of a
+    process that goes on: a search over settings)."""
+    order = np.arange(400)
+    before = set(threading.enumerate())
+    feed = Feed(Rows(), order, 50, 0, OneRank(), Layout(0, 1, "float32", "int64"), 8, np.float32)
+    feed.next()
+    time.sleep(0.2)             # the thread fills its queue and blocks
+    readers = [t for t in set(threading.enumerate()) - before if t.name == "mpinn-prefetch" and t.is_alive()]
+    assert len(readers) == 1
+    feed.drop_()
+    readers[0].join(timeout=5)
+    assert not readers[0].is_alive()
