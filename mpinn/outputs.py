@@ -94,6 +94,7 @@ def _same(a, b):
 def _inside(path, folder):
     return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep)
 
+
 @contextmanager
 def written_whole(path, what):
     """A text file written through a temporary file in its directory and renamed into place: a write that fails (a
