@@ -101,10 +101,15 @@ def nonneg_float(s):
 
 
 def hidden_sizes(s):
+    """Comma-separated positive widths ('64,32'); '' (or blanks) for none, a linear model. An empty width
+    between commas ('64,,32', '64,') is refused rather than dropped: the model would not be the one typed."""
+    if not s.strip():
+        return ()
     try:
-        sizes = tuple(int(x) for x in s.split(",") if x.strip())
+        sizes = tuple(int(x) for x in s.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError("expected comma-separated widths such as 64,32, not %r" % s)
+        raise argparse.ArgumentTypeError("expected comma-separated widths such as 64,32 ('' for a linear model), "
+                                         "not %r" % s)
     if any(h <= 0 for h in sizes):
         raise argparse.ArgumentTypeError("layer widths must be positive")
     return sizes

@@ -12,7 +12,8 @@ from mpinn.settings.table import OPTIONS
 
 
 def check_outputs(cfg):
-    """Every output of a training run can be written (rank 0, before any data is read)."""
+    """Every output of a training run can be written, over none of its inputs, and --valid is apart from --data
+    (rank 0, before any data is read)."""
     for name in ("model_out", "metrics_out", "curve", "plot", "timeline"):
         if getattr(cfg, name):
             check_file(getattr(cfg, name), "--" + name.replace("_", "-"))
@@ -22,12 +23,25 @@ def check_outputs(cfg):
     written = [("--" + name.replace("_", "-"), getattr(cfg, name), name.endswith("dir"))
                for name in ("model_out", "metrics_out", "curve", "plot", "timeline", "checkpoint_dir", "log_dir")]
     check_apart(written, named([("--data", cfg.data), ("--valid", cfg.valid), ("--config", cfg.config)]))
+    check_valid_apart(cfg)
     if cfg.resume:
         from mpinn.checkpoint import list_checkpoints
         if not os.path.isdir(cfg.resume):
             raise MpinnError("--resume: checkpoint directory %s does not exist" % cfg.resume)
         if not list_checkpoints(cfg.resume):
             raise MpinnError("--resume: no checkpoint (ckpt-*.npz) in %s" % cfg.resume)
+
+
+def check_valid_apart(cfg):
+    """--valid names no file that --data reads too: its held-out metric (and the early stop and the model kept by
+    it) would be measured on rows the model trains on."""
+    trained = [p for _, p in named([("--data", cfg.data)]) if os.path.isfile(p)]
+    for _, held in named([("--valid", cfg.valid)]):
+        for p in trained:
+            if os.path.isfile(held) and os.path.samefile(held, p):
+                raise MpinnError("--valid %s is also read as --data (%s): the held-out metric would be measured on "
+                                 "rows trained on; give rows kept apart, or leave --valid out to hold out --holdout "
+                                 "of the data" % (held, p))
 
 
 def own_checkpoint_dir(cfg):

@@ -42,6 +42,16 @@ def test_the_linear_part_is_on_with_hashed_inputs_and_hidden_layers_only():
     assert resolve(from_keywords(None, wide="off"), info(), RANKS).wide == "off"
 
 
+def test_hidden_widths_are_read_as_typed_or_refused():
+    """'' is a linear model; an empty width between commas is refused, not dropped ('64,,32' was read as 64,32)."""
+    from mpinn.settings import from_argv
+    assert from_argv(["--hidden", "64, 32"]).hidden == (64, 32) and from_argv(["--hidden", ""]).hidden == ()
+    for bad in ("64,,32", "64,", ",8", "8,0", "8;4"):
+        with pytest.raises(SystemExit) as e:
+            from_argv(["--hidden", bad])
+        assert e.value.code == 2, bad
+
+
 def test_a_configuration_is_never_changed_once_made():
     cfg = from_keywords(None)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -1,7 +1,8 @@
 """No output overwrites what the run reads, and no two outputs are one file: train's and predict's outputs against
 their data, held-out file, config and model, by any name (./a, a link, a hard link), and a file written into a data
 directory. Each is one line and exit 2 with every file as it was (before: predict --out DATA replaced the data with
-the predictions; train --model-out M --metrics-out M kept the metrics and lost the model)."""
+the predictions; train --model-out M --metrics-out M kept the metrics and lost the model). And --valid names no
+file that --data reads: a held-out metric on rows trained on."""
 import hashlib
 import os
 import sys
@@ -61,6 +62,9 @@ def test_the_clis_refuse_with_one_line_and_change_nothing(tmp_path):
     cases = [(train + ["--model-out", "d.csv"], "--model-out d.csv is also --data"),
              (train + ["--valid", "v.csv", "--curve", "./v.csv"], "--curve ./v.csv is also --valid"),
              (train + ["--model-out", "m.npz", "--metrics-out", "m.npz"], "--model-out and --metrics-out are both m.npz"),
+             (train + ["--valid", "./d.csv"], "--valid ./d.csv is also read as --data (d.csv): the held-out metric "
+              "would be measured on rows trained on"),      # was accepted without a word
+             (train[:4] + ["*.csv"] + train[5:] + ["--valid", "v.csv"], "--valid v.csv is also read as --data"),
              ([sys.executable, "-m", "mpinn.predict", "--model", "m.npz", "--data", "d.csv", "--out", "d.csv"],
               "--out d.csv is also --data"),
              ([sys.executable, "-m", "mpinn.predict", "--model", "m.npz", "--data", "d.csv", "--out", "m.npz"],
