@@ -14,6 +14,7 @@ class DataInfo:
     n_train: int            # training rows
     has_valid: bool         # are there held-out rows?
     streamed: bool = False  # read as a stream (n_train is then an estimate)
+    held_out_rarest: object = None  # held-out rows of the rarest class (binary, multiclass; rows held), else None
 
     @property
     def task(self):
@@ -28,4 +29,21 @@ class DataInfo:
         """The DataInfo of a training set (mpinn.data Rows) and its held-out rows (or None), batches in dtype."""
         return cls({k: v for k, v in train.meta.items() if k != "numeric_stats"}, train.layout(dtype),
                    len(train.meta["classes"]) if train.task == "multiclass" else 1, train.sparse_fan_in, len(train),
-                   valid is not None, bool(train.streamed))
+                   valid is not None, bool(train.streamed), rarest_class(valid, train.meta))
+
+
+def rarest_class(valid, meta, enough=10_000, chunk=1 << 20):
+    """How many held-out rows the rarest class has (binary: 0/1 labels; multiclass: class ids), counted in chunks
+    until every class has `enough` (a large packed file's labels are not all read); or None: a regression, no
+    held-out rows, or rows not held (a stream's, read a block at a time)."""
+    import numpy as np
+    y = getattr(valid, "y", None)
+    if y is None or meta.get("task") not in ("binary", "multiclass"):
+        return None
+    counts = np.zeros(len(meta.get("classes") or ()) if meta["task"] == "multiclass" else 2, np.int64)
+    for start in range(0, len(y), chunk):
+        part = np.bincount(np.asarray(y[start:start + chunk]).astype(np.int64).ravel(), minlength=len(counts))
+        counts[:len(part)] += part[:len(counts)]
+        if counts.min() >= enough:
+            break
+    return int(counts.min())

@@ -171,7 +171,8 @@ class RunConfig:
         "SIGMA^2), SIGMA 10 unless given), the cosines and sines of 2 pi c x of its standardised value x, a linear "
         "layer to 16 outputs and a ReLU, the outputs beside the other inputs of the first layer. auto: chosen on "
         "the held-out rows where an ensemble is trained (a small table, see --ensemble) of at least 10,000 "
-        "training rows and 2 to 64 numeric columns: the first member is trained without and again with them (the "
+        "training rows, 2 to 64 numeric columns and 100 held-out rows of every class: the first member is trained "
+        "without and again with them (the "
         "same seed and held-out rows), and the better by --stop-metric goes for every member; off elsewhere (it "
         "helps some tables and hurts others: docs/models.md)", type=numeric_embedding,
         metavar="auto|off|periodic[:SIGMA]")

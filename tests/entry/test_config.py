@@ -95,3 +95,29 @@ def test_a_small_table_is_an_ensemble_of_five_and_a_log_a_wide_table_or_pixels_o
     streamed = DataInfo({"task": "binary"}, Layout(1000, 3, "float32", "float32"), 1, 5.0, 50_000, True, True)
     assert resolve(from_keywords(None), streamed, RANKS).ensemble == 1         # a stream is read again per member
     assert ensemble(ensemble=3) == (3, "given") and ensemble(n_train=500_000, ensemble=2) == (2, "given")
+
+
+def test_the_embedding_trial_needs_enough_held_out_rows_of_every_class():
+    """--numeric-embedding auto tries periodic embeddings (an ensemble, 10,000 training rows, 2..64 numeric
+    columns) only where the held-out rows hold EMBED_MIN_RARE rows of every class: 9 held-out clicks chose them
+    on an Open Bandit sample. The count is numpy's bincount's, chunk by chunk, of the held-out labels."""
+    import numpy as np
+    from mpinn.data.info import rarest_class
+    from mpinn.settings.shapes import EMBED_MIN_RARE
+
+    def embedding(rarest, task="binary"):
+        meta = {"task": task, "transform": {"columns": ["a", "b", "c"]}, "classes": ["x", "y", "z"]}
+        data = DataInfo(meta, Layout(1000, 3, "float32", "float32"), 1 if task != "multiclass" else 3, 5.0, 20_000,
+                        True, held_out_rarest=rarest)
+        return resolve(from_keywords(None), data, RANKS).numeric_embedding
+    assert embedding(EMBED_MIN_RARE) == "auto" and embedding(None) == "auto"        # tried by the ensemble
+    assert embedding(EMBED_MIN_RARE - 1) == "off" and embedding(9, "multiclass") == "off"
+
+    class Held:
+        y = np.random.default_rng(0).choice(3, size=5000, p=[0.6, 0.39, 0.01])
+    counts = np.bincount(Held.y, minlength=4)
+    assert rarest_class(Held, {"task": "multiclass", "classes": list("abc")}, chunk=777) == counts[:3].min()
+    assert rarest_class(Held, {"task": "multiclass", "classes": list("abcd")}) == 0       # a class never held out
+    Held.y = (Held.y > 0).astype(float)
+    assert rarest_class(Held, {"task": "binary"}, chunk=100) == min(counts[0], counts[1] + counts[2])
+    assert rarest_class(Held, {"task": "regression"}) is None and rarest_class(None, {"task": "binary"}) is None
