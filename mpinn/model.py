@@ -76,15 +76,16 @@ class MLP:
         self.table = (spec.n_sparse, outs[0]) if spec.n_sparse else (0, 0)    # the hashed block's rows x width
         self.weight_slices = [(o, o + math.prod(s)) for o, s in zip(offsets, self.shapes) if len(s) == 2]
 
-    def use_grad_buffer(self, buf):
+    def use_grad_buffer(self, buf, move=True):
         """Keep the gradients (and the loss slot) in buf, e.g. a slot of a shared-memory window,
-        which starts zeroed, instead of the model's own array. The current contents move along,
-        only the nonzero ones: a zero page written is a page made resident, and most of a hashed
-        layer's gradient block is never written when its rows travel apart."""
+        which starts zeroed, instead of the model's own array. The current contents move along
+        (move=False: they are dropped), only the nonzero ones: a zero page written is a page made
+        resident, and most of a hashed layer's gradient block is never written when its rows travel apart."""
         if buf.shape != self.grad_buffer.shape or buf.dtype != self.grad_buffer.dtype:
             raise ValueError("gradient buffer of %s %s given for %s %s" % (
                 buf.shape, buf.dtype, self.grad_buffer.shape, self.grad_buffer.dtype))
-        np.copyto(buf, self.grad_buffer, where=self.grad_buffer != 0)
+        if move:
+            np.copyto(buf, self.grad_buffer, where=self.grad_buffer != 0)
         self.grad_buffer = buf
         self.grads = buf[:self.size]
         self.gW, self.gb = self._views(self.grads)

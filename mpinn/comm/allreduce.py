@@ -36,16 +36,18 @@ class AllreduceCommunicator(Communicator):
         if self.shared is not None:
             model.use_grad_buffer(self.shared.slot(model.grad_buffer.size, model.grad_buffer.dtype))
 
-    def release_(self, model):
-        """After training: copy the model's parameters and gradients out of shared memory into its own arrays and
-        free the windows (collectively), so that the returned model is this rank's alone and repeated training in
-        one process does not pile up shared memory."""
+    def release_(self, model, params=None):
+        """After training: the model's parameters copied out of shared memory into its own array (or `params`, an
+        array of this rank's own holding the parameters it will keep, taken as they are: no second copy), its
+        gradients a fresh zeroed buffer (the last step's are not kept), and the windows freed (collectively), so
+        that the returned model is this rank's alone and repeated training in one process does not pile up shared
+        memory."""
         if self.shared is None:
             return
         if self.shared.holds(model.grad_buffer):
-            model.use_grad_buffer(np.zeros_like(model.grad_buffer))
+            model.use_grad_buffer(np.zeros(model.grad_buffer.shape, model.grad_buffer.dtype), move=False)
         if model.params is self.shared.params:
-            model.use_param_buffer(np.array(model.params))
+            model.use_param_buffer(params if params is not None else np.array(model.params))
         self.shared.free()
         self.shared, self.transport = None, "mpi"
 

@@ -204,8 +204,9 @@ class Communicator:
     def adopt_(self, model):
         """Where the model's gradient buffer should live (shared memory for some strategies)."""
 
-    def release_(self, model):
-        """Collective, after training: the model's buffers become its own again (see adopt_)."""
+    def release_(self, model, params=None):
+        """Collective, after training: the model's buffers become its own again (see adopt_); params: an array of
+        this rank's own that may become the model's parameters instead of a copy (the kept epoch's)."""
 
     def agree_(self, ok):
         """Every rank's verdict on the reduced gradient. After an Allreduce every rank holds the same
