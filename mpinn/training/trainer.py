@@ -4,8 +4,6 @@ import resource
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from mpinn import __version__
 from mpinn.comm.guard import NoWatchdog
 from mpinn.config import MpinnError
@@ -367,16 +365,13 @@ class Trainer:
         return self.stepper.final_params()
 
     def release_(self):
-        """Collective, after training: the model's arrays become this rank's own again (copied out of any
-        shared-memory window, which is then freed). The optimizer's state in such a window is let go, not copied:
-        nothing steps after training (the checkpoints hold it), and a copy on every rank of the node made the end
-        of a run hold more memory than its training (272 million parameters at np 2: 7.5 GB a rank at the end
-        against 3.2 while training)."""
+        """Collective, after training: the model's arrays become this rank's own again (out of any shared-memory
+        window, then freed; the kept epoch's copy, on every rank, taken as it is). The window's optimizer state is
+        let go: nothing steps after training, and copies of it made the end outgrow the training (docs/scale.md)."""
         shared = self.stepper.shares_params
-        if shared and self.optimizer.arrays:
+        if shared:
             self.optimizer.arrays = {}
-        kept = self.best_params if shared and self.keep_best else None     # a copy on every rank (whole_params)
-        self.comm.release_(self.model, params=kept)
+        self.comm.release_(self.model, params=self.best_params if shared and self.keep_best else None)
         self.stepper.release_()
 
     # ---------------------------------------------------------------- reporting
