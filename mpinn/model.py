@@ -80,11 +80,12 @@ class MLP:
         """Keep the gradients (and the loss slot) in buf, e.g. a slot of a shared-memory window,
         which starts zeroed, instead of the model's own array. The current contents move along
         (move=False: they are dropped), only the nonzero ones: a zero page written is a page made
-        resident, and most of a hashed layer's gradient block is never written when its rows travel apart."""
+        resident, and most of a hashed layer's gradient block is never written when its rows travel apart.
+        A model's fresh buffer holds none: one look (any) instead of a mask of its length."""
         if buf.shape != self.grad_buffer.shape or buf.dtype != self.grad_buffer.dtype:
             raise ValueError("gradient buffer of %s %s given for %s %s" % (
                 buf.shape, buf.dtype, self.grad_buffer.shape, self.grad_buffer.dtype))
-        if move:
+        if move and self.grad_buffer.any():
             np.copyto(buf, self.grad_buffer, where=self.grad_buffer != 0)
         self.grad_buffer = buf
         self.grads = buf[:self.size]
