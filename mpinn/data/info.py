@@ -32,13 +32,19 @@ class DataInfo:
                    valid is not None, bool(train.streamed), rarest_class(valid, train.meta))
 
 
+COUNTED_HELD_OUT = 2_000_000     # rarest_class counts held-out sets up to this many rows
+
+
 def rarest_class(valid, meta, enough=10_000, chunk=1 << 20):
     """How many held-out rows the rarest class has (binary: 0/1 labels; multiclass: class ids), counted in chunks
-    until every class has `enough` (a large packed file's labels are not all read); or None: a regression, no
-    held-out rows, or rows not held (a stream's, read a block at a time)."""
+    until every class has `enough`; or None: a regression, no held-out rows, rows not held (a stream's, read a
+    block at a time), or more than COUNTED_HELD_OUT of them (a packed file's held-out labels would be gathered
+    whole: 8 bytes a row). For --numeric-embedding auto (mpinn.settings.shapes.embedding_trial)."""
     import numpy as np
+    if valid is None or meta.get("task") not in ("binary", "multiclass") or len(valid) > COUNTED_HELD_OUT:
+        return None
     y = getattr(valid, "y", None)
-    if y is None or meta.get("task") not in ("binary", "multiclass"):
+    if y is None:
         return None
     counts = np.zeros(len(meta.get("classes") or ()) if meta["task"] == "multiclass" else 2, np.int64)
     for start in range(0, len(y), chunk):

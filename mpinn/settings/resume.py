@@ -22,8 +22,9 @@ def check_outputs(cfg):
             check_dir(getattr(cfg, name), "--" + name.replace("_", "-"))
     written = [("--" + name.replace("_", "-"), getattr(cfg, name), name.endswith("dir"))
                for name in ("model_out", "metrics_out", "curve", "plot", "timeline", "checkpoint_dir", "log_dir")]
-    check_apart(written, named([("--data", cfg.data), ("--valid", cfg.valid), ("--config", cfg.config)]))
-    check_valid_apart(cfg)
+    read = named([("--data", cfg.data), ("--valid", cfg.valid), ("--config", cfg.config)])
+    check_apart(written, read)
+    check_valid_apart(read)
     if cfg.resume:
         from mpinn.checkpoint import list_checkpoints
         if not os.path.isdir(cfg.resume):
@@ -32,16 +33,18 @@ def check_outputs(cfg):
             raise MpinnError("--resume: no checkpoint (ckpt-*.npz) in %s" % cfg.resume)
 
 
-def check_valid_apart(cfg):
-    """--valid names no file that --data reads too: its held-out metric (and the early stop and the model kept by
-    it) would be measured on rows the model trains on."""
-    trained = [p for _, p in named([("--data", cfg.data)]) if os.path.isfile(p)]
-    for _, held in named([("--valid", cfg.valid)]):
-        for p in trained:
-            if os.path.isfile(held) and os.path.samefile(held, p):
-                raise MpinnError("--valid %s is also read as --data (%s): the held-out metric would be measured on "
-                                 "rows trained on; give rows kept apart, or leave --valid out to hold out --holdout "
-                                 "of the data" % (held, p))
+def check_valid_apart(read):
+    """No --valid file is one that --data reads too (read: mpinn.data.files.named's (option, path) pairs, files
+    compared by device and inode): its held-out metric (and the early stop and the model kept by it) would be
+    measured on rows the model trains on."""
+    def files(option):
+        return [(p, os.stat(p)) for what, p in read if what == option and os.path.isfile(p)]
+    trained = {(st.st_dev, st.st_ino): p for p, st in files("--data")}
+    for held, st in files("--valid"):
+        if (st.st_dev, st.st_ino) in trained:
+            raise MpinnError("--valid %s is also read as --data (%s): the held-out metric would be measured on "
+                             "rows trained on; give rows kept apart, or leave --valid out to hold out --holdout "
+                             "of the data" % (held, trained[(st.st_dev, st.st_ino)]))
 
 
 def own_checkpoint_dir(cfg):

@@ -97,7 +97,7 @@ def test_a_small_table_is_an_ensemble_of_five_and_a_log_a_wide_table_or_pixels_o
     assert ensemble(ensemble=3) == (3, "given") and ensemble(n_train=500_000, ensemble=2) == (2, "given")
 
 
-def test_the_embedding_trial_needs_enough_held_out_rows_of_every_class():
+def test_the_embedding_trial_needs_enough_held_out_rows_of_every_class(monkeypatch):
     """--numeric-embedding auto tries periodic embeddings (an ensemble, 10,000 training rows, 2..64 numeric
     columns) only where the held-out rows hold EMBED_MIN_RARE rows of every class: 9 held-out clicks chose them
     on an Open Bandit sample. The count is numpy's bincount's, chunk by chunk, of the held-out labels."""
@@ -115,9 +115,15 @@ def test_the_embedding_trial_needs_enough_held_out_rows_of_every_class():
 
     class Held:
         y = np.random.default_rng(0).choice(3, size=5000, p=[0.6, 0.39, 0.01])
+
+        def __len__(self):
+            return len(self.y)
     counts = np.bincount(Held.y, minlength=4)
-    assert rarest_class(Held, {"task": "multiclass", "classes": list("abc")}, chunk=777) == counts[:3].min()
-    assert rarest_class(Held, {"task": "multiclass", "classes": list("abcd")}) == 0       # a class never held out
+    assert rarest_class(Held(), {"task": "multiclass", "classes": list("abc")}, chunk=777) == counts[:3].min()
+    assert rarest_class(Held(), {"task": "multiclass", "classes": list("abcd")}) == 0       # a class never held out
     Held.y = (Held.y > 0).astype(float)
-    assert rarest_class(Held, {"task": "binary"}, chunk=100) == min(counts[0], counts[1] + counts[2])
-    assert rarest_class(Held, {"task": "regression"}) is None and rarest_class(None, {"task": "binary"}) is None
+    assert rarest_class(Held(), {"task": "binary"}, chunk=100) == min(counts[0], counts[1] + counts[2])
+    assert rarest_class(Held(), {"task": "regression"}) is None and rarest_class(None, {"task": "binary"}) is None
+    from mpinn.data import info
+    monkeypatch.setattr(info, "COUNTED_HELD_OUT", 4999)      # a larger held-out set is not gathered to be counted
+    assert rarest_class(Held(), {"task": "binary"}) is None
