@@ -11,10 +11,10 @@ at "cores"; OUT=$W/cores READ_S=${READ_S:-200} PREP_S=${PREP_S:-150} bash script
 export PYTHONUNBUFFERED=1 MPINN_CACHE_DIR=${MPINN_CACHE_DIR:-/tmp/mpinn-cache}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import cupy; print('cupy', cupy.__version__)"
-at "GPU tests"; timeout ${GPU_S:-200} python3 -m pytest tests/comm/test_gpu.py tests/comm/test_gpu_cli.py -m gpu -q \
+at "GPU tests"; timeout ${GPU_S:-200} python3 -m pytest tests/comm/test_gpu.py tests/comm/test_gpu_cli.py -m gpu -q -o addopts=-ra \
   -p no:cacheprovider --timeout 150 -ra 2>&1 | tee $W/gpu/gpu_tests.log | tail -12
 for n in 1 2 3; do
-  at "MPI GPU tests, np $n"; timeout 60 mpiexec -n $n python3 -m mpi4py -m pytest tests -o python_files=mpi_gpu.py -q \
+  at "MPI GPU tests, np $n"; timeout 60 mpiexec -n $n python3 -m mpi4py -m pytest tests -o python_files=mpi_gpu.py -q -o addopts=-ra \
     -p no:cacheprovider --timeout 50 -k "not fake_device" 2>&1 | tee $W/gpu/mpi_gpu_$n.log | grep -E "passed|failed"
 done
 at "end"; tar czf "$FINAL/round.tgz" -C $W .
