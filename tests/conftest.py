@@ -18,18 +18,6 @@ UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WOR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The slowest files first (each 70 to 95 s in one process, --durations=0): on two workers (setup.cfg: -n 2 --dist
-# loadfile) a file runs whole on one, and a slow file started last keeps that worker going while the other idles.
-SLOW_FIRST = ["tests/cluster/test_slurm.py", "tests/data/test_stream.py", "tests/test_mpi.py", "tests/test_docs.py",
-              "tests/training/test_reliability.py", "tests/data/test_larger_than_memory.py",
-              "tests/entry/test_predict_stream.py", "tests/cluster/test_multihost.py"]
-
-
-def pytest_collection_modifyitems(items):
-    """Files in SLOW_FIRST's order, then the rest as collected (a file's own order is kept: sorted is stable)."""
-    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
-
 
 def mpiexec_path():
     """The launcher next to this Python (the mpich wheel's), else the one on PATH."""
