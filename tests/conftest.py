@@ -56,6 +56,13 @@ def launcher():
 
 
 if UNDER_MPI:
+    @pytest.hookimpl(tryfirst=True)      # before pytest-xdist's own: it reads -n here
+    def pytest_cmdline_main(config):
+        """Each rank is one pytest process: setup.cfg's two workers (-n 2) are for the plain run, and workers
+        started inside a rank would each try to join MPI."""
+        if hasattr(config.option, "numprocesses"):
+            config.option.numprocesses = 0
+
     def pytest_configure(config):
         """Only rank 0 speaks."""
         from ranks import COMM

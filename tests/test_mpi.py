@@ -11,7 +11,7 @@ from conftest import mpirun
 def test_mpi_suite(np_, launcher):
     # -m mpi4py: an unhandled failure on one rank aborts them all instead of hanging the rest
     r = mpirun(np_, ["-m", "mpi4py", "-m", "pytest", "tests", "-o", "python_files=mpi_*.py",
-                     "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "--timeout", "120"], timeout=400)
+                     "-x", "-q", "-p", "no:cacheprovider", "--timeout", "120"], timeout=400)
     sys.stdout.write(r.stdout[-4000:])
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout
@@ -22,7 +22,7 @@ def test_shard_exchanges_at_np_4(launcher):
     """The node-aware exchange and the hot rows at np 4, where 2 nodes of 2 ranks (consecutive or dealt
     round robin) can be cut: the same tests as at np 1-3 (mpi_shard_exchange.py), and the traffic count."""
     r = mpirun(4, ["-m", "mpi4py", "-m", "pytest", "tests", "-o", "python_files=mpi_shard_exchange.py",
-                   "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "--timeout", "120"], timeout=300)
+                   "-x", "-q", "-p", "no:cacheprovider", "--timeout", "120"], timeout=300)
     sys.stdout.write(r.stdout[-4000:])
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-2000:]
