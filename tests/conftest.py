@@ -1,8 +1,10 @@
 """Shared helpers: launching mpiexec and the CLIs as subprocesses, always with a timeout."""
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -11,6 +13,15 @@ import pytest
 # otherwise on two threads (the estimator against the CLI with periodic embeddings: 5e-7 apart). Before numpy loads.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+# Where PYTHONDONTWRITEBYTECODE is set (this project's VM sets it), every process the suite starts (about 1,200: the
+# CLIs, the ranks, the workers) would compile mpinn's 90 modules from source again, 0.14 s each. The suite's
+# processes share one bytecode cache instead, in a temporary folder made for the session (outside the tree, as the
+# setting wants), removed at the end by the process that made it. They inherit it through the environment.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+    _cache = tempfile.mkdtemp(prefix="mpinn-test-pycache-")
+    os.environ["PYTHONPYCACHEPREFIX"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 # the multi-rank tests (mpi_*.py beside the others) run only under mpiexec, launched by test_mpi.py
 # with python_files=mpi_*.py; the plain pytest process collects test_*.py only
