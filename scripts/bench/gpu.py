@@ -119,7 +119,7 @@ def part_crossover(rec, left, scales):
 def part_auc(rec, left, args):
     """scripts.bench.time_to_auc's data and mpinn runs: one epoch at np 1 on each device, the curves' points."""
     from scripts.bench import time_to_auc as tta
-    targs = argparse.Namespace(rows=args.w4_rows, test_rows=100000, scale=100, seed=0, workdir=args.workdir,
+    targs = argparse.Namespace(rows=args.w4_rows, test_rows=args.w4_test_rows, scale=100, seed=0, workdir=args.workdir,
                                points=8, timeout=int(max(60, left() / 2)))
     os.makedirs(args.workdir, exist_ok=True)
     train, test, truth = tta.make_data(targs)
@@ -195,6 +195,7 @@ def main(argv=None):
     p.add_argument("--scales", default="0.25,0.5,1,2,4,8,16,32",
                    help="crossover: multiples of the DT42 shapes 120x30 . 30x20")
     p.add_argument("--w4-rows", type=int, default=3000000, help="auc: W4 training rows (default 3M)")
+    p.add_argument("--w4-test-rows", type=int, default=100000, help="auc: W4 test rows (default 100,000)")
     p.add_argument("--workdir", default="/tmp/mpinn-bench-gpu", help="auc: where W4's text and the runs' logs go")
     p.add_argument("--out", default="scripts/results/bench-gpu.json", help="JSON record")
     p.add_argument("--plot", default="scripts/results/bench-gpu.png", help="PNG: the crossover, W4's AUC curves")

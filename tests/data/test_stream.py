@@ -174,11 +174,11 @@ class FakeComm:
         return pickle.loads(self.sent[0])
 
 
-@pytest.fixture
-def clicks(tmp_path):
-    """Click-log text: a plain file (read in byte ranges), a gzipped one and another plain one."""
-    d = tmp_path / "clicks"
-    d.mkdir()
+@pytest.fixture(scope="module")
+def clicks(tmp_path_factory):
+    """Click-log text: a plain file (read in byte ranges), a gzipped one and another plain one (made once: the tests
+    only read them)."""
+    d = tmp_path_factory.mktemp("clicks")
     for i, name in enumerate(["day_1.tsv", "day_2.tsv.gz", "day_3.tsv"]):
         r = run([sys.executable, "-m", "mpinn.bench.w4", "--rows", "1500", "--start", str(1500 * i), "--scale",
                  "1000", "--out", str(d / name), "--quiet"])

@@ -21,6 +21,7 @@ def test_every_part_runs_end_to_end_with_the_cpu_standing_in(tmp_path, monkeypat
     monkeypatch.setattr(bench_gpu, "NEEDS_S", dict(bench_gpu.NEEDS_S, auc=1))
     out, png = tmp_path / "b.json", tmp_path / "b.png"
     assert bench_gpu.main(["--workloads", "w3", "--shared-workloads", "w3", "--scales", "0.5,1", "--w4-rows", "3000",
+                           "--w4-test-rows", "2000",
                            "--workdir", str(tmp_path / "w"), "--out", str(out), "--plot", str(png)]) == 0
     rec = json.load(open(out))
     assert rec["skipped"] == {}, rec["skipped"]
