@@ -1,5 +1,6 @@
 """The Python API: the README's example runs under MPI; options are checked like the CLI's."""
 import os
+import re
 
 import pytest
 
@@ -32,15 +33,20 @@ def test_bad_options_raise_like_the_cli_reports():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [1, 2])
-def test_the_readme_example_runs_under_mpi(tmp_path, n, launcher):
-    r = mpirun(n, ["-m", "mpi4py", os.path.join(ROOT, "scripts", "api_example.py")], cwd=str(tmp_path))
+def test_the_readme_example_at_np_1_prints_what_the_page_shows_for_np_2(tmp_path, launcher):
+    """N ranks train the same models as one process: at np 1 the example prints the API page's lines, which
+    tests/test_docs.py checks at np 2 (samples/s aside: the machine's)."""
+    r = mpirun(1, ["-m", "mpi4py", os.path.join(ROOT, "scripts", "api_example.py")], cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
+    with open(os.path.join(ROOT, "docs", "api.md")) as f:
+        shown = f.read().split("mpi4py scripts/api_example.py\n```\n\n```text\n", 1)[1].split("```", 1)[0]
+    mask = lambda text: re.sub(r"\d+ samples/s", "N samples/s", text).strip()     # noqa: E731
+    assert mask(r.stdout) == mask(shown)
     lines = r.stdout.splitlines()
     auc = float(lines[0].split("AUC ")[1].split()[0])
     acc = float(lines[1].split("accuracy ")[1].split(",")[0])
     new = float(lines[2].split("accuracy ")[1])
-    assert auc > 0.68 and acc > 0.9 and new > 0.9, r.stdout     # measured 0.810, 0.907, 0.920 at np=2
+    assert auc > 0.68 and acc > 0.9 and new > 0.9, r.stdout     # measured 0.810, 0.907, 0.975 at np 1 and 2
     # the estimator trained the same network as the API on the same rows: the same predictions of the new rows
     assert lines[3].startswith("estimator: accuracy on the new rows %.3f " % new) and len(lines) == 4, r.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["xor.npz"]        # the one model file asked for
