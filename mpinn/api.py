@@ -179,8 +179,20 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
         write_results(run, params, result, say)
         if curve is not None:
             curve.finish(say, summary)       # the curve file, the event file and the --plot PNG, rank 0 only
+    if job.size > 1:    # the others wait asleep while rank 0 writes, not spinning in MPI; as long as start-up may
+        #                 take (a model as large as the data's hashed rows, on a slow file system), not a step
+        with _end_deadline(watchdog, cfg):
+            job.comm.barrier_asleep()
     job.close()
     return result
+
+
+def _end_deadline(watchdog, cfg):
+    """The deadline of the run's end, rank 0 writing the model: the start-up's (--start-timeout), else the step's."""
+    from mpinn.comm.guard import START_KNOB, STEP_KNOB
+    if cfg.start_timeout > 0:
+        return watchdog.guard("rank 0 writing the model", cfg.start_timeout, START_KNOB)
+    return watchdog.guard("rank 0 writing the model", None, STEP_KNOB)
 
 
 def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):

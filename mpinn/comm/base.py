@@ -130,13 +130,16 @@ class Communicator:
 
     # ------------------------------------------------------------ start-up agreement
     def root_call(self, fn, root=0):
-        """Run fn on root only; if it raises MpinnError, every rank raises it (collectively)."""
+        """Run fn on root only; if it raises MpinnError, every rank raises it (collectively). The other ranks wait
+        asleep (barrier_asleep), not spinning in MPI: fn is reading the data, a checkpoint, the outputs' checks."""
         result, error = None, None
         if self.rank == root:
             try:
                 result = fn()
             except MpinnError as e:
                 error = str(e)
+        if self.size > 1:
+            self.barrier_asleep()
         error = self.bcast_obj(error, root=root)
         if error is not None:
             raise MpinnError(error, collective=True)
