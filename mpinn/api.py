@@ -175,14 +175,14 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
             params = job.comm.bcast_array(params, what="the kept parameters")
     result = TrainResult(history, final, summary, run.model, cfg.model_out, run.spec, info.meta, job.rank, run.cfg,
                          params)
-    if rank0:
+    def write():        # the curve file, the event file and the --plot PNG too: rank 0 only
         write_results(run, params, result, say)
         if curve is not None:
-            curve.finish(say, summary)       # the curve file, the event file and the --plot PNG, rank 0 only
-    if job.size > 1:    # the others wait asleep while rank 0 writes, not spinning in MPI; as long as start-up may
-        #                 take (a model as large as the data's hashed rows, on a slow file system), not a step
-        with _end_deadline(watchdog, cfg):
-            job.comm.barrier_asleep()
+            curve.finish(say, summary)
+    # the others wait asleep while rank 0 writes (root_call), and share its error (a model that could not be
+    # written); as long as start-up may take (a model as large as the data's hashed rows, a slow file system)
+    with _end_deadline(watchdog, cfg):
+        job.comm.root_call(write)
     job.close()
     return result
 
