@@ -68,5 +68,5 @@ for argv in sys.argv[1:]:
     args = [a for a in args if a != "--params-everywhere"] + ["--quiet", "--no-progress"]
     api.run(settings.from_argv(args), params_everywhere=everywhere)
 for line in sorted(unguarded):
-    print("UNGUARDED", line, flush=True)
-print("done", flush=True)
+    print("UNGUARDED %s\n" % line, end="", flush=True)     # one write a line: the ranks end together
+print("done\n", end="", flush=True)

@@ -15,7 +15,10 @@ import mpinn.api as mp
 r = mp.train(None, default_rows=4000, hash_bits=20, epochs=2, no_progress=True, quiet=True, model_out=sys.argv[1])
 peak = r.summary["peak_rss_mib_per_rank"][r.rank]
 end = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-print("rank %d peak %.1f end %.1f" % (r.rank, peak, end))
+from mpi4py import MPI
+lines = MPI.COMM_WORLD.gather("rank %d peak %.1f end %.1f" % (r.rank, peak, end))
+if r.rank == 0:
+    print("\\n".join(lines))      # from rank 0 alone: the ranks end together, and their lines would interleave
 '''
 
 
