@@ -29,8 +29,8 @@ class Deadline:
 
     @contextmanager
     def guard(self, what, seconds=None, knob=STEP_KNOB):
-        """arm(what, seconds, knob) for the block, and after it (also when it raises) the deadline as it was before: a collective
-        outside the steps (the run's start and end, an averaging, a stream readers' group) meets the deadline as a
+        """arm(what, seconds, knob) for the block, and after it (also when it raises) the deadline as it was before: a
+        collective outside the steps (the run's start and end, an averaging, a stream readers' group) meets the deadline as a
         step does, and a guard inside another leaves the outer one armed."""
         before = self.state()
         self.arm(what, seconds, knob)

@@ -161,21 +161,6 @@ def _commit(out, tmp, manifest):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _root_call(comm, fn):
-    """comm.root_call, the other ranks waiting asleep (comm.barrier_asleep) rather than spinning in MPI."""
-    result, error = None, None
-    if comm.rank == 0:
-        try:
-            result = fn()
-        except MpinnError as e:
-            error = str(e)
-    comm.barrier_asleep()
-    error = comm.bcast_obj(error)
-    if error is not None:
-        raise MpinnError(error, collective=True)
-    return result
-
-
 def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=None, numeric_transform="auto",
                   threads=1, quiet=False, report=False, verify=False, chunk_rows=None, on_rows=None):
     """Pack table files `paths` (of `formats`; columns: a DataSpec of the label and columns as given) as a
@@ -207,7 +192,7 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return tmp, owner, decided, source
-    first = _root_call(comm, start)
+    first = comm.root_call(start)
     tmp, owner, decided = comm.bcast_obj(first[:3] if rank == 0 else None)
     source = first[3] if rank == 0 else None
     folds = bool(decided["numeric"]) and not decided["scanned"]     # the statistics, folded on every rank
@@ -256,4 +241,4 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
                 "rows_per_s": n / seconds if seconds else 0.0, "scanned": decided["scanned"],
                 "bytes": sum(os.path.getsize(os.path.join(parts_dir(out), part_name(k)))
                              for k in range(len(part_paths))), "collisions": decided["collisions"]}
-    return _root_call(comm, finish)
+    return comm.root_call(finish)
