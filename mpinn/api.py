@@ -115,6 +115,7 @@ def _close_after(job, error):
 def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     """run(), once the options, the job and the outputs have passed their checks and the signals are caught (the
     watchdog armed with the start-up's deadline)."""
+    from mpinn.comm.guard import START_KNOB, STEP_KNOB
     from mpinn.data.inputs import load_everywhere
     from mpinn.data.progress import reading
     rank0 = job.rank == 0
@@ -175,24 +176,18 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
             params = job.comm.bcast_array(params, what="the kept parameters")
     result = TrainResult(history, final, summary, run.model, cfg.model_out, run.spec, info.meta, job.rank, run.cfg,
                          params)
+
     def write():        # the curve file, the event file and the --plot PNG too: rank 0 only
         write_results(run, params, result, say)
         if curve is not None:
             curve.finish(say, summary)
     # the others wait asleep while rank 0 writes (root_call), and share its error (a model that could not be
     # written); as long as start-up may take (a model as large as the data's hashed rows, a slow file system)
-    with _end_deadline(watchdog, cfg):
+    with watchdog.guard("rank 0 writing the model", cfg.start_timeout or None, START_KNOB if cfg.start_timeout
+                        else STEP_KNOB):
         job.comm.root_call(write)
     job.close()
     return result
-
-
-def _end_deadline(watchdog, cfg):
-    """The deadline of the run's end, rank 0 writing the model: the start-up's (--start-timeout), else the step's."""
-    from mpinn.comm.guard import START_KNOB, STEP_KNOB
-    if cfg.start_timeout > 0:
-        return watchdog.guard("rank 0 writing the model", cfg.start_timeout, START_KNOB)
-    return watchdog.guard("rank 0 writing the model", None, STEP_KNOB)
 
 
 def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):

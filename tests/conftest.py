@@ -1,6 +1,7 @@
 """Shared helpers: launching mpiexec and the CLIs as subprocesses, always with a timeout."""
 import atexit
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,18 @@ def w4_text(path, rows, start=0):
     r = run([sys.executable, "-m", "mpinn.bench.w4", "--rows", str(rows), "--start", str(start), "--out", str(path),
              "--scale", "100", "--quiet"])
     assert r.returncode == 0, r.stderr
+
+
+def api_page_output():
+    """docs/api.md's output of scripts/api_example.py (the text block after its command), its samples/s masked."""
+    with open(os.path.join(ROOT, "docs", "api.md")) as f:
+        shown = f.read().split("mpi4py scripts/api_example.py\n```\n\n```text\n", 1)[1].split("```", 1)[0]
+    return masked_rates(shown)
+
+
+def masked_rates(text):
+    """Output with its samples/s (the machine's) masked."""
+    return re.sub(r"\d+ samples/s", "N samples/s", text).strip()
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, api_page_output, masked_rates, run
 
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 # the README's install and test commands are what .ci/run runs (CI runs them): not run again from inside the suite
@@ -99,10 +99,7 @@ def test_every_shown_command_runs(page, line, cmd, workdir, launcher):
     assert r.returncode == 0, "%s:%d: %s\n%s\n%s" % (page, line, cmd, r.stdout[-2000:], r.stderr[-2000:])
     assert "Traceback" not in r.stderr
     if cmd.endswith("scripts/api_example.py"):      # the API page shows what it prints (samples/s aside: the machine's)
-        with open(os.path.join(ROOT, page)) as f:
-            shown = f.read().split(cmd + "\n```\n\n```text\n", 1)[1].split("```", 1)[0]
-        mask = lambda text: re.sub(r"\d+ samples/s", "N samples/s", text).strip()     # noqa: E731
-        assert mask(r.stdout) == mask(shown)
+        assert masked_rates(r.stdout) == api_page_output()
 
 
 def test_the_readme_python_runs(workdir):

@@ -29,9 +29,9 @@ class Deadline:
 
     @contextmanager
     def guard(self, what, seconds=None, knob=STEP_KNOB):
-        """arm(what, seconds, knob) for the block, and after it (also when it raises) the deadline as it was before: a
-        collective outside the steps (the run's start and end, an averaging, a stream readers' group) meets the deadline as a
-        step does, and a guard inside another leaves the outer one armed."""
+        """arm(what, seconds, knob) for the block, and after it (also when it raises) the deadline as it was
+        before: a collective outside the steps (the run's start and end, an averaging, a stream readers' group)
+        meets the deadline as a step does, and a guard inside another leaves the outer one armed."""
         before = self.state()
         self.arm(what, seconds, knob)
         try:
