@@ -1,8 +1,10 @@
-"""Leaf module: array backends. The only code that imports cupy / cupyx."""
+"""Leaf module: array backends. The only code that imports cupy / cupyx (mpinn.device_kernels is given it)."""
 import dataclasses
 
 import numpy
 import scipy.sparse
+
+from mpinn.device_kernels import kernel
 
 
 class Backend:
@@ -11,6 +13,7 @@ class Backend:
 
     device = None            # the GPU this process computes on (None: the host)
     syncs = 0                # host waits on the device so far (mpinn.training.timeline counts them per step)
+    fused = False            # has the fused steps (head, bias_act_, act_grad_, compact): one kernel each on a GPU
 
     def __init__(self, name, xp, sparse):
         self.name, self.xp, self.sparse = name, xp, sparse
@@ -41,10 +44,6 @@ class Backend:
         """X^T @ D: the gradient rows of the block X selects, D the rows' deltas."""
         return X.T @ D
 
-    def canonical_like_(self, compact, X):
-        """compact (X with its columns renumbered in order) is canonical CSR where X is; nothing to say here."""
-        return compact
-
     def describe(self):
         return "cpu (numpy)"
 
@@ -53,14 +52,19 @@ class Backend:
 
 
 class CupyBackend(Backend):
-    """cupy and cupyx.scipy.sparse on the GPU this process was bound to (see select_backend).
-    Besides the array modules, the staging primitives mpinn.training.staging and the communicator use:
-    pinned host memory, streams, events, asynchronous copies."""
+    """cupy on the GPU this process was bound to (see select_backend). The hashed rows live there as DeviceCSR
+    (the arrays alone: cupyx's csr_matrix checks its arrays with host reads when it is made), in the order they
+    came: the products sum a row's duplicate ids as scipy does, one after the other. The model's elementwise
+    steps are one kernel each (mpinn.device_kernels). Besides the array module, the staging primitives
+    mpinn.training.staging and the communicator use: pinned host memory, streams, events, asynchronous copies."""
+
+    fused = True
 
     def __init__(self, cupy, cupyx_sparse, device):
         super().__init__("cupy", cupy, cupyx_sparse)
         self.cupy, self.device = cupy, int(device)
         self.syncs = 0
+        self._none = {}
 
     def is_device_array(self, a):
         return isinstance(a, self.cupy.ndarray)
@@ -69,13 +73,13 @@ class CupyBackend(Backend):
         """The batch on this GPU (each part that is still on the host is copied; labels may be None,
         as when predicting on unlabelled rows)."""
         on_host = [a for a in (batch.Xd, batch.y) if a is not None and not self.is_device_array(a)]
-        if not on_host and (batch.Xs is None or self.sparse.issparse(batch.Xs)):
+        Xs = batch.Xs
+        if not on_host and (Xs is None or not scipy.sparse.issparse(Xs)):
             return batch
         cp = self.cupy
-        Xs = batch.Xs
-        if Xs is not None and not self.sparse.issparse(Xs):     # canonical on the host, once (see sparse_matmul)
-            Xs = self.sparse.csr_matrix(canonical_csr(Xs))
-            Xs.has_canonical_format = True
+        if Xs is not None and scipy.sparse.issparse(Xs):
+            Xs = Xs.tocsr()
+            Xs = DeviceCSR(cp.asarray(Xs.data), cp.asarray(Xs.indices), cp.asarray(Xs.indptr), Xs.shape)
         return dataclasses.replace(
             batch, Xs=Xs, Xd=cp.asarray(batch.Xd) if batch.Xd is not None else None,
             y=cp.asarray(batch.y) if batch.y is not None else None)
@@ -90,9 +94,10 @@ class CupyBackend(Backend):
         return to_host(a)
 
     # ---------------------------------------------------------------- the hashed block's products (one kernel)
-    def sparse_matmul(self, X, W):
-        """X @ W by rows_times (below): the same bits every run, duplicates summed as they come, no sort."""
-        return self.rows_times(X.indptr, X.indices, X.data, W, X.shape[0])
+    def sparse_matmul(self, X, W, base=None, bias=None):
+        """X @ W by the rows_times kernel: the same bits every run, duplicates summed as they come, no sort; then
+        + base (an array shaped like the product) and + bias (a row), as the numpy first layer adds them."""
+        return self.rows_times(X.indptr, X.indices, X.data, W, X.shape[0], base, bias)
 
     def sparse_t_matmul(self, X, D):
         """X^T @ D: X^T made by transpose_csr (a sort on a unique key), then rows_times. cuSPARSE's SpMM is not
@@ -102,24 +107,80 @@ class CupyBackend(Backend):
         indptr, rows, data = transpose_csr(self.cupy, X)
         return self.rows_times(indptr, rows, data, D, X.shape[1])
 
-    def rows_times(self, indptr, indices, data, B, n):
-        """(n, B's width) = the CSR rows (indptr, indices, data) times B: one thread an output element, summing
-        its row's entries in order, each product and sum rounded on its own (no fused multiply-add): scipy's
-        order and rounding for X @ B and X.T @ B, so each run gives the same bits."""
+    def compact_t_matmul(self, C, D):
+        """C^T @ D for a compact C (every column present, compact's): sparse_t_matmul's order and bits, its
+        transpose made in three kernels and one sort."""
+        cp = self.cupy
+        n, k = C.shape
+        nnz = int(C.data.shape[0])
+        key, row = cp.empty(nnz, cp.int64), cp.empty(nnz, cp.int64)
+        indptr, rows_t, data_t = cp.empty(k + 1, cp.int64), cp.empty(nnz, cp.int64), cp.empty_like(C.data)
+        if nnz:
+            kernel(cp, "transpose_key")(C.indptr, C.indices, nnz, key, row, size=n)
+            order = cp.argsort(key)
+            kernel(cp, "transpose_gather")(order, C.indices, row, C.data, nnz, k, indptr, rows_t, data_t, size=nnz)
+        else:
+            indptr.fill(0)
+        return self.rows_times(indptr, rows_t, data_t, D, k)
+
+    def compact(self, X):
+        """(the sorted unique columns X touches as int64, X with its columns renumbered 0..k-1 over them), as
+        mpinn.model.compact_csr, by marks over the columns (one host read: k) instead of a sort."""
+        cp = self.cupy
+        mark = cp.zeros(X.shape[1], cp.int32)
+        kernel(cp, "mark")(X.indices, mark)
+        upto = cp.cumsum(mark, dtype=cp.int32)
+        k = int(upto[-1]) if upto.size else 0
+        self.syncs += 1
+        ids = cp.empty(k, cp.int64)
+        kernel(cp, "marked_ids")(mark, upto, ids)
+        renumbered = cp.empty_like(X.indices)
+        kernel(cp, "renumber")(X.indices, upto, renumbered)
+        return ids, DeviceCSR(X.data, renumbered, X.indptr, (X.shape[0], k))
+
+    def rows_times(self, indptr, indices, data, B, n, base=None, bias=None):
+        """(n, B's width) = the CSR rows (indptr, indices, data) times B (+ base, + bias): one thread an output
+        element, summing its row's entries in order, each product and sum rounded on its own (no fused
+        multiply-add): scipy's order and rounding for X @ B and X.T @ B, so each run gives the same bits."""
         cp = self.cupy
         dtype = cp.result_type(data.dtype, B.dtype)
         B = cp.ascontiguousarray(B, dtype=dtype)
         out = cp.empty((n, B.shape[1] if B.ndim == 2 else 1), dtype=dtype)
         if out.size:
-            _rows_times_kernel(cp)(indptr, indices, data.astype(dtype, copy=False), B, out.shape[1], out)
+            none = self._none.get(dtype)
+            if none is None:
+                none = self._none[dtype] = cp.zeros(1, dtype)
+            kernel(cp, "rows_times")(indptr, indices, data.astype(dtype, copy=False), B, out.shape[1],
+                                     none if base is None else cp.ascontiguousarray(base, dtype=dtype),
+                                     none if bias is None else cp.ascontiguousarray(bias, dtype=dtype),
+                                     int(base is not None), int(bias is not None), out)
         return out if B.ndim == 2 else out[:, 0]
 
-    def canonical_like_(self, compact, X):
-        """compact is X with its columns renumbered in increasing order (model.compact_csr): canonical where X is
-        known to be, which spares cupyx its check (a kernel and a host wait) and its sort."""
-        if getattr(X, "_has_canonical_format", None) is True:
-            compact.has_canonical_format = True
-        return compact
+    # ---------------------------------------------------------------- the model's elementwise steps
+    def head(self, loss, z, y, scale):
+        """(the rows' loss sum as a device scalar, d loss / d z times scale) in one kernel, for a softmax head
+        with class ids or a one-column sigmoid head; None for any other head (the model's numpy code then)."""
+        cp = self.cupy
+        n, k = z.shape
+        if loss == "softmax" and y.ndim == 1 and y.dtype.kind in "iu" and k > 1:
+            rows, d = cp.empty(n, z.dtype), cp.empty_like(z)
+            kernel(cp, "softmax_head")(z, y, k, z.dtype.type(scale), rows, d)
+            return rows.sum(), d
+        if loss == "sigmoid" and k == 1 and y.size == n:
+            rows, d = cp.empty(n, z.dtype), cp.empty(n, z.dtype)
+            kernel(cp, "sigmoid_head")(z.reshape(n), y.reshape(n), z.dtype.type(scale), rows, d)
+            return rows.sum(), d.reshape(n, 1)
+        return None
+
+    def bias_act_(self, z, b, activation):
+        """z = activation(z + b) in place, one kernel."""
+        kernel(self.cupy, "bias_" + activation)(b, z)
+        return z
+
+    def act_grad_(self, a, d, activation):
+        """d *= activation'(z), written in a = activation(z), in place, one kernel."""
+        kernel(self.cupy, "grad_" + activation)(a, d)
+        return d
 
     def describe(self):
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device)
@@ -162,12 +223,9 @@ class CupyBackend(Backend):
     def current_stream(self):
         return self.cupy.cuda.get_current_stream()
 
-    def device_csr(self, data, indices, indptr, shape, canonical):
-        """A CSR matrix over device arrays; canonical: the caller knows its rows hold sorted, unique columns."""
-        X = self.sparse.csr_matrix((data, indices, indptr), shape=shape)
-        if canonical:
-            X.has_canonical_format = True
-        return X
+    def device_csr(self, data, indices, indptr, shape):
+        """CSR rows over device arrays, as they came (nothing is checked or read: the copies may still be queued)."""
+        return DeviceCSR(data, indices, indptr, shape)
 
     def copy_to_device_async(self, dst, src, stream):
         """dst (device, 1-d) <- src (pinned host, 1-d, same length), queued on stream."""
@@ -209,39 +267,20 @@ def transpose_csr(xp, X):
     return indptr, rows[order], X.data[order]
 
 
-_ROWS_TIMES = None
+class DeviceCSR:
+    """A batch's hashed rows on a GPU: CSR arrays (data, indices, indptr) and the shape, as they came."""
 
+    def __init__(self, data, indices, indptr, shape):
+        self.data, self.indices, self.indptr, self.shape = data, indices, indptr, tuple(int(s) for s in shape)
 
-def _rows_times_kernel(cp):
-    """out[r, j] = sum over k in indptr[r]..indptr[r+1] of data[k] * B[indices[k], j], k in order."""
-    global _ROWS_TIMES
-    if _ROWS_TIMES is None:
-        _ROWS_TIMES = cp.ElementwiseKernel(
-            "raw I indptr, raw J idx, raw T data, raw T B, int64 m", "T out",
-            """
-            const long long r = i / m, j = i % m;
-            T s = 0;
-            for (long long k = indptr[r]; k < indptr[r + 1]; ++k)
-                s = add_rn(s, mul_rn(data[k], B[(long long) idx[k] * m + j]));
-            out = s;
-            """, "mpinn_rows_times", preamble="""
-            __device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-            __device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-            __device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
-            __device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
-            """)
-    return _ROWS_TIMES
+    @property
+    def nnz(self):
+        return int(self.data.shape[0])
 
-
-def canonical_csr(X):
-    """X (a scipy CSR matrix) with every row's columns sorted and unique, duplicates summed: X itself where it is
-    already, else a canonical copy (X, a received batch or a data set's rows, is left as it was). Hashed rows are
-    neither: a row's ids come in its columns' order and two values may hash to one id."""
-    if X.has_canonical_format:
-        return X
-    X = X.copy()
-    X.sum_duplicates()
-    return X
+    def get(self):
+        """The rows on the host, as a scipy CSR matrix."""
+        return scipy.sparse.csr_matrix((to_host(self.data), to_host(self.indices), to_host(self.indptr)),
+                                       shape=self.shape)
 
 
 def to_host(a):

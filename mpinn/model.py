@@ -176,6 +176,15 @@ class MLP:
     def _first_layer(self, batch, table=None, kept=None):
         spec, xp = self.spec, self.xp
         n = batch.n
+        if self.backend.fused and self.periodic is None and n:    # one kernel: ((0 + X W) + Xd W) + b
+            dense = None
+            if spec.n_dense:
+                dense = self.dense_inputs(batch) @ self.W[0][spec.n_sparse:spec.n_sparse + spec.n_dense]
+            if spec.n_sparse:
+                return self.backend.sparse_matmul(batch.Xs, self.W[0][:spec.n_sparse] if table is None else table,
+                                                  dense, self.b[0])
+            dense += self.b[0]
+            return dense
         z = xp.zeros((n, spec.first_width), dtype=self.dtype)
         if spec.n_sparse:
             z += self.backend.sparse_matmul(batch.Xs, self.W[0][:spec.n_sparse] if table is None else table)
@@ -203,10 +212,17 @@ class MLP:
         if self.deep_width is not None:     # the linear part's columns go straight to the output
             z, wide = z[:, :self.deep_width], z[:, self.deep_width:]
         for l in range(1, self.n_layers):
-            a = _act(self.spec.activation, self.xp, z)
+            if l == 1:          # the first layer's bias is in z already
+                a = _act(self.spec.activation, self.xp, z)
+            elif self.backend.fused:
+                a = self.backend.bias_act_(z, self.b[l - 1], self.spec.activation)
+            else:
+                z += self.b[l - 1]
+                a = _act(self.spec.activation, self.xp, z)
             acts.append(a)
             z = a @ self.W[l]
-            z += self.b[l]
+        if self.n_layers > 1:
+            z += self.b[-1]
         if wide is not None:
             z += wide
         acts.append(z)
@@ -240,17 +256,21 @@ class MLP:
         them (see forward); the gradient rows then come back for all k of them, ids 0..k-1."""
         spec, xp = self.spec, self.xp
         batch = self.backend.batch_to_device(batch)     # the same batch unless it is still on the host
-        self.grad_buffer[-1] = 0
         if batch.n == 0:            # a rank with no rows this step still takes part in the step
+            self.grad_buffer[-1] = 0
             self.grads[self.dense_start if sparse_grad else 0:] = 0
             return (SparseRows(xp.zeros(0, np.int64), xp.zeros((0, spec.first_width), self.dtype),
                                spec.n_sparse) if sparse_grad and spec.n_sparse else None)
         kept = {}
         acts = self.forward(batch, table, kept)
-        loss, d = head_loss_delta(spec.loss, xp, acts[-1], batch.y, True)
+        fused = self.backend.head(spec.loss, acts[-1], batch.y, scale) if self.backend.fused else None
+        if fused is not None:       # one kernel: the rows' losses and d * scale
+            loss, d = fused
+        else:
+            loss, d = head_loss_delta(spec.loss, xp, acts[-1], batch.y, True)
+            if scale != 1:
+                d *= self.dtype.type(scale)
         self.grad_buffer[-1] = loss
-        if scale != 1:
-            d *= self.dtype.type(scale)
         d_out = d                   # the linear part's delta: the output's (d is rebound below, never written)
         for l in range(self.n_layers - 1, 0, -1):
             a = acts[l - 1]
@@ -259,7 +279,10 @@ class MLP:
             if on_ready is not None:
                 on_ready(self.offsets[2 * l])
             d = d @ self.W[l].T
-            _act_grad_(spec.activation, a, d)
+            if self.backend.fused:
+                self.backend.act_grad_(a, d, spec.activation)
+            else:
+                _act_grad_(spec.activation, a, d)
         if self.deep_width is not None:
             d = xp.concatenate([d, d_out], axis=1)
         xp.sum(d, axis=0, out=self.gb[0])
@@ -304,8 +327,10 @@ def compact_csr(xp, sparse, Xs):
 
 def sparse_rows_grad(backend, Xs, d, n_rows):
     """X^T d restricted to the columns X touches, without a dense (n_rows, width) temporary."""
+    if backend.fused:           # marks over the columns instead of a sort; the compact transpose's kernels
+        ids, compact = backend.compact(Xs)
+        return SparseRows(ids, backend.compact_t_matmul(compact, d), n_rows)
     ids, compact = compact_csr(backend.xp, backend.sparse, Xs)
-    compact = backend.canonical_like_(compact, Xs)
     return SparseRows(ids, backend.xp.ascontiguousarray(backend.sparse_t_matmul(compact, d)), n_rows)
 
 

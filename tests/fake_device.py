@@ -137,12 +137,11 @@ class FakeBackend(Backend):
     def current_stream(self):
         return self.compute
 
-    def device_csr(self, data, indices, indptr, shape, canonical):
+    def device_csr(self, data, indices, indptr, shape):
         # the arrays put in place unread: their copies may not have run yet (scipy's constructor reads indptr)
         X = scipy.sparse.csr_matrix(shape, dtype=data.dtype)
         X.data, X.indices, X.indptr = data, indices, indptr
-        if canonical:
-            X.has_canonical_format = True
+        X.has_canonical_format = False      # as they came: scipy must not take them for sorted
         return X
 
     def copy_to_device_async(self, dst, src, stream):
@@ -182,3 +181,14 @@ class ListFeed:
     def next(self):
         self.s += 1
         return self.items[self.s - 1]
+
+
+def canonical_csr(X):
+    """X (a scipy CSR matrix) with every row's columns sorted and unique, duplicates summed: X itself where it is
+    already, else a canonical copy (X, a received batch or a data set's rows, is left as it was). Hashed rows are
+    neither: a row's ids come in its columns' order and two values may hash to one id."""
+    if X.has_canonical_format:
+        return X
+    X = X.copy()
+    X.sum_duplicates()
+    return X

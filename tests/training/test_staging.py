@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from fake_device import FakeBackend, ListFeed, messy_csr
-from mpinn.backend import canonical_csr, get_backend
+from fake_device import FakeBackend, ListFeed, canonical_csr, messy_csr
+from mpinn.backend import get_backend
 from mpinn.batch import Batch
 from mpinn.training.staging import DeviceFeed, _Slot, device_feed
 from mpinn.training.timeline import Timeline
@@ -30,7 +30,9 @@ def parts(b):
 
 
 def expected(b):
-    X = canonical_csr(b.Xs)
+    """What the device must see: the batch's arrays as they came (the hashed rows unsorted, duplicates kept: the
+    GPU's products sum them in order, as scipy's do)."""
+    X = b.Xs
     return [X.data, X.indices, X.indptr, b.Xd, b.y]
 
 
@@ -47,17 +49,19 @@ def test_the_messy_rows_are_messy_and_canonical_csr_is_the_same_matrix():
     assert canonical_csr(C) is C
 
 
-def test_device_feed_hands_out_every_batch_canonical_and_exact():
+def test_device_feed_hands_out_every_batch_as_it_came_and_exact():
     host = batches()
     fake = FakeBackend()
     feed = DeviceFeed(ListFeed(host), fake)
+    messy = 0
     for want in host:
         got = feed.next()
         assert same(parts(got), expected(want))
-        assert got.Xs.has_canonical_format and got.Xd is not want.Xd
+        assert got.Xd is not want.Xd and got.Xs.data is not want.Xs.data      # copies, staged
         check = sp.csr_matrix((got.Xs.data, got.Xs.indices, got.Xs.indptr), shape=got.Xs.shape)
-        assert check.has_canonical_format       # recomputed from the arrays, not the flag the feed set
-    assert fake.copies == 5 * len(host)
+        check.has_canonical_format = False
+        messy += check.nnz > canonical_csr(check).nnz       # duplicates left for the products to sum
+    assert messy >= 5 and fake.copies == 5 * len(host)
 
 
 def test_device_feed_is_exactly_one_batch_ahead():
