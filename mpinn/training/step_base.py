@@ -38,6 +38,7 @@ class Step:
         self.grad_accum, self._acc = int(grad_accum), None
         self.towers = towers        # tower mode: None (data parallel), "shard" or "same" data
         self.want_rows = bool(model.spec.n_sparse) and (not comm.wants_dense or optimizer.needs_touched_rows)
+        self._loss = None           # the step's loss sum, where finite() read it with the verdict (on a device)
 
     def __call__(self, local, n_global, step, lr):
         raise NotImplementedError
@@ -139,13 +140,23 @@ class Step:
         return parts
 
     def finite(self, reduced):
-        """Is the reduced gradient (and the loss in its last slot) finite? One pass per buffer."""
-        buf = self.model.grad_buffer
+        """Is the reduced gradient (and the loss in its last slot) finite? One pass per buffer. On a device, one
+        read to the host brings the verdict and the loss together (loss() then reads nothing): a sum of the
+        buffer (and of the rows) is finite only where every element is, as all_finite's."""
+        buf, rows = self.model.grad_buffer, None
         if reduced is not None:   # the sparse block travelled as rows; its slice of the buffer is stale
-            buf = buf[reduced.n_rows * reduced.width:]
-            if not all_finite(reduced.rows):
-                return False
-        return all_finite(buf)
+            buf, rows = buf[reduced.n_rows * reduced.width:], reduced.rows
+        backend = self.model.backend
+        if backend.device is None:
+            return (rows is None or all_finite(rows)) and all_finite(buf)
+        total = buf.sum() if rows is None else buf.sum() + rows.sum()
+        total, self._loss = (float(v) for v in backend.asnumpy(self.model.xp.stack([total, buf[-1]])))
+        return bool(np.isfinite(total))
+
+    def loss(self):
+        """This step's loss sum (the gradient buffer's last slot): as finite() read it on a device, else read now."""
+        loss, self._loss = self._loss, None
+        return float(self.model.grad_buffer[-1]) if loss is None else loss
 
     def account(self, step, t1, t2, t3, t4, t5):
         """A step's phases on the timeline: compute t1-t2, communication t2-t3 and t4-t5, update t3-t4."""

@@ -37,7 +37,7 @@ class ReduceStep(Step):
         t4 = self.timeline.now()
         comm.sync_params_(model.params)
         self.account(step, t1, t2, t3, t4, self.timeline.now())
-        return float(model.grad_buffer[-1]) / n_mean, ok  # the mean loss is right on rank 0 for every strategy
+        return self.loss() / n_mean, ok         # the mean loss is right on rank 0 for every strategy
 
     def gradient(self, local, scale, step):
         """(end of compute, the reduced gradient's sparse rows or None)."""
@@ -144,7 +144,7 @@ class LocalSGDStep(Step):
         rows = self.local_gradient(local, comm.size / (n_global or 1), self.want_rows)
         self.faults.fire(step, model.grad_buffer)
         t2 = self.timeline.now()
-        ok, loss = agree_on(comm, self.finite(rows), float(model.grad_buffer[-1]))
+        ok, loss = agree_on(comm, self.finite(rows), self.loss())
         t3 = self.timeline.now()
         if ok:
             if rows is not None and not opt.sparse_ok:

@@ -1,6 +1,6 @@
 """GPU data parallelism under mpiexec (np 1, 2 and 3: on one GPU machine, the ranks share its GPU). On any
 machine: the GPU communicator and the device feed on the fake device (numpy arithmetic, asynchronous copies)
-follow the CPU run, every optimizer, at most 2 host waits a step. With cupy and a GPU (marked gpu, skipped
+follow the CPU run, every optimizer, at most 3 host waits a step. With cupy and a GPU (marked gpu, skipped
 otherwise): every transport agrees with the CPU, N ranks equal 1, NCCL refuses ranks sharing a GPU."""
 import numpy as np
 import pytest
@@ -62,7 +62,8 @@ def fake_fit(threshold, optimizer, canonical):
 def test_the_gpu_path_on_a_fake_device_follows_the_cpu(optimizer, threshold):
     """Canonical rows (as the device feed makes them, which the CPU path does not): a dense exchange makes the
     same additions in the same order as the CPU, bit for bit; rows are coalesced before the step, so only the
-    order of the additions differs. And at most 2 host waits a step (the timeline's count)."""
+    order of the additions differs. And at most 3 host waits a step (the timeline's count): the verdict read with
+    the loss, and at most 2 copies for the exchange (the rows and the dense part)."""
     ref, ref_valid, _ = cpu_fit(threshold, optimizer, canonical=True)
     (got, valid, trainer), fake = fake_fit(threshold, optimizer, canonical=True)
     exact = threshold == 0.0 or COMM.size == 1
@@ -72,7 +73,7 @@ def test_the_gpu_path_on_a_fake_device_follows_the_cpu(optimizer, threshold):
     agree(abs(valid["accuracy"] - ref_valid["accuracy"]) < 1e-12, "%s vs %s" % (valid, ref_valid))
     syncs = trainer.timeline.syncs
     # step 1 holds the device clock's one synchronisation (its anchor)
-    agree(max([n for s, n in syncs.items() if s > 1] + [0]) <= 2 and syncs.get(1, 0) <= 3, "host waits %s" % syncs)
+    agree(max([n for s, n in syncs.items() if s > 1] + [0]) <= 3 and syncs.get(1, 0) <= 4, "host waits %s" % syncs)
 
 
 def test_hashed_rows_as_they_come_follow_the_cpu_bit_for_bit():
@@ -86,11 +87,12 @@ def test_hashed_rows_as_they_come_follow_the_cpu_bit_for_bit():
 
 
 def test_one_rank_moves_nothing_through_the_host():
-    """--device gpu at np 1 (transport none): no copy of the gradient to the host, so no host wait a step."""
+    """--device gpu at np 1 (transport none): no copy of the gradient to the host, so one host wait a step: the
+    verdict, read with the loss."""
     if COMM.size > 1:
         pytest.skip("one rank")
     (_, _, trainer), fake = fake_fit(0.0, "sgd", canonical=True)
-    agree(all(n == 0 for s, n in trainer.timeline.syncs.items() if s > 1), "%s" % trainer.timeline.syncs)
+    agree(all(n == 1 for s, n in trainer.timeline.syncs.items() if s > 1), "%s" % trainer.timeline.syncs)
 
 
 # ---------------------------------------------------------------- on real GPUs
@@ -129,8 +131,9 @@ def test_gpu_transports_agree_with_the_cpu(transport, threshold):
     agree(all(np.array_equal(everyone[0], p) for p in everyone), "ranks differ")
     if transport == "auto":
         agree(trainer.plan.transport == ("none" if COMM.size == 1 else trainer.plan.transport), trainer.plan.transport)
-    syncs = trainer.timeline.syncs       # the waits the backend sees (not float() of a device scalar)
-    agree(max([n for s, n in syncs.items() if s > 1] + [0]) <= 2, "host waits a step: %s" % syncs)
+    syncs = trainer.timeline.syncs       # every wait of a step: the compact rows' count, the verdict with the loss,
+    exchange = 0 if COMM.size == 1 else 2 if threshold > 1 else 1      # and the exchange's copies to the host
+    agree(max([n for s, n in syncs.items() if s > 1] + [0]) <= 2 + exchange, "host waits a step: %s" % syncs)
 
 
 @pytest.mark.gpu

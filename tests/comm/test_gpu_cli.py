@@ -74,7 +74,8 @@ def test_a_nan_step_is_skipped_on_every_rank(tmp_path, device, launcher):
 def test_one_two_and_three_ranks_share_the_machine_and_agree(tmp_path, device, launcher):
     """np 1, 2, 3 (on a one-GPU machine: all on its GPU; --comm auto: none, then staged or CUDA-aware) give the
     same model to rounding (the same global batches), and the time split and trace say where the time went, with
-    at most 2 host waits a step (the backend's count: see docs/gpu.md for the waits it cannot see)."""
+    at most 4 host waits a step, every one the backend sees (docs/gpu.md): the compact rows' count, the verdict read
+    with the loss, and at np 2 and 3 the exchange's copies to the host (the rows and the dense part)."""
     out = {}
     for n in (1, 2, 3):
         r = train(n, device, tmp_path, "--model-out", "m%d.npz" % n, "--metrics-out", "m%d.json" % n,
@@ -87,7 +88,7 @@ def test_one_two_and_three_ranks_share_the_machine_and_agree(tmp_path, device, l
             key = (e["pid"], e["args"]["step"])
             per_step[key] = per_step.get(key, 0) + e["args"]["host_syncs"]
         waits = [v for (_, step), v in per_step.items() if step > 1]
-        assert max(waits) <= 2 if device == "gpu" else max(waits) == 0, per_step
+        assert max(waits) <= (2 if n == 1 else 4) if device == "gpu" else max(waits) == 0, per_step
         split = re.search(r"time split \(mean over ranks\): (.*)", r.stdout).group(1)
         assert "compute" in split and "communication" in split
     for n in (2, 3):
