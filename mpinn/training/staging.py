@@ -20,16 +20,18 @@ class _Slot:
         self.copied = self.released = None
 
     def buffers(self, name, n, dtype):
-        """(pinned, device) views of n elements; reallocated when too small or of another dtype. A device buffer
-        replaced while queued kernels still read it needs no wait: its memory goes back to the pool of the compute
-        stream, which orders any reuse there, and this slot's copies into the new one wait for `released`."""
+        """(pinned, device, new) views of n elements; reallocated (new) when too small or of another dtype. A device
+        buffer replaced while queued kernels still read it needs no wait: its memory goes back to the pool of the
+        compute stream, which orders any reuse there. A new one comes from that pool too, so it may be memory that
+        kernels still queued there use: the feed's copy stream waits for them before writing it (DeviceFeed._stage)."""
         dtype = np.dtype(dtype)
         have = self.host.get(name)
-        if have is None or have.size < n or have.dtype != dtype:
+        new = have is None or have.size < n or have.dtype != dtype
+        if new:
             size = max(n, 2 * have.size if have is not None and have.dtype == dtype else n, 1)
             self.host[name] = self.b.pinned_empty(size, dtype)
             self.dev[name] = self.b.device_empty(size, dtype)
-        return self.host[name][:n], self.dev[name][:n]
+        return self.host[name][:n], self.dev[name][:n], new
 
 
 class DeviceFeed:
@@ -75,10 +77,14 @@ class DeviceFeed:
             arrays.append(("Xd", host.Xd))
         if host.Xs is not None:
             arrays += [("data", host.Xs.data), ("indices", host.Xs.indices), ("indptr", host.Xs.indptr)]
+        arrays = [(name, np.ascontiguousarray(a)) for name, a in arrays]
+        bufs = [slot.buffers(name, a.size, a.dtype) for name, a in arrays]
+        if any(new for _, _, new in bufs):      # memory from the compute stream's pool: its queued kernels first
+            fresh = self.b.new_event()
+            fresh.record(self.b.current_stream())
+            self.stream.wait_event(fresh)
         parts = {}
-        for name, a in arrays:
-            a = np.ascontiguousarray(a)
-            pinned, dev = slot.buffers(name, a.size, a.dtype)
+        for (name, a), (pinned, dev, _) in zip(arrays, bufs):
             pinned[...] = a.ravel()
             self.b.copy_to_device_async(dev, pinned, self.stream)
             parts[name] = dev.reshape(a.shape)

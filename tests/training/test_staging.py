@@ -119,10 +119,36 @@ def test_each_wait_of_the_feed_is_needed(monkeypatch, wait):
     assert not all(same(got, expected(want)) for got, want in zip(seen, host))
 
 
+@pytest.mark.parametrize("fixed", [True, False])
+def test_a_new_device_buffer_is_written_after_the_kernels_still_using_its_memory(monkeypatch, fixed):
+    """The pool gives a new staging buffer memory that a kernel still queued on the compute stream writes (cupy's
+    pool hands a block freed on the compute stream out again at once: that stream orders its own reuse, but the
+    feed's copy runs on another stream). Here the copy stream runs its copies as soon as it may; the feed makes it
+    wait for the compute stream's queued kernels, and without that wait a batch is overwritten. (On an H200 this
+    race gave a wrong model at np 2 once the steps stopped waiting for the device several times each.)"""
+    from fake_device import FakeStream
+    fake = FakeBackend(lazy_compute=True)
+    monkeypatch.setattr(fake, "new_stream", lambda: FakeStream(fake, immediate=True))
+    made = fake.device_empty
+
+    def from_the_pool(n, dtype):
+        block = made(n, dtype)
+        fake.compute.enqueue(lambda: block.fill(7))     # its last user before the pool handed it out
+        return block
+    monkeypatch.setattr(fake, "device_empty", from_the_pool)
+    if not fixed:           # the buffers never reported new: the feed's wait for the queued kernels left out
+        real = _Slot.buffers
+        monkeypatch.setattr(_Slot, "buffers", lambda self, *a: real(self, *a)[:2] + (False,))
+    host = batches()
+    seen = run_lazily(host, fake)
+    assert all(same(got, expected(want)) for got, want in zip(seen, host)) == fixed
+
+
 def test_the_fake_device_runs_a_copy_only_when_waited_for():
     fake = FakeBackend()
     slot = _Slot(fake)
-    pinned, dev = slot.buffers("x", 4, np.float32)
+    pinned, dev, new = slot.buffers("x", 4, np.float32)
+    assert new and not slot.buffers("x", 3, np.float32)[2]
     pinned[...] = 1
     stream = fake.new_stream()
     fake.copy_to_device_async(dev, pinned, stream)
