@@ -13,7 +13,7 @@ class Backend:
 
     device = None            # the GPU this process computes on (None: the host)
     syncs = 0                # host waits on the device so far (mpinn.training.timeline counts them per step)
-    fused = False            # has the fused steps (head, bias_act_, act_grad_, compact): one kernel each on a GPU
+    fused = False            # has the fused steps (head, bias_act_, act_grad_, the first layer's): a GPU's kernels
 
     def __init__(self, name, xp, sparse):
         self.name, self.xp, self.sparse = name, xp, sparse
@@ -43,6 +43,14 @@ class Backend:
     def sparse_t_matmul(self, X, D):
         """X^T @ D: the gradient rows of the block X selects, D the rows' deltas."""
         return X.T @ D
+
+    def compact(self, X):
+        """(the sorted unique columns X touches as int64, X with its columns renumbered 0..k-1 over them)."""
+        return compact_csr(self.xp, self.sparse, X)
+
+    def compact_t_matmul(self, C, D):
+        """C^T @ D for compact's C: the gradient rows of the columns a batch touches, C-contiguous."""
+        return self.xp.ascontiguousarray(self.sparse_t_matmul(C, D))
 
     def describe(self):
         return "cpu (numpy)"
@@ -108,8 +116,8 @@ class CupyBackend(Backend):
         return self.rows_times(indptr, rows, data, D, X.shape[1])
 
     def compact_t_matmul(self, C, D):
-        """C^T @ D for a compact C (every column present, compact's): sparse_t_matmul's order and bits, its
-        transpose made in three kernels and one sort."""
+        """C^T @ D for compact's C (every column present): sparse_t_matmul's order and bits, its transpose made in
+        two kernels and one sort."""
         cp = self.cupy
         n, k = C.shape
         nnz = int(C.data.shape[0])
@@ -124,8 +132,7 @@ class CupyBackend(Backend):
         return self.rows_times(indptr, rows_t, data_t, D, k)
 
     def compact(self, X):
-        """(the sorted unique columns X touches as int64, X with its columns renumbered 0..k-1 over them), as
-        mpinn.model.compact_csr, by marks over the columns (one host read: k) instead of a sort."""
+        """compact_csr's result by marks over the columns (one host read: how many) instead of a sort."""
         cp = self.cupy
         mark = cp.zeros(X.shape[1], cp.int32)
         kernel(cp, "mark")(X.indices, mark)
@@ -273,14 +280,13 @@ class DeviceCSR:
     def __init__(self, data, indices, indptr, shape):
         self.data, self.indices, self.indptr, self.shape = data, indices, indptr, tuple(int(s) for s in shape)
 
-    @property
-    def nnz(self):
-        return int(self.data.shape[0])
 
-    def get(self):
-        """The rows on the host, as a scipy CSR matrix."""
-        return scipy.sparse.csr_matrix((to_host(self.data), to_host(self.indices), to_host(self.indptr)),
-                                       shape=self.shape)
+def compact_csr(xp, sparse, Xs):
+    """(the sorted unique columns Xs touches as int64, Xs with its columns renumbered 0..k-1 over them)."""
+    ids, inverse = xp.unique(Xs.indices, return_inverse=True)
+    compact = sparse.csr_matrix((Xs.data, inverse.ravel().astype(Xs.indices.dtype), Xs.indptr),
+                                shape=(Xs.shape[0], int(ids.shape[0])))
+    return ids.astype(numpy.int64), compact
 
 
 def to_host(a):

@@ -317,21 +317,10 @@ class MLP:
         densify_(self.grad_buffer, rows)
 
 
-def compact_csr(xp, sparse, Xs):
-    """(the sorted unique columns Xs touches as int64, Xs with its columns renumbered 0..k-1 over them)."""
-    ids, inverse = xp.unique(Xs.indices, return_inverse=True)
-    compact = sparse.csr_matrix((Xs.data, inverse.ravel().astype(Xs.indices.dtype), Xs.indptr),
-                                shape=(Xs.shape[0], int(ids.shape[0])))
-    return ids.astype(np.int64), compact
-
-
 def sparse_rows_grad(backend, Xs, d, n_rows):
     """X^T d restricted to the columns X touches, without a dense (n_rows, width) temporary."""
-    if backend.fused:           # marks over the columns instead of a sort; the compact transpose's kernels
-        ids, compact = backend.compact(Xs)
-        return SparseRows(ids, backend.compact_t_matmul(compact, d), n_rows)
-    ids, compact = compact_csr(backend.xp, backend.sparse, Xs)
-    return SparseRows(ids, backend.xp.ascontiguousarray(backend.sparse_t_matmul(compact, d)), n_rows)
+    ids, compact = backend.compact(Xs)
+    return SparseRows(ids, backend.compact_t_matmul(compact, d), n_rows)
 
 
 def head_output(loss, xp, z):

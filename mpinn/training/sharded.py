@@ -5,10 +5,10 @@ import time
 
 import numpy as np
 
+from mpinn.backend import compact_csr
 from mpinn.batch import Batch
 from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.config import MpinnError
-from mpinn.model import compact_csr
 from mpinn.process import small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
 
