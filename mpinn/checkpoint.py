@@ -31,8 +31,8 @@ def _write_npz_atomically(path, prefix, header, arrays):
     writes_fail_not_kill()
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".npz", dir=os.path.dirname(os.path.abspath(path)))
     try:
-        follow_umask(fd)
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb") as f:       # closed whatever happens next
+            follow_umask(f.fileno())
             np.savez(f, header=np.array(json.dumps(header)),
                      **{k: np.ascontiguousarray(to_host(v)) for k, v in arrays.items()})
             f.flush()
@@ -154,11 +154,16 @@ def member_dirs(directory):
     return [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if _MEMBER.match(name)]
 
 
-def remove_stale_temporaries(directory):
-    """The temporary files a writer killed mid-write left behind (they are never checkpoints)."""
+def _temporary_prefix(run=None):
+    return ".tmp-ckpt-" + (run + "-" if run else "")
+
+
+def remove_stale_temporaries(directory, run=None):
+    """The temporary files a writer killed mid-write left behind (they are never checkpoints): run `run`'s only,
+    when given (another run writing into the same directory at this moment keeps its own)."""
     if os.path.isdir(directory):
         for name in os.listdir(directory):
-            if name.startswith(".tmp-ckpt-"):
+            if name.startswith(_temporary_prefix(run)):
                 os.unlink(os.path.join(directory, name))
 
 
@@ -168,10 +173,10 @@ def save_checkpoint(directory, step, arrays, header, keep=3, run=None):
     leaves the previous checkpoints intact and at most one stray temporary file, which the next save
     removes."""
     os.makedirs(directory, exist_ok=True)
-    remove_stale_temporaries(directory)
+    remove_stale_temporaries(directory, run)
     header = dict(header, format=CHECKPOINT_FORMAT, version=__version__, step=int(step), run=run)
     path = checkpoint_path(directory, step, run)
-    _write_npz_atomically(path, ".tmp-ckpt-", header, arrays)
+    _write_npz_atomically(path, _temporary_prefix(run), header, arrays)
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)   # the rename itself reaches the disk

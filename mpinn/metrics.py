@@ -104,8 +104,18 @@ def compute_metrics(task, y, pred):
 HIGHER_IS_BETTER = ("auc", "accuracy")       # the held-out metrics to maximise; logloss and rmse are minimised
 
 
+def stop_value(valid, metric):
+    """The held-out `metric` that --keep best and --early-stop compare: NaN (none) where some held-out prediction
+    was non-finite, since the metric over the rows left then flatters a diverging model."""
+    value = valid.get(metric)
+    return float("nan") if value is None or valid.get("nonfinite") else value
+
+
 def better(metric, a, b):
-    """Is held-out value a better than b by `metric`? (A tie, or a NaN, is not.)"""
+    """Is held-out value a better than b by `metric`? A tie is not, nor is a NaN a; any other a is better than a
+    NaN b (no metric at all: a first epoch whose every held-out prediction was non-finite)."""
+    if a != a or b != b:
+        return b != b and a == a
     return a > b if metric in HIGHER_IS_BETTER else a < b
 
 

@@ -95,13 +95,19 @@ def _inside(path, folder):
     return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep)
 
 
+def made_parent(path):
+    """path, its directory made first where missing (check_file let the run start because it could be made)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return path
+
+
 @contextmanager
 def written_whole(path, what):
     """A text file written through a temporary file in its directory and renamed into place: a write that fails (a
     full disk) leaves the file that was there and no partial one, and is one line naming `what`."""
     from mpinn.process import follow_umask
     writes_fail_not_kill()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(made_parent(path))))
     try:
         follow_umask(fd)
         with os.fdopen(fd, "w") as f:

@@ -79,7 +79,8 @@ def _read_for_model(meta, path):
             raise MpinnError(messages.predict_needs_data("the model was not trained on the embedded data"))
         from mpinn.data import load_default
         data = load_default(meta["default_rows"], meta["default_seed"], hashing)
-        _, valid = data.split(meta["holdout"], meta["default_seed"])
+        last = (meta.get("config") or {}).get("holdout_by") == "last"      # random or last (rules: a table's alone)
+        _, valid = data.split(meta["holdout"], meta["default_seed"], *(("time", np.arange(len(data))) if last else ()))
         if valid is None:
             raise MpinnError(messages.predict_needs_data("the model was trained without held-out rows"))
         return valid

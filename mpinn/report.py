@@ -3,6 +3,7 @@
 import json
 import os
 
+from mpinn.outputs import made_parent
 
 METRICS = ("accuracy", "logloss", "auc", "rmse")
 
@@ -56,32 +57,39 @@ def time_split(summary):
 
 
 class Curve:
-    """Rank 0 appends each epoch as it ends (so a crashed run keeps its curve so far): to the curve file, and as
-    TensorBoard scalars at the global step to an event file in log_dir."""
+    """Rank 0 appends each epoch as it ends (so a crashed run keeps its curve so far; a resumed run writes the
+    earlier epochs first): to the curve file, and as TensorBoard scalars at the global step to an event file in
+    log_dir."""
 
     def __init__(self, path=None, plot=None, log_dir=None):
+        # the curve file is replaced at the first row, not before: a run refused at its start leaves it as it was
         self.path, self.plot, self.rows = path, plot, []
-        if path:
-            open(path, "w").close()
         self.events = None
         if log_dir:
             from mpinn.events import EventWriter
             self.events = EventWriter(log_dir)
         self.since = None
 
-    def begin(self, samples, elapsed, eval_seconds):
-        """Where training starts (a resumed run: where its checkpoint stood), for the first samples/s."""
+    def begin(self, samples, elapsed, eval_seconds, earlier=()):
+        """Where training starts (a resumed run: where its checkpoint stood), for the first samples/s; earlier: a
+        resumed run's epochs before it (the checkpoint's history), written to the curve file again (the
+        TensorBoard events of a resumed run hold its own epochs: the earlier run's event file holds the rest)."""
         self.since = {"samples": samples, "elapsed": elapsed, "eval_seconds": eval_seconds}
+        for record in earlier:
+            self._write(flatten(record))
 
     def add(self, record):
         row = flatten(record)
-        self.rows.append(row)
         if self.events is not None:
             self.events.scalars(row["step"], scalars(row, self.since or row), wall_time=row["time"])
             self.since = row
+        self._write(row)
+
+    def _write(self, row):
+        self.rows.append(row)
         if not self.path:
             return
-        with open(self.path, "a") as f:
+        with open(self.path, "a") if len(self.rows) > 1 else open(made_parent(self.path), "w") as f:
             if self.path.endswith(".csv"):
                 if len(self.rows) == 1:
                     f.write(",".join(row) + "\n")
@@ -128,7 +136,7 @@ def plot_curve(rows, path):
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
-    tmp = path + ".tmp.png"
+    tmp = made_parent(path) + ".tmp.png"
     # what was drawn, in the PNG's Description (tEXt) chunk: a reader checks the file without pixels
     drawn = [line.get_label() + ": %d points" % len(line.get_xdata()) for ax in axes for line in ax.get_lines()]
     fig.savefig(tmp, dpi=100, format="png", metadata={"Description": "; ".join(drawn)})

@@ -131,16 +131,22 @@ class Communicator:
     # ------------------------------------------------------------ start-up agreement
     def root_call(self, fn, root=0):
         """Run fn on root only; if it raises MpinnError, every rank raises it (collectively). The other ranks wait
-        asleep (barrier_asleep), not spinning in MPI: fn is reading the data, a checkpoint, the outputs' checks."""
-        result, error = None, None
+        asleep (barrier_asleep), not spinning in MPI: fn is reading the data, a checkpoint, the outputs' checks.
+        Any other exception (a bug) is raised on root as it is and as a one-line MpinnError on the others, so
+        that no rank is left waiting for root (the Python API has no launcher's abort to end them)."""
+        result, error, crash = None, None, None
         if self.rank == root:
             try:
                 result = fn()
             except MpinnError as e:
                 error = str(e)
+            except Exception as e:
+                error, crash = "rank %d failed: %s: %s" % (root, type(e).__name__, e), e
         if self.size > 1:
             self.barrier_asleep()
         error = self.bcast_obj(error, root=root)
+        if crash is not None:
+            raise crash
         if error is not None:
             raise MpinnError(error, collective=True)
         return result

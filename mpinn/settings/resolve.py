@@ -79,7 +79,8 @@ def resolve(cfg, info, ranks):
     if cfg.parallel == "tower" or not info.has_valid:    # nothing to pick the best epoch by
         if cfg.where("early_stop") != "given":
             d("early_stop", 0)
-        d("keep", "last")
+        if cfg.where("keep") != "given":        # given, the rules refuse it (keep-best-held-out)
+            d("keep", "last")
     if d.get("lr_decay") is None:       # plateau counts epochs by the held-out metric: without it, none
         counted = info.has_valid and cfg.parallel != "tower"
         d("lr_decay", "none" if defaults["lr_decay"] == "plateau" and not counted else defaults["lr_decay"])

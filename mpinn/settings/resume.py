@@ -107,3 +107,13 @@ def check_resume(header, config, spec, meta, n_train, batch):
     if header.get("n_train") != n_train:
         raise MpinnError("--resume %s: the checkpoint was trained on %s rows, this data has %d"
                          % (path, header.get("n_train"), n_train))
+
+
+def check_kept(header, has_best_params, keep):
+    """--keep best continues only a checkpoint that holds its best epoch's parameters (one written with --keep
+    best): from any other, the model file would hold the last epoch's under the best one's name and metrics."""
+    best = header["position"].get("best")
+    if keep == "best" and best is not None and not has_best_params:
+        raise MpinnError("--resume %s: the checkpoint was written with --keep last and holds no copy of its best "
+                         "epoch (epoch %s); resume with --keep last, or start afresh to keep the best"
+                         % (header["path"], best["epoch"]))

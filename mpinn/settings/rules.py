@@ -184,6 +184,10 @@ RULES = tuple([
          lambda c: _suffix(c) in ("npz", "mat") and _given(c, "label", "categorical", "numeric"),
          "--label, --categorical and --numeric name the columns of a CSV or Parquet file; a .{_s} file holds "
          "the arrays X and y", "--label y", "data.npz"),
+    Rule("columns-of-packed", ("label", "categorical", "numeric", "data"),
+         lambda c: _suffix(c) == "mpinn" and _given(c, "label", "categorical", "numeric"),
+         "--label, --categorical and --numeric were chosen when the .mpinn file was packed (python -m mpinn.prepare); "
+         "give them to prepare, or train on the CSV or Parquet file", "--label y", "data.mpinn"),
     Rule("buckets-split", ("buckets", "hash_mode"), lambda c: bool(c.buckets) and c.hash_mode != "split",
          "--buckets is for --hash-mode split (this is {c.hash_mode})", "--categorical a --buckets a=3"),
     Rule("buckets-block", ("buckets", "hash_k", "hash_mode"),
@@ -215,6 +219,11 @@ RULES = tuple([
              c.parallel == "tower" or (not c.valid and c.holdout == 0)),
          "--early-stop needs held-out rows (--valid FILE or --holdout > 0) and --parallel data",
          "--early-stop 2 --holdout 0"),
+    Rule("keep-best-held-out", ("keep", "holdout", "valid", "parallel"),
+         lambda c: c.keep == "best" and _given(c, "keep") and (
+             c.parallel == "tower" or (not c.valid and c.holdout == 0)),
+         "--keep best keeps the epoch best on held-out rows: give --valid FILE or --holdout > 0, and --parallel data",
+         "--keep best --holdout 0"),
     Rule("overwrite-or-resume", ("overwrite_checkpoints", "resume", "checkpoint_dir"),
          lambda c: c.overwrite_checkpoints and (bool(c.resume) or not c.checkpoint_dir),
          "--overwrite-checkpoints starts a run afresh in its --checkpoint-dir; --resume continues one: give "
@@ -270,6 +279,9 @@ def check_data(cfg, shapes):
     if cfg.lr_decay == "plateau" and cfg.where("lr_decay") == "given" and not shapes["has_valid"]:
         raise MpinnError("--lr-decay plateau needs held-out rows: the data gave none (--valid FILE or --holdout > 0)",
                          collective=True)
+    if cfg.keep == "best" and cfg.where("keep") == "given" and not shapes["has_valid"]:
+        raise MpinnError("--keep best needs held-out rows: the data gave none (--valid FILE or --holdout > 0)",
+                         collective=True)
     if cfg.early_stop and cfg.where("early_stop") == "given" and not shapes["has_valid"]:
         raise MpinnError("--early-stop needs held-out rows: the data gave none (--valid FILE or --holdout > 0)",
                          collective=True)
@@ -313,6 +325,19 @@ def _hot_k(c):
     return int(c.hot_rows) if c.hot_rows not in ("auto", "off") else 0
 
 
+def _model_bytes(s):
+    """The least memory a model takes anywhere: its parameters once, and one gradient of them."""
+    return 2 * s.n_params * (4 if s.dtype == "float32" else 8)
+
+
+def _model_too_big(c, t, s):
+    return s is not None and _model_bytes(s) > t.nodes * t.mem_available
+
+
+def _readers(c, t):
+    return t.size if c.readers == "all" else int(c.readers)
+
+
 JOB_RULES = (
     JobRule("gpu-present", ("device",), lambda c, t, s: _no_gpu(t) is not None,
             lambda c, t, s: "--device gpu: no usable GPU on rank %d: %s" % (_no_gpu(t), t.devices[_no_gpu(t)][1]),
@@ -345,6 +370,18 @@ JOB_RULES = (
             lambda c, t, s: c.table == "sharded" and c.shard_exchange == "node" and t.size > 1 and bool(t.uneven),
             lambda c, t, s: "--shard-exchange node: %s; give --shard-exchange flat" % t.uneven,
             "--table sharded --shard-exchange node on nodes with different numbers of ranks"),
+    JobRule("model-memory", ("hash_bits", "hidden"), _model_too_big,
+            lambda c, t, s: "the model has %d parameters: they and a gradient of them take %.1f GiB, more than the "
+                            "%.1f GiB available on the job's %d node(s); give a smaller --hash-bits or --hidden, or "
+                            "more nodes" % (s.n_params, _model_bytes(s) / 2**30,
+                                            t.nodes * t.mem_available / 2**30, t.nodes),
+            "--hash-bits 30 on a node with less than 2^30 times the first layer's width x 8 bytes of memory"),
+    JobRule("readers-batch", ("readers", "batch_size"),
+            lambda c, t, s: c.readers != "1" and 0 < c.batch < _readers(c, t) <= t.size,
+            lambda c, t, s: "--readers %s: each of the %d readers takes its share of every global batch, and %d rows "
+                            "leave some none: give --batch-size %d or more" % (
+                                c.readers, _readers(c, t), c.batch, _readers(c, t)),
+            "--readers all --batch-size 2 on 3 ranks"),
     JobRule("hot-rows-table", ("hot_rows", "table"),
             lambda c, t, s: s is not None and c.table == "sharded" and _hot_k(c) > s.n_sparse,
             lambda c, t, s: "--hot-rows %d: the table has %d rows" % (_hot_k(c), s.n_sparse),

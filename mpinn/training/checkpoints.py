@@ -5,7 +5,7 @@ from mpinn.checkpoint import clear_stopped, load_checkpoint, mark_stopped, save_
 from mpinn.config import MpinnError, Stopped
 from mpinn.outputs import why_not_written
 from mpinn.settings import messages
-from mpinn.settings.resume import check_resume, resume_config, run_identity
+from mpinn.settings.resume import check_kept, check_resume, resume_config, run_identity
 
 
 class Checkpoints:
@@ -73,6 +73,7 @@ def start(cfg, trainer, spec, info, say=lambda msg: None, home=None):
         def load_checked():
             arrays, header = load_checkpoint(cfg.resume, run)
             check_resume(header, config, spec, info.meta, info.n_train, cfg.batch)
+            check_kept(header, "best_params" in arrays, cfg.keep)
             return arrays, header
         arrays, header = comm.root_call(load_checked) or (None, None)
         resumed = restore(trainer, arrays, header)

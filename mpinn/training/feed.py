@@ -185,9 +185,9 @@ class LocalStreamFeed:
         self.comm, self.group, self.layout, self.s, self.n_global = comm, readers.group, layout, start, 0
         self.queue, self.done = None, False
         if self.group.rank == 0:
-            share = int(split_counts(int(batch_size), readers.count)[readers.reader])
-            self.queue = queue.Queue(maxsize=batches_ahead(data, max(share, 1)))
-            threading.Thread(target=_produce, args=(self.queue, data.batches(max(share, 1), dtype, seed, epoch), start),
+            share = int(split_counts(int(batch_size), readers.count)[readers.reader])   # >= 1 (rule readers-batch)
+            self.queue = queue.Queue(maxsize=batches_ahead(data, share))
+            threading.Thread(target=_produce, args=(self.queue, data.batches(share, dtype, seed, epoch), start),
                              daemon=True, name="mpinn-reader").start()
 
     def next(self):

@@ -10,6 +10,7 @@ from mpinn.model import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 from mpinn.settings.plan import make_plan
+from mpinn.settings.rules import check_job
 from mpinn.settings.shapes import model_spec
 from mpinn.training import checkpoints
 from mpinn.training.build import build_step, communicator
@@ -34,6 +35,7 @@ class Run:
     def __init__(self, cfg, job, info, hooks=None, backend=None):
         self.job, self.info, self.hooks = job, info, hooks or Hooks()
         self.spec = model_spec(cfg, info)
+        check_job(cfg, job.topology, self.spec)     # the plan's first check, before the model takes its memory
         self.layout = Layout(**vars(info.layout)) if not isinstance(info.layout, Layout) else info.layout
         if backend is None:
             from mpinn.backend import get_backend
@@ -112,9 +114,7 @@ class Run:
             summary = trainer.summary()
             self.release_()               # the returned model owns its arrays; shared-memory windows are freed
             if cfg.towers:
-                params = trainer.gather_towers()
-                if trainer.keep_best and trainer.best_params is not None:
-                    self.model.params[...] = trainer.best_params
+                params = trainer.gather_towers()    # the last epoch's (the rules refuse --keep best with towers)
             else:
                 params = trainer.final_params()     # the kept epoch's: the best one with --keep best
             summary = self.comm.bcast_obj(summary)

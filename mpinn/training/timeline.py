@@ -4,6 +4,8 @@ import os
 import sys
 import time
 
+from mpinn.outputs import made_parent
+
 PHASES = ("data", "compute", "comm", "update")   # data wait, forward+backward, communication, optimizer
 
 
@@ -169,7 +171,7 @@ def write_trace(timeline, comm, path):
         doc = {"traceEvents": [e for rank_events in events for e in rank_events],
                "displayTimeUnit": "ms",
                "otherData": {"ranks": comm.size, "phases": list(PHASES), "reduce": comm.name}}
-        tmp = path + ".tmp"
+        tmp = made_parent(path) + ".tmp"
         with open(tmp, "w") as f:
             json.dump(doc, f)
         os.replace(tmp, path)

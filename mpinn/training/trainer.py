@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from mpinn import __version__
 from mpinn.comm.guard import NoWatchdog
 from mpinn.config import MpinnError
-from mpinn.metrics import better, format_metrics
+from mpinn.metrics import better, format_metrics, stop_value
 from mpinn.process import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked
@@ -289,10 +289,10 @@ class Trainer:
 
     def track_best(self, record, point=False):
         """Is this evaluation the best so far by the held-out metric (lower logloss / rmse, higher auc /
-        accuracy; a tie is no better)? An epoch's end, or (point) one inside it: an epoch's end no better than the
-        best counts towards early stop, a point does not. Every rank has the same metrics, so every rank agrees."""
-        value = record["valid"].get(self.stop_metric)
-        improved = value is not None and value == value and (
+        accuracy; a tie, or a non-finite prediction, is no better)? An epoch's end, or (point) one inside it: an
+        epoch's end no better counts towards early stop, a point does not. Every rank has the same metrics."""
+        value = stop_value(record["valid"], self.stop_metric)
+        improved = value == value and (
             self.best is None or better(self.stop_metric, value, self.best["value"]))
         if improved:
             self.best = {"epoch": record["epoch"], "value": float(value), "bad_epochs": 0, "step": record["step"],

@@ -38,6 +38,34 @@ def test_default_data_trains_on_two_ranks_and_predict_reproduces(tmp_path, launc
     assert len(open(tmp_path / "p.csv").read().splitlines()) == 4000 + 1
 
 
+def test_predict_holds_out_the_rows_training_held_out_with_holdout_by_last(tmp_path):
+    """Without --data, predict scores the embedded log's held-out rows as training chose them: its last rows with
+    --holdout-by last (a random draw would score rows trained on, and look better than the model is)."""
+    r, model, metrics = train(1, ["--default-rows", "5000", "--epochs", "1", "--holdout-by", "last"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    reported = json.load(open(metrics))["valid"]
+    p = predict(["--model", model, "--metrics-out", str(tmp_path / "p.json")])
+    assert p.returncode == 0, p.stderr
+    again = json.load(open(tmp_path / "p.json"))
+    for k in ("accuracy", "auc", "logloss"):
+        assert again[k] == pytest.approx(reported[k], abs=1e-9), k
+
+
+def test_outputs_go_into_folders_not_yet_made(tmp_path):
+    """Every output's folder is made when missing (as --model-out's always was): a run accepted at its start does
+    not end in a traceback after training, with the model file already replaced."""
+    new = tmp_path / "new"
+    model = str(new / "f" / "model.npz")
+    r = mpirun(1, ["-m", "mpinn.train", "--no-progress", "--default-rows", "3000", "--epochs", "1", "--model-out", model,
+                   "--metrics-out", str(new / "a" / "m.json"), "--curve", str(new / "b" / "c.csv"),
+                   "--timeline", str(new / "c" / "t.json")], 180)
+    assert r.returncode == 0, r.stderr
+    p = predict(["--model", model, "--out", str(new / "d" / "p.csv"), "--metrics-out", str(new / "e" / "m.json")])
+    assert p.returncode == 0, p.stderr
+    for name in ("a/m.json", "b/c.csv", "c/t.json", "d/p.csv", "e/m.json"):
+        assert (new / name).stat().st_size > 0, name
+
+
 def accurate_and_reproduced(metrics, model, data, tmp_path, accuracy=0.9):
     """The held-out accuracy training reported is high, and predict on the same file reproduces it."""
     reported = json.load(open(metrics))["valid"]

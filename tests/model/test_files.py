@@ -27,3 +27,16 @@ def test_model_and_checkpoint_files_follow_the_umask(tmp_path):
     assert np.array_equal(got, params) and got_spec == spec and meta["task"] == "binary"
     arrays, header = load_checkpoint(str(tmp_path / "ck"))
     assert np.array_equal(arrays["params"], params)
+
+
+def test_a_checkpoint_save_removes_its_own_runs_stray_temporaries_and_no_other_runs(tmp_path):
+    """A writer killed mid-write leaves a temporary; this run's next save removes its own, but never the file
+    another run is writing into the same directory at that moment."""
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    mine, theirs = ck / ".tmp-ckpt-aaaa-x1.npz", ck / ".tmp-ckpt-bbbb-x2.npz"
+    mine.write_bytes(b"half")
+    theirs.write_bytes(b"being written")
+    path = save_checkpoint(str(ck), 3, {"params": np.zeros(2)}, {"position": {}}, run="aaaa")
+    assert not mine.exists() and theirs.exists()
+    assert sorted(os.listdir(ck)) == sorted([os.path.basename(path), theirs.name])

@@ -21,8 +21,8 @@ def job(nodes=1, per_node=4, free=64 * GIB, shm=None, sizes=None):
                              shm_room=tuple([shm] * len(sizes)))
 
 
-def plan(topo, spec=WIDE, optimizer="sgd", **options):
-    cfg = fixed(64, dtype=spec.dtype, hidden=spec.hidden, optimizer=optimizer, table=options.pop("table", "auto"),
+def plan(topo, spec=WIDE, optimizer="sgd", batch=64, **options):
+    cfg = fixed(batch, dtype=spec.dtype, hidden=spec.hidden, optimizer=optimizer, table=options.pop("table", "auto"),
                 **options)
     opt = create_optimizer(optimizer, spec.n_params, np, cfg.weight_decay, (), table=(spec.n_sparse, spec.first_width),
                            hashed_update=cfg.hashed_update)
@@ -94,6 +94,30 @@ def test_the_sharded_tables_exchange_and_hot_rows():
     with pytest.raises(MpinnError, match="--hot-rows 9: the table has 8 rows"):
         plan(job(nodes=2, per_node=2), spec=ModelSpec(8, 1, (4,), 1, "relu", "sigmoid"), hot_rows="9")
     assert plan(job()).exchange is None         # replicated: no exchange to plan
+
+
+def test_every_reader_needs_a_share_of_the_global_batch():
+    """--readers all or K: each reader takes split_counts(B, K)'s share of every global batch; a batch of fewer rows
+    than readers would leave one with none (it used to take a row anyway, and the batch grew past the one asked)."""
+    assert plan(job(per_node=3), DENSE, batch=3, readers="all").cfg.batch == 3
+    assert plan(job(per_node=3), DENSE, batch=2, readers="2").cfg.batch == 2
+    assert plan(job(per_node=3), DENSE, batch=2).cfg.batch == 2      # one reader: a rank may get no rows
+    with pytest.raises(MpinnError, match="--readers all: each of the 3 readers .* give --batch-size 3 or more"):
+        plan(job(per_node=3), DENSE, batch=2, readers="all")
+    with pytest.raises(MpinnError, match="--readers 2: each of the 2 readers"):
+        plan(job(per_node=3), DENSE, batch=1, readers="2")
+
+
+def test_a_model_larger_than_the_jobs_memory_is_refused():
+    """Its parameters and one gradient (WIDE: 2^22 x 64 + 385 float32 parameters, 2.0 GiB) must fit in the memory
+    the job's nodes have available; before this rule such a run ended in a traceback as the model was made."""
+    need = 2 * 4 * WIDE.n_params
+    assert need == 2 * 4 * ((1 << 22) * 64 + 4 * 64 + 64 + 64 + 1)
+    with pytest.raises(MpinnError, match=r"the model has %d parameters: they and a gradient of them take 2\.0 GiB, "
+                                         r"more than the 1\.0 GiB available on the job's 1 node" % WIDE.n_params):
+        plan(job(free=GIB), WIDE)
+    assert plan(job(free=need), WIDE).table == "sharded"        # fits, just (the table is sharded to make room)
+    assert plan(job(nodes=2, free=need // 2 + 1), WIDE).table == "sharded"    # two nodes' memory together
 
 
 def test_the_start_up_lines_come_from_the_plan():

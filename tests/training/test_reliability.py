@@ -166,6 +166,24 @@ def test_a_fresh_run_does_not_take_over_another_runs_checkpoints(tmp_path, launc
 
 
 @pytest.mark.mpi
+def test_a_resumed_run_keeps_its_curve_and_refuses_a_best_epoch_it_has_no_copy_of(tmp_path, launcher):
+    """Resuming continues the --curve file (the earlier epochs are not lost); --keep best from a checkpoint written
+    with --keep last is refused (it holds no copy of the best epoch: the model file would hold the last epoch's
+    parameters under the best one's name), and the refusal changes nothing."""
+    ck, curve = tmp_path / "ck", tmp_path / "c.csv"
+    r = train(2, ["--epochs", "1", "--keep", "last", "--checkpoint-dir", str(ck), "--curve", str(curve)])
+    assert r.returncode == 0, r.stderr
+    before = digest(tmp_path)
+    r = train(2, ["--epochs", "2", "--resume", str(ck), "--curve", str(curve), "--model-out", str(tmp_path / "m.npz")])
+    one_error_line(r, "written with --keep last and holds no copy of its best epoch (epoch 1)")
+    assert digest(tmp_path) == before
+    r = train(2, ["--epochs", "2", "--keep", "last", "--resume", str(ck), "--curve", str(curve)])
+    assert r.returncode == 0, r.stderr
+    rows = curve.read_text().splitlines()
+    assert len(rows) == 3 and [row.split(",")[0] for row in rows] == ["epoch", "1", "2"], rows
+
+
+@pytest.mark.mpi
 def test_an_output_that_cannot_be_written_ends_the_run_before_the_data_is_read(tmp_path, launcher):
     (tmp_path / "afile").write_text("")
     pipe = tmp_path / "pipe.csv"
