@@ -70,6 +70,15 @@ def run_one_process(run, args):
         return 141
 
 
+def launched_ranks(env=os.environ):
+    """(rank, ranks) as an MPI launcher (mpiexec, mpirun, srun) told this process, without starting MPI; (0, 1)
+    when none did."""
+    for rank, size in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+        if size in env:
+            return int(env.get(rank, 0)), int(env[size])
+    return 0, 1
+
+
 def mem_available():
     """Bytes of memory this machine can still give (MemAvailable in /proc/meminfo); None elsewhere."""
     try:

@@ -9,9 +9,12 @@ from mpinn.settings.parse import build_parser  # noqa: E402,F401  (the parser: p
 
 
 def run(cfg):
-    """The CLI is a thin layer over the Python API: same options, same code."""
+    """The CLI is a thin layer over the Python API: same options, same code. numpy's floating-point warnings are
+    off: a diverging step is mpinn's to report (the step's verdict, in one line), not numpy's on stderr."""
+    import numpy as np
     from mpinn.api import run as train_run
-    train_run(cfg)
+    with np.errstate(all="ignore"):
+        train_run(cfg)
     return 0
 
 

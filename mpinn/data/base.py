@@ -83,7 +83,7 @@ class Rows:
         if holdout <= 0 or n_valid == 0:
             return self, None
         if n_valid >= n:
-            raise MpinnError("--holdout %.3g leaves no training rows" % holdout)
+            raise MpinnError("--holdout %s leaves no training rows" % holdout)
         if by is None:
             perm = np.random.default_rng([seed, 7]).permutation(n)
             return self.subset(np.sort(perm[n_valid:])), self.subset(np.sort(perm[:n_valid]))

@@ -78,12 +78,35 @@ def text_error(path, line, e):
         return MpinnError("%s line %d: the file cannot be read past here (%s)"
                           % (path, line, str(e) or type(e).__name__))
     if isinstance(e, UnicodeDecodeError):
+        packed = compressed_as(path)
+        if packed:
+            return MpinnError("%s is %s, not text: %s" % (path, packed[0], packed[1]))
         found = undecodable_line(path)
         if found is not None:
             line, column, byte = found
             return MpinnError("%s line %d: byte 0x%02x (character %d of the line) is not UTF-8 text; save the file "
                               "as UTF-8" % (path, line, byte, column))
     return MpinnError("%s line %d: %s" % (path, line, e))
+
+
+# a compressed file's first bytes, and what to do with it
+MAGIC = ((b"\x1f\x8b", "gzip-compressed", "name it .csv.gz (or .tsv.gz)"),
+         (b"PK\x03\x04", "a zip archive", "unzip it and give the file inside"),
+         (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it (zstd -d)"),
+         (b"BZh", "bzip2-compressed", "decompress it (bunzip2)"),
+         (b"\xfd7zXZ\x00", "xz-compressed", "decompress it (unxz)"))
+
+
+def compressed_as(path):
+    """(what, what to do) when the file under a plain text name starts as a compressed file does, else None."""
+    if path.lower().endswith(".gz"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    return next(((what, fix) for magic, what, fix in MAGIC if head.startswith(magic)), None)
 
 
 def undecodable_line(path, limit=MAX_LINE):

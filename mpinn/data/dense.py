@@ -17,9 +17,8 @@ def dense_xy(X, y, path, task, classes, require_label, positive=None, missing_la
     try:
         X = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
     except (TypeError, ValueError) as e:
-        raise MpinnError("%s: X must hold numbers (%s holds %s: %s)" % (
-            path, "an array of" if hasattr(X, "dtype") else "a", getattr(getattr(X, "dtype", None), "name", type(X).__name__),
-            str(e).splitlines()[0][:80]))
+        kind = "an array of %s" % X.dtype.name if hasattr(X, "dtype") else "a %s" % type(X).__name__
+        raise MpinnError("%s: X must hold numbers (it is %s: %s)" % (path, kind, str(e).splitlines()[0][:80]))
     if X.ndim != 2:
         raise MpinnError("%s: X must be 2-D, got shape %s" % (path, X.shape))
     # NaN or inf in X are missing values: the transform imputes and flags them

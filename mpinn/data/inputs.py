@@ -128,8 +128,9 @@ def load_everywhere(args, comm, say, resplit=None):
             if valid is not None:
                 set_transform(valid, transform, "the held-out rows")
         elif args.valid:
-            # read as the training data was: its task, classes and hashing contract
-            valid = load_data(args.valid, replace(spec, task=data.task, classes=data.meta.get("classes")),
+            # read as the training data was: its columns (a missing one named), task, classes and hashing contract
+            columns = {k: data.meta[k] for k in ("categorical", "numeric") if data.meta.get(k) is not None}
+            valid = load_data(args.valid, replace(spec, task=data.task, classes=data.meta.get("classes"), **columns),
                               hashing.using(data.meta.get("hashing")))
             set_transform(valid, transform, args.valid)
             train = data

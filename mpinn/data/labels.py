@@ -154,7 +154,8 @@ def encode_labels(raw, task="auto", classes=None, positive=None, rows=None, unla
             if numeric:
                 distinct = np.unique(raw)
                 # an integer past 2^53 cannot be told from a float's rounding: 1e300s are not classes
-                integral = np.all(np.mod(distinct, 1) == 0) and np.all(np.abs(distinct) < 2.0 ** 53)
+                with np.errstate(invalid="ignore"):       # an inf label: refused below, in one line
+                    integral = np.all(np.mod(distinct, 1) == 0) and np.all(np.abs(distinct) < 2.0 ** 53)
                 task = "binary" if len(distinct) == 2 else integer_task(distinct, rows or raw.shape[0]) \
                     if integral else "regression"
         if task == "regression":

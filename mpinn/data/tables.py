@@ -119,15 +119,19 @@ class TableSource:
             rows, lines = [], []
             try:
                 next(reader)
+                end = reader.line_num
                 for row in reader:
+                    start, end = end + 1, reader.line_num       # a quoted field may hold line breaks
                     if not row:
                         continue
                     if skip:
                         skip -= 1
                         continue
                     if len(row) != width:
-                        raise MpinnError("%s line %d: %d fields, the header has %d"
-                                         % (path, reader.line_num, len(row), width))
+                        raise MpinnError("%s line %d: %d fields, the header has %d" % (path, end, len(row), width)
+                                         if start == end else "%s lines %d to %d are one row of %d fields (the "
+                                         "header has %d): is a quote opened on line %d never closed?"
+                                         % (path, start, end, len(row), width, start))
                     rows.append(row)
                     lines.append(reader.line_num)
                     if len(rows) == self.chunk_rows:

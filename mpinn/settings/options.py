@@ -14,7 +14,12 @@ def _rank_from_env():
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that speaks on rank 0 only and exits 2 on every rank for a bad option."""
+    """argparse that speaks on rank 0 only and exits 2 on every rank for a bad option. An option is its whole
+    name (--epoch is not --epochs, as in a --config file): a prefix would change meaning as options are added."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def _print_message(self, message, file=None):
         if _rank_from_env() == 0:
@@ -50,15 +55,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, "mpinn: error: %s (see %s --help)\n" % (message, self.prog))
 
 
+def _number(kind, s, wanted):
+    """int(s) or float(s), text that is neither refused in the words of the range wanted."""
+    try:
+        return kind(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%s, not %s" % (wanted, s))
+
+
 def positive_int(s):
-    v = int(s)
+    v = _number(int, s, "must be a positive integer")
     if v <= 0:
         raise argparse.ArgumentTypeError("must be a positive integer, not %s" % s)
     return v
 
 
 def nonneg_int(s):
-    v = int(s)
+    v = _number(int, s, "must be >= 0")
     if v < 0:
         raise argparse.ArgumentTypeError("must be >= 0, not %s" % s)
     return v
@@ -67,7 +80,7 @@ def nonneg_int(s):
 def hash_seed(s):
     """--hash-seed: xxh64's seed, an unsigned 64-bit number (xxhash takes any integer modulo 2^64, so -1 and 2^64 - 1
     would be one seed under two names)."""
-    v = int(s)
+    v = _number(int, s, "must be in 0..2^64-1")
     if not 0 <= v < 1 << 64:
         raise argparse.ArgumentTypeError("must be in 0..2^64-1, not %s" % s)
     return v
@@ -87,14 +100,14 @@ def hot_rows_spec(s):
 
 
 def positive_float(s):
-    v = float(s)
+    v = _number(float, s, "must be a positive number")
     if not v > 0 or v != v or v == float("inf"):
         raise argparse.ArgumentTypeError("must be a positive number, not %s" % s)
     return v
 
 
 def nonneg_float(s):
-    v = float(s)
+    v = _number(float, s, "must be >= 0")
     if not v >= 0 or v == float("inf"):
         raise argparse.ArgumentTypeError("must be >= 0, not %s" % s)
     return v

@@ -206,6 +206,10 @@ RULES = tuple([
          lambda c: c.holdout_by not in ("random", "last") and not _table(c),
          "--holdout-by splits by a column of a CSV or Parquet file; this data is %s" % "{_s}",
          "--holdout-by time:t", "data.npz"),
+    Rule("holdout-by-label", ("holdout_by", "label"),
+         lambda c: bool(c.label) and c.holdout_by.partition(":")[2] == c.label,
+         "--holdout-by {c.holdout_by}: that column is the label, so the held-out rows would be chosen by it (by "
+         "time: the largest labels, often one class); name a time or group column", "--label y --holdout-by time:y"),
     Rule("holdout-by-valid", ("holdout_by", "valid"), lambda c: c.holdout_by != "random" and bool(c.valid),
          "--holdout-by chooses the held-out rows of the data; with --valid FILE they are that file's: give one "
          "of them", "--valid valid.csv --holdout-by time:t"),

@@ -27,6 +27,9 @@ def test_csv_reads_hashes_and_encodes(tmp_path):
 
 @pytest.mark.parametrize("text,message", [
     ("a,x,y\nq,1,0\nr,2\n", "line 3: 2 fields, the header has 3"),
+    ('a,x,y\n"q,1,0\nr,2,1\ns,3,0\n', "lines 2 to 4 are one row of 1 fields (the header has 3): is a quote opened on "
+                                       "line 2 never closed?"),
+    ('a,x,y\n"q\nz",1,0\nr,2\n', "line 4: 2 fields, the header has 3"),        # a closed quote's line break
     ("a,x,y\nq,1,0\nr,zz,1\n", "line 3: column 'x' is not a number: 'zz'"),
     ("a,x,z\nq,1,0\n", "has no column 'y'"),
     ("a;x;y\nq;1;0\n", "has no column 'a' (columns: 'a;x;y'): its header is one column holding semicolons; mpinn "
@@ -39,6 +42,21 @@ def test_csv_errors_name_the_problem(tmp_path, text, message):
     p = write(tmp_path / "bad.csv", text)
     with pytest.raises(MpinnError, match=re.escape(message)):
         load_data(p, DataSpec("y", categorical="a", numeric="x"))
+
+
+def test_a_compressed_file_under_a_text_name_is_named_as_such(tmp_path):
+    import gzip
+    import zipfile
+    text = b"a,x,y\n" + b"q,1,0\nr,2,1\n" * 50
+    (tmp_path / "g.csv").write_bytes(gzip.compress(text))
+    with zipfile.ZipFile(tmp_path / "z.csv", "w") as z:
+        z.writestr("inside.csv", text)
+    for name, message in (("g.csv", "g.csv is gzip-compressed, not text: name it .csv.gz"),
+                          ("z.csv", "z.csv is a zip archive, not text: unzip it and give the file inside")):
+        with pytest.raises(MpinnError, match=re.escape(message)):
+            load_data(str(tmp_path / name), DataSpec("y", categorical="a", numeric="x"))
+    (tmp_path / "g.csv.gz").write_bytes(gzip.compress(text))     # named as it is: read
+    assert len(load_data(str(tmp_path / "g.csv.gz"), DataSpec("y", categorical="a", numeric="x"))) == 100
 
 
 def test_npz_with_pickled_objects_is_refused(tmp_path):

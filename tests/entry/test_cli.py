@@ -66,6 +66,17 @@ def test_outputs_go_into_folders_not_yet_made(tmp_path):
         assert (new / name).stat().st_size > 0, name
 
 
+@pytest.mark.mpi
+def test_predict_under_mpirun_is_refused_in_one_line(tmp_path, launcher):
+    """predict is one process: two would each predict the whole file and write the same --out."""
+    r, model, _ = train(1, ["--default-rows", "2000", "--epochs", "1"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    p = mpirun(2, ["-m", "mpinn.predict", "--model", model, "--out", str(tmp_path / "p.csv")], 60)
+    assert p.returncode == 2 and p.stderr == ("mpinn: error: predict runs in one process, and mpirun started 2: run "
+                                              "python -m mpinn.predict without mpirun\n"), p.stderr
+    assert not (tmp_path / "p.csv").exists()
+
+
 def accurate_and_reproduced(metrics, model, data, tmp_path, accuracy=0.9):
     """The held-out accuracy training reported is high, and predict on the same file reproduces it."""
     reported = json.load(open(metrics))["valid"]

@@ -54,7 +54,8 @@ def test_the_api_takes_a_file_too(tmp_path):
 
 @pytest.mark.parametrize("text,message", [
     ("hiden = [8]\n", "unknown option 'hiden' (did you mean 'hidden'?)"),
-    ("epochs = 2.5\n", "epochs: invalid positive_int value: '2.5'"),
+    ("epochs = 2.5\n", "epochs: must be a positive integer, not 2.5"),
+    ('epochs = "three"\n', "epochs: must be a positive integer, not three"),
     ("activation = \"relux\"\n", "activation: invalid choice: 'relux'"),
     ("quiet = \"yes\"\n", "quiet is true or false"),
     ("wide = true\n", "wide takes a value, not true"),
