@@ -231,7 +231,8 @@ class RunConfig:
         "default: by model shape); needs held-out rows", resume=True, type=nonneg_int, metavar="PATIENCE")
     keep: str = option("best", "optimisation", "the parameters the model file holds: those of the best held-out "
                        "evaluation, an epoch's end or an --eval-every point inside one (the last epoch's without "
-                       "held-out rows), or the last epoch's",
+                       "held-out rows, unless given), or the last epoch's; a resume keeps the best only from a "
+                       "checkpoint written with best",
                        resume=True, choices=("best", "last"))
     stop_metric: str = option("auto", "optimisation", "the held-out metric for --early-stop and --keep best (auto: "
                               "logloss, rmse for regression)", choices=("auto", "logloss", "auc", "accuracy", "rmse"))
