@@ -149,7 +149,8 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     say(describe_run(run))
     say(settings.describe(run.cfg))
     if curve is not None:
-        curve.begin(trainer.samples, time.perf_counter() - t_start, trainer.eval_seconds, trainer.history)
+        curve.begin(trainer.samples, time.perf_counter() - t_start, trainer.eval_seconds, trainer.history,
+                    trainer.global_step)
     history = trainer.fit(train_set, valid, cfg.epochs, progress=not (cfg.no_progress or cfg.quiet))
     params, summary = run.finish()
     final = kept_metrics(history, summary)

@@ -56,12 +56,15 @@ def _bytes_field(number, data):
     return _field(number, 2, _varint(len(data)) + data)
 
 
-def event(wall_time, step, file_version=None, scalars=None):
+def event(wall_time, step, file_version=None, scalars=None, start=False):
     """An Event message (tensorflow/core/util/event.proto): wall_time = 1 (double), step = 2 (int64), file_version = 3
-    (string) or summary = 5: Summary { repeated Value value = 1 }, Value { string tag = 1; float simple_value = 2 }."""
+    (string), summary = 5: Summary { repeated Value value = 1 }, Value { string tag = 1; float simple_value = 2 }, or
+    (start) session_log = 7: SessionLog { status = 1: START (1) }."""
     out = _field(1, 1, struct.pack("<d", wall_time)) + _field(2, 0, _varint(int(step)))
     if file_version is not None:
         return out + _bytes_field(3, file_version.encode())
+    if start:
+        return out + _bytes_field(7, _field(1, 0, _varint(1)))
     values = b"".join(_bytes_field(1, _bytes_field(1, tag.encode()) + _field(2, 5, struct.pack("<f", value)))
                       for tag, value in scalars.items())
     return out + _bytes_field(5, values)
@@ -85,6 +88,11 @@ class EventWriter:
     def _write(self, data):
         self.file.write(record(data))
         self.file.flush()
+
+    def restart(self, step):
+        """A resumed run starts again at `step`: TensorBoard drops the points an earlier file has from this step on
+        (a run that died after its checkpoint wrote steps the resumed one writes again)."""
+        self._write(event(time.time(), step, start=True))
 
     def scalars(self, step, values, wall_time=None):
         """{tag: number} at a step (tags such as "valid/auc" group in TensorBoard by their prefix); a None or NaN is

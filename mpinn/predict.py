@@ -22,11 +22,11 @@ def build_parser():
                "the probability of each class (binary: p_POSITIVE only). The metrics (accuracy, logloss, auc; rmse) "
                "are printed when the data has the label.")
     p.add_argument("--model", required=True, metavar="FILE", help="model file (.npz) written by mpinn.train")
-    p.add_argument("--data", metavar="FILE",
-                   help="rows to predict, in the model's input: .csv (.csv.gz), .tsv, .parquet or a packed .mpinn file "
-                        "(python -m mpinn.prepare, with the model's hashing) for a model trained on a table; click-log "
-                        "text for one trained on it; .npz (X) or .mat for one trained on arrays; omitted for a model "
-                        "trained on the embedded click log: its held-out rows. The label column is optional")
+    from mpinn.settings.options import add_data_argument
+    add_data_argument(p, "rows to predict, in the model's input: .csv (.csv.gz), .tsv, .parquet or a packed .mpinn file "
+                         "(python -m mpinn.prepare, with the model's hashing) for a model trained on a table; click-log "
+                         "text for one trained on it; .npz (X) or .mat for one trained on arrays; omitted for a model "
+                         "trained on the embedded click log: its held-out rows. The label column is optional")
     p.add_argument("--out", metavar="FILE", help="write the predictions here (CSV: one row per input row, see below)")
     p.add_argument("--metrics-out", metavar="FILE", help="write the metrics as JSON here")
     p.add_argument("--stream", choices=("auto", "on", "off"), default="auto",
@@ -93,7 +93,7 @@ def _read_for_model(meta, path):
         data = load_data(path, labels, hashing)
     elif meta.get("source") == "criteo":       # click-log text, with or without the label field
         data = load_data(path, columns, hashing)
-    elif meta.get("source") in ("csv", "default", "parquet"):
+    elif meta.get("source") in ("csv", "default", "parquet", "dataframe"):    # named columns (an estimator's frame)
         if not all(extension(p) in TABLE_EXTS for p in paths):
             raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .tsv, .parquet or .mpinn "
                              "file")

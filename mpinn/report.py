@@ -70,13 +70,16 @@ class Curve:
             self.events = EventWriter(log_dir)
         self.since = None
 
-    def begin(self, samples, elapsed, eval_seconds, earlier=()):
-        """Where training starts (a resumed run: where its checkpoint stood), for the first samples/s; earlier: a
-        resumed run's epochs before it (the checkpoint's history), written to the curve file again (the
-        TensorBoard events of a resumed run hold its own epochs: the earlier run's event file holds the rest)."""
+    def begin(self, samples, elapsed, eval_seconds, earlier=(), step=0):
+        """Where training starts (a resumed run: where its checkpoint stood, global step `step`), for the first
+        samples/s; earlier: a resumed run's epochs before it (the checkpoint's history), written to the curve file
+        again. A resumed run's TensorBoard events go to a file of their own, marked as a restart after `step`: the
+        earlier run's file keeps what came before, and what it has past the checkpoint is dropped."""
         self.since = {"samples": samples, "elapsed": elapsed, "eval_seconds": eval_seconds}
         for record in earlier:
             self._write(flatten(record))
+        if step and self.events is not None:
+            self.events.restart(step + 1)
 
     def add(self, record):
         row = flatten(record)

@@ -33,17 +33,30 @@ def _is_frame(X):
     return hasattr(X, "columns") and hasattr(X, "dtypes") and hasattr(X, "iloc")
 
 
+def _category_text(column):
+    """A categorical column as text, a missing cell the empty text (as in a CSV file). A whole number in a float
+    column is written as the integer it is: an integer column that gains a missing value becomes float64 in
+    pandas, and 94103.0 must be the category 94103 (scikit-learn's encoders take them as one)."""
+    text = column.astype("string").fillna("").to_numpy(dtype=object)
+    if column.dtype.kind == "f":
+        v = column.to_numpy(dtype=np.float64, na_value=np.nan)
+        whole = np.flatnonzero(np.isfinite(v) & (v == np.round(v)) & (np.abs(v) < 2.0 ** 53))
+        text[whole] = [str(int(x)) for x in v[whole]]
+    return text
+
+
 class _FrameSource:
     """A DataFrame as the table source mpinn.data.tables.load_table reads (TableSource's interface), in one part:
     the categorical columns as text (a missing cell is the empty text, as in a CSV file), the numeric ones as
     float64 (a missing cell is NaN: imputed and flagged)."""
     path = "the DataFrame"
+    dropped = 0         # rows without a label left out: none (fit's y has every row's)
 
     def __init__(self, X, categorical, numeric, labels):
         from mpinn.data.tables import Part
         self.categorical, self.numeric, self.has_label = categorical, numeric, labels is not None
         self.meta = {"source": "dataframe", "label": None, "categorical": categorical, "numeric": numeric}
-        cats = [X[c].astype("string").fillna("").to_numpy(dtype=object) for c in categorical]
+        cats = [_category_text(X[c]) for c in categorical]
         Xd = X[numeric].to_numpy(dtype=np.float64, na_value=np.nan) if numeric else None
         self.part = Part(cats, Xd, labels, len(X))
 
@@ -97,7 +110,10 @@ class _MpinnEstimator(BaseEstimator):
         from mpinn.data.dense import dense_xy
         from mpinn.data.tables import load_table
         task, classes = self._task()
-        if _is_frame(X):
+        if _is_frame(X) and (fit or hasattr(self, "columns_")):      # fitted on arrays: a frame is read as one
+            if len(X) == 0:
+                raise ValueError("Found array with 0 sample(s) (shape=%s) while a minimum of 1 is required."
+                                 % (X.shape,))
             validate_data(self, X, reset=fit, skip_check_array=True)       # the feature names and their number
             X = X.rename(columns=str)
             if fit:
@@ -136,10 +152,13 @@ class _MpinnEstimator(BaseEstimator):
         if len(y) != X.shape[0]:
             raise ValueError("X has %d rows but y has %d" % (X.shape[0], len(y)))
         labels = self._labels(y)
+        if not _is_frame(X):
+            self.__dict__.pop("columns_", None)     # a frame's columns from an earlier fit no longer apply
         options = self._options()
         task, classes = self._task()
         try:        # scikit-learn's callers expect a ValueError for bad input
             data = self._rows(X, labels, fit=True, hashing=settings.from_keywords(None, **options).hashing)
+            data.meta.update(self._file_meta())     # what a model file (model_out) says for mpinn.predict
             result = api.run(settings.from_keywords(data, task=task, **options), params_everywhere=True)
         except MpinnError as e:
             raise ValueError(str(e)) from None
@@ -170,6 +189,12 @@ class MpinnClassifier(ClassifierMixin, _MpinnEstimator):
     def _task(self):
         return ("binary" if len(self.classes_) == 2 else "multiclass"), [str(i) for i in range(len(self.classes_))]
 
+    def _file_meta(self):
+        """The classes by the names y gave them, as mpinn.predict matches a file's labels (the rows carry their
+        codes 0..k-1 in that order)."""
+        from mpinn.data.labels import _label_str
+        return {"classes": [_label_str(c) for c in self.classes_]}
+
     def _labels(self, y):
         check_classification_targets(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
@@ -196,6 +221,9 @@ class MpinnRegressor(RegressorMixin, _MpinnEstimator):
 
     def _task(self):
         return "regression", None
+
+    def _file_meta(self):
+        return {}
 
     def _labels(self, y):
         y = np.asarray(y, dtype=np.float64)

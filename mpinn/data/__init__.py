@@ -73,7 +73,8 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
     if data_format(path, spec.format) == "criteo":
         return load_click_text(path, spec, hashing)
     if ext in TABLE_EXTS:
-        if not spec.label:
+        if not spec.label and (spec.require_label or not (spec.categorical or spec.numeric)):
+            # (a model's own columns, read for predictions alone, need none: an estimator's from a DataFrame)
             raise MpinnError("a %s file needs --label COLUMN" % ext.lstrip(".").upper())
         load = load_parquet if ext in (".parquet", ".pq") else load_csv
         return load(path, spec, hashing)

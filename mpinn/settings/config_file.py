@@ -16,6 +16,9 @@ BY_NAME = {f.name: f for f in OPTIONS}
 # what a run writes or continues from: printed commented out, so that giving the file back never replaces the
 # original run's files (nor resumes its checkpoints) unasked
 OUTPUTS = ("model_out", "metrics_out", "curve", "plot", "timeline", "log_dir", "checkpoint_dir", "resume")
+# how the run printed: commented out too (a flag cannot be turned off on the command line, so a file that set it
+# would keep every later run from it silent)
+PRINTING = ("quiet", "no_progress")
 
 
 def _is_flag(f):
@@ -56,7 +59,9 @@ def file_argv(path):
             raise MpinnError("--config %s gives %s twice (%r and %r)" % (path, name, seen[name], key))
         seen[name] = key
         flag = "--" + name.replace("_", "-")
-        if _is_flag(BY_NAME[name]):
+        if name in ("data", "valid") and isinstance(value, list):      # several files: each its own argument
+            argv += [flag] + [_as_text(key, v, path) for v in value]
+        elif _is_flag(BY_NAME[name]):
             if not isinstance(value, bool):
                 raise MpinnError("--config %s: %s is true or false, not %r" % (path, key, value))
             argv += [flag] if value else []
@@ -100,7 +105,7 @@ def config_toml(values, origin, source):
     """The text of a TOML file that gives a run the options it was given: `values` {option: value} (RunConfig.options()
     or a model file's stored "config"), `origin` {option: given|default|data}. The options given are set; what the
     data and the job chose, and the outputs, are comments (left to the data and the job again, never overwritten)."""
-    given, chosen, outputs, gone = [], [], [], []
+    given, chosen, outputs, printing, gone = [], [], [], [], []
     for name, v in values.items():
         where = origin.get(name)
         if name not in BY_NAME:
@@ -113,6 +118,8 @@ def config_toml(values, origin, source):
             chosen.append("# %s = %s" % (name, toml_value(v)))
         elif name in OUTPUTS:
             outputs.append("# %s = %s" % (name, toml_value(v)))
+        elif name in PRINTING:
+            printing.append("# %s = %s" % (name, toml_value(v)))
         else:
             given.append("%s = %s" % (name, toml_value(v)))
     out = ["# mpinn run options: %s" % source,
@@ -120,6 +127,7 @@ def config_toml(values, origin, source):
            "default", ""] + (given or ["# (no option given)"])
     for title, lines in (("what the data and the job chose (they choose again)", chosen),
                          ("what the run wrote: uncomment to write (or resume) it again", outputs),
+                         ("how the run printed: uncomment to print so again", printing),
                          ("options this mpinn does not have", gone)):
         if lines:
             out += ["", "# " + title] + lines

@@ -32,6 +32,10 @@ class Parser(argparse.ArgumentParser):
         or as the first positional argument (several positional files are read as one, in that order: a
         tuple): one `data` either way, and both at once is an error."""
         ns, rest = super().parse_known_args(args, namespace)
+        for name in ("data", "valid"):      # --data a.csv b.csv (nargs="+"): one file a path, several a tuple
+            given = getattr(ns, name, None)
+            if isinstance(given, list):
+                setattr(ns, name, given[0] if len(given) == 1 else tuple(given))
         unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") and a not in ("-", "--")]
         if unknown:     # named before anything else: its value may have been taken for the data file
             import difflib
@@ -182,5 +186,6 @@ def numeric_bins(s):
 def add_data_argument(group, help):
     """--data FILE, the documented form, and the same file as an optional first positional argument
     (Parser.parse_known_args makes them one `data`)."""
-    group.add_argument("--data", metavar="FILE", help=help)
-    group.add_argument("data_positional", nargs="?", metavar="FILE", help="the same as --data FILE")
+    group.add_argument("--data", metavar="FILE", nargs="+", help=help + "; several files, a directory or a quoted "
+                       "glob: read as one, in order")
+    group.add_argument("data_positional", nargs="*", metavar="FILE", help="the same as --data FILE")

@@ -76,7 +76,8 @@ class RunConfig:
         "command line overrides it; --print-config MODEL writes the options a model was trained with as one",
         resume=True, metavar="FILE.toml")
     data: Any = option(None, "data", ".csv, .parquet, .npz (X, y), .mat (Ng format: X, y in 1..10) or .mpinn "
-                       "(written by python -m mpinn.prepare); omitted: the embedded click log", metavar="FILE")
+                       "(written by python -m mpinn.prepare); several files, a directory or a quoted glob: read as one, "
+                       "in order; omitted: the embedded click log", metavar="FILE", nargs="+")
     format: str = option("auto", "data", "the data files' format: auto: by extension (.csv, .parquet, .npz, .mat, "
                          ".mpinn), and click-log text told by its first line; criteo: the Criteo logs' text "
                          "(Kaggle's train.txt, the 1TB log's day_N; label, I1..I13, C1..C26, tab-separated, no "
@@ -115,8 +116,8 @@ class RunConfig:
         "of 10,000 to a million rows and 2 to 64 numeric columns, none for click logs (the embedded one, "
         "--format criteo) and other data (measured: docs/data.md)",
         type=numeric_bins, metavar="auto|off|N")
-    valid: Optional[str] = option(None, "data", "held-out file (same format); default: --holdout of the data",
-                                  metavar="FILE")
+    valid: Optional[str] = option(None, "data", "held-out file (same format; several, a directory or a glob: read "
+                                  "as one); default: --holdout of the data", metavar="FILE", nargs="+")
     holdout: float = option(0.1, "data", "share of rows held out when there is no --valid", type=nonneg_float)
     holdout_by: str = option(
         "random", "data", "how --holdout picks its rows: random (a seeded share); last (the last rows of the file, "

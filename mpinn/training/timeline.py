@@ -153,9 +153,13 @@ class ProgressBar:
             return
         self._last = now
         width = 24
-        done = int(width * step / steps)
-        line = "epoch %d/%d [%s%s] %3d%% step %d/%d loss %.4f %.0f samples/s" % (
-            epoch, epochs, "#" * done, "." * (width - done), 100 * step // steps, step, steps, loss, rate)
+        if step > steps:        # a stream's steps are an estimate: past it, the count alone
+            line = "epoch %d/%d [%s] step %d (%d estimated) loss %.4f %.0f samples/s" % (
+                epoch, epochs, "#" * width, step, steps, loss, rate)
+        else:
+            done = int(width * step / steps)
+            line = "epoch %d/%d [%s%s] %3d%% step %d/%d loss %.4f %.0f samples/s" % (
+                epoch, epochs, "#" * done, "." * (width - done), 100 * step // steps, step, steps, loss, rate)
         if self.tty:
             self.stream.write("\r" + line + ("\n" if last_step else ""))
         else:

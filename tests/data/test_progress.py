@@ -42,3 +42,17 @@ def test_a_short_read_shows_nothing_and_the_readers_tick_it(tmp_path):
         p.stream = io.StringIO()
         load_data(str(path), DataSpec(label="y"))
         assert p.rows == 3000 and abs(p.about - 3000) < 150 and p.stream.getvalue() == ""
+
+
+def test_the_training_bar_past_a_streams_estimated_steps_says_so():
+    """A stream's steps an epoch are estimated from its files' sizes: past the estimate the bar shows the count,
+    not 'step 48/43' at 111%."""
+    from mpinn.training.timeline import ProgressBar
+    out = io.StringIO()
+    bar = ProgressBar(True, out)
+    for step in (43, 48):
+        bar._last = 0.0
+        bar.update(1, 1, step, 43, 0.5, 1000.0)
+    first, second = out.getvalue().splitlines()
+    assert "100% step 43/43" in first
+    assert "step 48 (43 estimated)" in second and "%" not in second and "/43" not in second

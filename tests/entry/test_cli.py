@@ -269,6 +269,25 @@ def test_data_is_given_as_an_option_or_positionally():
         p.parse_args(["a.csv", "--data", "b.csv"])
 
 
+def test_several_files_follow_data_and_valid_on_the_command_line_and_in_a_run_file(tmp_path):
+    """docs/data.md: --data (of train, predict and prepare) takes several files one after another, as the
+    positional files do; --valid too; a run file's data = [...] (what --print-config writes) is the same run."""
+    from mpinn.predict import build_parser as predict_parser
+    from mpinn.prepare import build_parser as prepare_parser
+    from mpinn.settings import from_argv
+    from mpinn.settings.parse import build_parser
+    two = ("a.csv", "b.csv")
+    ns = build_parser().parse_args(["--data", "a.csv", "b.csv", "--label", "y", "--valid", "v.csv", "w.csv"])
+    assert ns.data == two and ns.valid == ("v.csv", "w.csv")
+    assert build_parser().parse_args(["a.csv", "b.csv", "--label", "y"]).data == two
+    assert predict_parser().parse_args(["--model", "m.npz", "--data", "a.csv", "b.csv"]).data == two
+    assert prepare_parser().parse_args(["--data", "a.csv", "b.csv", "--out", "x.mpinn"]).data == two
+    assert predict_parser().parse_args(["--model", "m.npz", "a.csv", "b.csv"]).data == two
+    (tmp_path / "run.toml").write_text('data = ["a.csv", "b.csv"]\nvalid = ["v.csv"]\nlabel = "y"\n')
+    cfg = from_argv(["--config", str(tmp_path / "run.toml")])
+    assert cfg.data == two and cfg.valid == "v.csv"
+
+
 @pytest.mark.mpi
 def test_train_and_prepare_take_data_as_an_option(tmp_path, launcher):
     """train --data FILE (the form predict uses) trains exactly as train FILE; prepare --data FILE too."""

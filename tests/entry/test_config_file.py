@@ -10,7 +10,7 @@ import pytest
 from conftest import mpirun, run
 from mpinn.config import MpinnError
 from mpinn.settings import GIVEN, from_argv, from_keywords
-from mpinn.settings.config_file import OUTPUTS, config_toml
+from mpinn.settings.config_file import OUTPUTS, PRINTING, config_toml
 from mpinn.settings.table import OPTIONS
 
 # a value unlike the default for options of every kind: floats that print with many digits, an empty list, text that
@@ -23,13 +23,14 @@ VARIED = dict(lr=0.1234567890123, momentum=0.3, weight_decay=1e-05, hidden=(), c
 
 @pytest.mark.parametrize("options", [{}, VARIED], ids=["defaults", "varied"])
 def test_every_option_comes_back_from_its_file(tmp_path, options):
-    """Every option written as given comes back with the same value (the outputs are written as comments)."""
+    """Every option written as given comes back with the same value (the outputs and how the run printed are
+    written as comments)."""
     cfg = from_keywords(None, **options)
     path = tmp_path / "run.toml"
     path.write_text(config_toml(cfg.options(), {f.name: GIVEN for f in OPTIONS}, "a test"))
     back = from_keywords(None, config=str(path))
     for f in OPTIONS:
-        if f.name not in OUTPUTS + ("config",):
+        if f.name not in OUTPUTS + PRINTING + ("config",):
             assert getattr(back, f.name) == getattr(cfg, f.name), f.name
             assert back.where(f.name) == (GIVEN if getattr(cfg, f.name) is not None else "default"), f.name
 
@@ -127,6 +128,7 @@ def test_a_models_printed_options_train_the_same_model(tmp_path, table, n, launc
     printed = run([sys.executable, "-m", "mpinn.train", "--print-config", str(tmp_path / "a.npz")], timeout=60)
     assert printed.returncode == 0, printed.stderr
     assert "hidden = [8, 4]" in printed.stdout and '# model_out = "%s"' % (tmp_path / "a.npz") in printed.stdout
+    assert "\n# no_progress = true" in printed.stdout      # how it printed: a flag a later command line cannot undo
     (tmp_path / "again.toml").write_text(printed.stdout)
     again = mpirun(n, ["-m", "mpinn.train", "--config", str(tmp_path / "again.toml"),
                        "--model-out", str(tmp_path / "b.npz")])

@@ -65,6 +65,58 @@ def test_text_columns_of_a_dataframe_are_hashed(tmp_path):
         MpinnClassifier(categorical="town").fit(frame, y)
 
 
+def test_an_integer_category_that_comes_back_as_floats_is_the_same_category():
+    """pandas makes an integer column float64 when a value goes missing: 94103.0 must still be zip 94103 (as
+    scikit-learn's encoders take it), not an unseen text '94103.0' hashed elsewhere."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    zips = rng.choice([94103, 10001, 60601, 73301], 2000)
+    frame = pd.DataFrame({"zip": zips, "x": rng.standard_normal(2000)})
+    y = np.isin(zips, [94103, 10001]).astype(int)
+    clf = MpinnClassifier(categorical="zip", numeric="x", hidden=(8,), epochs=5, ensemble=1).fit(frame, y)
+    floats = frame.astype({"zip": float})
+    floats.loc[0, "zip"] = np.nan
+    assert np.array_equal(clf.predict_proba(floats)[1:], clf.predict_proba(frame)[1:])
+    assert clf.score(floats.iloc[1:], y[1:]) == clf.score(frame.iloc[1:], y[1:]) == 1.0
+
+
+def test_a_frame_for_a_model_fitted_on_arrays_is_read_as_an_array():
+    """fit(X.values, y) then predict(X_frame): as scikit-learn's estimators, a warning and the same predictions;
+    a refit on arrays forgets the columns of an earlier fit on a frame; an empty frame is sklearn's ValueError."""
+    pd = pytest.importorskip("pandas")
+    X, y = load_breast_cancer(return_X_y=True)
+    X, y = X[:300, :4], y[:300]
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    clf = MpinnClassifier(hidden=(8,), epochs=3, ensemble=1).fit(X, y)
+    with pytest.warns(UserWarning, match="has feature names"):
+        assert np.array_equal(clf.predict_proba(frame), clf.predict_proba(X))
+    clf = MpinnClassifier(hidden=(8,), epochs=3, ensemble=1).fit(frame, y)
+    with pytest.raises(ValueError, match="Found array with 0 sample"):
+        clf.predict(frame.iloc[:0])
+    clf.fit(X, y)
+    with pytest.warns(UserWarning, match="has feature names"):
+        assert np.array_equal(clf.predict_proba(frame), clf.predict_proba(X))
+
+
+def test_the_estimators_model_file_predicts_with_the_cli_by_the_labels_names(tmp_path):
+    """model_out= writes a file mpinn.predict reads: its classes by y's own names (not codes 0, 1), and a model fitted
+    on a DataFrame reads a CSV file of the same columns."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    city, x = rng.choice(["oslo", "rome", "lima", "doha"], 1500), rng.standard_normal(1500)
+    y = np.where(np.isin(city, ["oslo", "rome"]), "go", "stay")
+    frame = pd.DataFrame({"city": city, "x": x})
+    clf = MpinnClassifier(hidden=(8,), epochs=10, ensemble=1, model_out=str(tmp_path / "m.npz")).fit(frame, y)
+    frame.assign(y=y).to_csv(tmp_path / "d.csv", index=False)
+    p = run([sys.executable, "-m", "mpinn.predict", "--model", str(tmp_path / "m.npz"), "--data", str(tmp_path / "d.csv"),
+             "--out", str(tmp_path / "p.csv")])
+    assert p.returncode == 0, p.stderr
+    got = pd.read_csv(tmp_path / "p.csv")
+    assert list(got.columns) == ["prediction", "p_stay"]
+    assert np.array_equal(got["prediction"].to_numpy(), clf.predict(frame))
+    assert np.abs(got["p_stay"].to_numpy() - clf.predict_proba(frame)[:, 1]).max() < 1e-5      # 6 digits in the file
+
+
 def test_a_grid_search_on_a_real_data_set():
     X, y = load_breast_cancer(return_X_y=True)
     search = GridSearchCV(MpinnClassifier(), {"hidden": [(8,), (32,)]}, scoring="roc_auc", cv=3).fit(X, y)

@@ -78,9 +78,49 @@ def test_log_dir_holds_the_curve_and_the_summary(tmp_path, launcher):
         assert got["time/" + tag] == [(last, f32(phases[k] / sum(phases.values())))]
 
 
+@pytest.mark.mpi
+def test_a_run_resumed_from_an_older_checkpoint_shows_each_step_once(tmp_path, launcher):
+    """The first run died after step 30 with only its checkpoint of step 10 left: resumed, it writes steps 15 to 30
+    again, and TensorBoard shows every step once (the run's restart mark), the resumed run's values there."""
+    import os
+    import time
+    tb, ck = tmp_path / "tb", tmp_path / "ck"
+    args = ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "2", "--hidden", "8", "--hash-bits", "12",
+            "--batch-size", "256", "--eval-every", "5", "--ensemble", "1", "--no-progress", "--log-dir", str(tb),
+            "--checkpoint-every", "10", "--keep-checkpoints", "20"]
+    r = mpirun(1, args + ["--checkpoint-dir", str(ck), "--model-out", str(tmp_path / "a.npz")], timeout=120)
+    assert r.returncode == 0, r.stderr
+    for name in os.listdir(ck):
+        if not name.endswith("-%09d.npz" % 10):
+            os.unlink(ck / name)        # as if the run had died right after step 10's checkpoint
+    time.sleep(1.1)                     # the resumed run's event file is named by a later second
+    r = mpirun(1, args + ["--resume", str(ck), "--model-out", str(tmp_path / "b.npz")], timeout=120)
+    assert r.returncode == 0 and "step 10" in r.stdout, r.stderr
+    steps = [s for s, _ in read_scalars(tb)["valid/logloss"]]
+    assert steps == sorted(set(steps)) and steps[0] == 5 and steps[-1] == 30, steps     # 15 steps an epoch
+
+
 def test_a_log_dir_that_is_a_file_is_one_line_before_anything_is_read(tmp_path):
     (tmp_path / "taken").write_text("")
     r = run([sys.executable, "-m", "mpinn.train", "--default-rows", "2000", "--log-dir", str(tmp_path / "taken"),
              "--model-out", str(tmp_path / "m.npz")], timeout=60)
     assert r.returncode == 2 and "--log-dir %s is a file" % (tmp_path / "taken") in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "data:" not in r.stdout and not (tmp_path / "m.npz").exists()
+
+
+def test_a_resumed_runs_restart_drops_the_points_it_writes_again(tmp_path):
+    """A run died at step 30 after its checkpoint of step 20; resumed, it writes steps 25 and 30 again: its restart
+    mark (SessionLog START at 21) makes TensorBoard keep one point a step, not 10, 20, 25, 30, 25, 30."""
+    import time
+    first = EventWriter(str(tmp_path))
+    for step in (10, 20, 25, 30):
+        first.scalars(step, {"valid/auc": step / 100})
+    first.close()
+    time.sleep(1.1)             # a later file name (its seconds), as a resumed run's is
+    again = EventWriter(str(tmp_path))
+    again.restart(21)
+    for step in (25, 30, 40):
+        again.scalars(step, {"valid/auc": step / 100 + 0.001})
+    again.close()
+    got = read_scalars(tmp_path)["valid/auc"]
+    assert [s for s, _ in got] == [10, 20, 25, 30, 40] and got[2][1] == f32(0.251), got
