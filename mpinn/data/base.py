@@ -90,7 +90,11 @@ class Rows:
         if len(values) != n:
             raise MpinnError("the --holdout-by column has %d values for %d rows" % (len(values), n))
         if by == "time":
-            order = np.argsort(_sort_keys(values), kind="stable")
+            keys = _sort_keys(values)
+            if n > 1 and np.all(keys == keys[0]):
+                raise MpinnError("--holdout-by time: every row has the same time (%s): there is no last time to hold "
+                                 "out; give --holdout-by last (the file's last rows) or random" % values[0])
+            order = np.argsort(keys, kind="stable")
             held = np.zeros(n, bool)
             held[order[n - n_valid:]] = True
         else:

@@ -90,6 +90,13 @@ def test_the_time_holdout_holds_out_the_truly_last_dates():
     assert train.Xd[:, 0].max() == 27 and len(train) == 270
 
 
+def test_a_time_column_with_one_time_has_no_last_rows_to_hold_out():
+    """Every row the same day: a stable sort would hold out the file's last rows while saying 'by time'."""
+    data, dates = dated()
+    with pytest.raises(MpinnError, match=r"every row has the same time \(1/5/2026\): there is no last time"):
+        data.split(0.1, 0, "time", ["1/5/2026"] * len(dates))
+
+
 def write_dated(path, dates, seed=1):
     """A CSV of the dates, a number x and the label y = x > 0; returns (path, y)."""
     x = np.random.default_rng(seed).standard_normal(len(dates))
