@@ -296,9 +296,11 @@ def run(args):
     if args.model_size:
         n, spec = args.model_size, None
     else:
-        from mpinn.model import MLP
+        from mpinn.settings.job_rules import MODEL_MEMORY
         spec = default_spec(args)
-        n = MLP(spec).size
+        if MODEL_MEMORY.broken(None, job.topology, spec):      # as training refuses it: before any allocation
+            raise MpinnError(MODEL_MEMORY.message(None, job.topology, spec), collective=True)
+        n = spec.n_params
     ar = time_allreduce(comm, n, args.dtype, args.repeats)
     ar["bus_gb_s"] = bus_bandwidth(ar, comm.size)
     ar["what"] = "--model-size" if spec is None else "the model's gradient"
@@ -334,7 +336,8 @@ def build_parser():
     m = p.add_argument_group("model (as in mpinn.train; default: the default model)")
     m.add_argument("--model-size", type=positive_int,
                    help="time an Allreduce of this many elements instead of a model's gradient (no step estimate)")
-    m.add_argument("--hash-bits", type=positive_int, default=18, help="hashed columns = 2**bits (default 18)")
+    from mpinn.settings.table import trick_bits
+    m.add_argument("--hash-bits", type=trick_bits, default=18, help="hashed columns = 2**bits, 1..30 (default 18)")
     m.add_argument("--hidden", type=hidden_sizes, default=(64,), help="hidden widths (default 64)")
     m.add_argument("--activation", default="relu", choices=["relu", "sigmoid", "tanh"])
     m.add_argument("--dtype", default="float32", choices=["float32", "float64"])

@@ -234,7 +234,7 @@ def reference_markdown():
         message = re.sub(r"\{c\.(\w+)\}", lambda m: "<%s>" % flag(m.group(1)), r.message).replace("{_s}", "<suffix>")
         out.append("| %s | %s | `--data %s %s` | %s |" % (r.name, ", ".join(flag(o) for o in r.options), r.data,
                                                         r.example, message.replace("|", "\\|")))
-    from mpinn.settings.rules import JOB_RULES
+    from mpinn.settings.job_rules import JOB_RULES
     out += ["", "## What a job refuses", "",
             "Checked once the job is probed (its nodes, memory, shared memory, GPUs; before any data is read) and "
             "again when the run is planned (`mpinn.settings.plan`); one line and exit code 2 as well.", "",

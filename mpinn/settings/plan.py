@@ -8,7 +8,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from mpinn.settings.rules import check, check_job, not_with_sharded, slot_bytes
+from mpinn.settings.job_rules import check_job, slot_bytes
+from mpinn.settings.rules import check, not_with_sharded
 from mpinn.settings.table import DATA
 
 NODE_FROM = 4       # --shard-exchange auto: the node exchange from this many nodes on (see choose_exchange)

@@ -10,7 +10,7 @@ from mpinn.model import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 from mpinn.settings.plan import make_plan
-from mpinn.settings.rules import check_job
+from mpinn.settings.job_rules import check_job
 from mpinn.settings.shapes import model_spec
 from mpinn.training import checkpoints
 from mpinn.training.build import build_step, communicator

@@ -16,7 +16,7 @@ from mpinn.comm.topology import Topology
 from mpinn.config import ModelSpec, MpinnError
 from mpinn.settings import fixed, from_keywords
 from mpinn.settings.plan import choose_gpu_transport
-from mpinn.settings.rules import check_job
+from mpinn.settings.job_rules import check_job
 from mpinn.training.staging import DeviceFeed
 from mpinn.batch import Batch
 

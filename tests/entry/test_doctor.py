@@ -167,6 +167,19 @@ def test_a_bad_hostfile_is_one_line_and_exit_2(tmp_path, launcher, text, message
     assert len(lines) == 1 and lines[0].startswith("mpinn: error: " + message.format(path=path)), r.stderr
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("args,message", [
+    (["--hash-bits", "40"], "argument --hash-bits: must be in 1..30, not 40"),
+    (["--hash-bits", "30", "--hidden", "4096"], "the model has 4399120277510 parameters: they and a gradient of them "
+                                                "take 32776.0 GiB, more than the"),
+])
+def test_a_model_the_job_cannot_hold_is_one_line_and_exit_2_as_training_says(tmp_path, launcher, args, message):
+    """It was an OSError traceback as the gradient's buffer was made (train refuses both in one line)."""
+    r = mpirun(2, ["-m", "mpinn.doctor"] + args, timeout=60)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("mpinn: error: " + message), r.stderr
+
+
 def test_host_notes_more_ranks_than_cores_or_gpus():
     from mpinn.doctor import host_notes
     recs = [record(r, "n1", cpus=2, gpu="cuda:%d A100 (2 on host)" % (r % 2)) for r in range(3)]
