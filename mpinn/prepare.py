@@ -246,6 +246,8 @@ def main(argv=None):
         from mpinn.comm.guard import run_guarded
         comm = Communicator()
         if comm.size > 1:
+            from mpinn.process import terminate_as_interrupt
+            terminate_as_interrupt()        # every rank removes its temporary files before the job ends
             return run_guarded(run_ranks, args, comm)
     return run_one_process(run, args)
 

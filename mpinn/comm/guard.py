@@ -262,8 +262,10 @@ def run_guarded(fn, *args):
         sys.exit(e.code)
     except MpinnError as e:
         fail(str(e), e.code, e.collective)
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
+    except KeyboardInterrupt as e:      # Ctrl-C, or SIGTERM where a command made it one (mpinn.process.Terminated)
+        from mpinn.process import Terminated
+        fail("stopped by SIGTERM; its output not written" if isinstance(e, Terminated) else "interrupted",
+             143 if isinstance(e, Terminated) else 130)
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - any failure must end every rank

@@ -216,7 +216,7 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
         summary = _on_every_rank(comm, pack, asleep=True)
         rows = comm.allgather_obj(summary["rows"] if summary else 0)
         stats = _fold_in_parallel(comm, path, decided["numeric"], rows) if folds else decided["stats"]
-    except MpinnError:
+    except BaseException:       # an error, or SIGTERM (mpinn.process.Terminated): the parts so far go
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -40,3 +40,27 @@ def test_a_checkpoint_save_removes_its_own_runs_stray_temporaries_and_no_other_r
     path = save_checkpoint(str(ck), 3, {"params": np.zeros(2)}, {"position": {}}, run="aaaa")
     assert not mine.exists() and theirs.exists()
     assert sorted(os.listdir(ck)) == sorted([os.path.basename(path), theirs.name])
+
+
+def test_sigterm_in_a_one_process_command_removes_its_temporary_file_and_is_one_line(tmp_path, capsys):
+    """predict and prepare (run_one_process): SIGTERM (scancel, kill) becomes an exception where the process is, so
+    the writer's cleanup runs: no temporary file, no output, one line, exit 143 (Python's default left them)."""
+    import signal
+    from mpinn.outputs import written_whole
+    from mpinn.process import run_one_process
+    out = tmp_path / "p.csv"
+
+    def run(args):
+        with written_whole(str(out), "the predictions") as f:
+            f.write("prediction\n" * 1000)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):           # the handler runs between bytecodes of this thread
+                f.write("more\n")
+        return 0
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        assert run_one_process(run, None) == 143
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert os.listdir(tmp_path) == []
+    assert capsys.readouterr().err == "mpinn: error: stopped by SIGTERM; its output not written\n"
