@@ -49,7 +49,8 @@ def _model_bytes(s):
 
 
 def _model_too_big(c, t, s):
-    return s is not None and _model_bytes(s) > t.nodes * t.mem_available
+    """The host's memory (a GPU run holds its model on the GPUs, and is not judged by it)."""
+    return s is not None and (c is None or c.device != "gpu") and _model_bytes(s) > t.nodes * t.mem_available
 
 
 def _readers(c, t):

@@ -118,6 +118,9 @@ def test_a_model_larger_than_the_jobs_memory_is_refused():
         plan(job(free=GIB), WIDE)
     assert plan(job(free=need), WIDE).table == "sharded"        # fits, just (the table is sharded to make room)
     assert plan(job(nodes=2, free=need // 2 + 1), WIDE).table == "sharded"    # two nodes' memory together
+    from mpinn.settings.job_rules import MODEL_MEMORY      # a GPU run's model lives on its GPUs
+    assert MODEL_MEMORY.broken(fixed(64, device="cpu"), job(free=GIB), WIDE)
+    assert not MODEL_MEMORY.broken(fixed(64, device="gpu"), job(free=GIB), WIDE)
 
 
 def test_the_start_up_lines_come_from_the_plan():
