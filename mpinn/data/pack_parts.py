@@ -208,7 +208,8 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
                                                  numeric=decided["numeric"]), chunk_rows)   # rank 0's columns
         done = prepare(named, path, replace(spec, task=decided["task"], classes=decided["classes"]),
                        hashing.using(decided["contract"]), numeric_transform=numeric_transform, threads=threads,
-                       progress=Progress(rank == 0 and not quiet, report=on_rows), passes=1, stats=None)
+                       progress=Progress(rank == 0 and not quiet, report=on_rows,
+                                         whose="rank 0's files of %d ranks: " % comm.size), passes=1, stats=None)
         if verify:
             PackedDataset(path, verify=True)
         return done

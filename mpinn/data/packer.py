@@ -14,8 +14,9 @@ from mpinn.hashing import HashSpec
 class Progress:
     """rows/s on stderr every few seconds."""
 
-    def __init__(self, enabled, every=2.0, report=None):
+    def __init__(self, enabled, every=2.0, report=None, whose=""):
         self.enabled, self.every, self.report = enabled, every, report      # report(rows so far): after each add
+        self.whose = whose      # whose rows they are, where several ranks pack ("rank 0's files: ")
         self.t0 = self.last = time.perf_counter()
 
     def start(self, what):
@@ -29,8 +30,8 @@ class Progress:
         if self.enabled and (force or now - self.last >= self.every):
             self.last = now
             of = " of %d" % total if total else ""
-            sys.stderr.write("prepare: %s %d rows%s, %.0f rows/s\n"
-                             % (self.what, self.rows, of, self.rows / max(now - self.t0, 1e-9)))
+            sys.stderr.write("prepare: %s%s %d rows%s, %.0f rows/s\n"
+                             % (self.whose, self.what, self.rows, of, self.rows / max(now - self.t0, 1e-9)))
             sys.stderr.flush()
 
 
