@@ -8,7 +8,7 @@ import numpy as np
 
 from mpinn import __version__
 from mpinn.backend import to_host
-from mpinn.outputs import writes_fail_not_kill
+from mpinn.outputs import made_parent, writes_fail_not_kill
 from mpinn.process import follow_umask
 from mpinn.config import ModelSpec, MpinnError
 
@@ -19,9 +19,7 @@ def save_model(path, params, spec, meta):
     """Write params + spec + meta to path via a temporary file, fsync and rename: a reader sees
     the old file or the new one, never half of one."""
     header = {"format": FORMAT, "version": __version__, "spec": spec.to_dict(), "meta": meta}
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    _write_npz_atomically(path, ".tmp-", header, {"params": params})
+    _write_npz_atomically(made_parent(path), ".tmp-", header, {"params": params})
 
 
 def _write_npz_atomically(path, prefix, header, arrays):

@@ -296,10 +296,9 @@ def run(args):
     if args.model_size:
         n, spec = args.model_size, None
     else:
-        from mpinn.settings.job_rules import MODEL_MEMORY
+        from mpinn.settings.job_rules import MODEL_MEMORY, check_job
         spec = default_spec(args)
-        if MODEL_MEMORY.broken(None, job.topology, spec):      # as training refuses it: before any allocation
-            raise MpinnError(MODEL_MEMORY.message(None, job.topology, spec), collective=True)
+        check_job(None, job.topology, spec, rules=(MODEL_MEMORY,))     # as training refuses it: before allocating
         n = spec.n_params
     ar = time_allreduce(comm, n, args.dtype, args.repeats)
     ar["bus_gb_s"] = bus_bandwidth(ar, comm.size)

@@ -367,7 +367,7 @@ def main(argv=None):
     from mpinn.process import launched_ranks, run_one_process
     args = build_parser().parse_args(argv)
     rank, size = launched_ranks()
-    if size > 1:        # each rank would predict the whole file and write the same --out
+    if size is not None and size > 1:        # each rank would predict the whole file and write the same --out
         if rank == 0:
             print("mpinn: error: predict runs in one process, and mpirun started %d: run python -m mpinn.predict "
                   "without mpirun" % size, file=sys.stderr)

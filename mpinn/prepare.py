@@ -233,15 +233,10 @@ def _threads_per_rank(size):
     return max(1, min(4, (os.cpu_count() or 1) // max(int(local), 1)))
 
 
-def _launched_ranks():
-    """Was this process started by an MPI launcher (mpirun, srun with MPI) with other ranks?"""
-    return any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE"))
-
-
 def main(argv=None):
-    from mpinn.process import run_one_process
+    from mpinn.process import launched_ranks, run_one_process
     args = build_parser().parse_args(argv)
-    if _launched_ranks():
+    if launched_ranks()[1] != 1:        # started by an MPI launcher with other ranks (or PMIx: MPI will tell)
         from mpinn.comm import Communicator
         from mpinn.comm.guard import run_guarded
         comm = Communicator()

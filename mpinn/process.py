@@ -73,6 +73,13 @@ def terminate_as_interrupt():
         signal.signal(signal.SIGTERM, stop)
 
 
+def stopped_line(e):
+    """(the one line, the exit code) of a KeyboardInterrupt: Ctrl-C's, or SIGTERM's (Terminated)."""
+    if isinstance(e, Terminated):
+        return "stopped by SIGTERM; its output not written", 143
+    return "interrupted", 130
+
+
 def run_one_process(run, args):
     """The entry point of a one-process command (predict, prepare): a MpinnError is one line on
     stderr and its exit code (2 for bad input), never a traceback; SIGTERM or Ctrl-C one line too, after the
@@ -85,9 +92,9 @@ def run_one_process(run, args):
         print("mpinn: error: %s" % e, file=sys.stderr)
         return e.code
     except KeyboardInterrupt as e:
-        print("mpinn: error: %s; its output not written" % ("stopped by SIGTERM" if isinstance(e, Terminated)
-                                                             else "interrupted"), file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
+        line, code = stopped_line(e)
+        print("mpinn: error: %s" % line, file=sys.stderr)
+        return code
     except BrokenPipeError:     # the reader of stdout went away (`| head`): end quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
@@ -95,10 +102,12 @@ def run_one_process(run, args):
 
 def launched_ranks(env=os.environ):
     """(rank, ranks) as an MPI launcher (mpiexec, mpirun, srun) told this process, without starting MPI; (0, 1)
-    when none did."""
+    when none did; ranks None where only PMIx's rank is known (MPI itself will tell)."""
     for rank, size in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
         if size in env:
             return int(env.get(rank, 0)), int(env[size])
+    if "PMIX_RANK" in env:
+        return int(env["PMIX_RANK"]), None
     return 0, 1
 
 

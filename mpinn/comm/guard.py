@@ -263,9 +263,8 @@ def run_guarded(fn, *args):
     except MpinnError as e:
         fail(str(e), e.code, e.collective)
     except KeyboardInterrupt as e:      # Ctrl-C, or SIGTERM where a command made it one (mpinn.process.Terminated)
-        from mpinn.process import Terminated
-        fail("stopped by SIGTERM; its output not written" if isinstance(e, Terminated) else "interrupted",
-             143 if isinstance(e, Terminated) else 130)
+        from mpinn.process import stopped_line
+        fail(*stopped_line(e))
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - any failure must end every rank

@@ -1,16 +1,9 @@
 """Command-line plumbing shared by the entry points: the parser that speaks on rank 0 only and exits 2 with
 one line, and the argument types. The training options themselves are a table: mpinn.settings."""
 import argparse
-import os
 
 from mpinn.config import MpinnError
-
-
-def _rank_from_env():
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 0
+from mpinn.process import launched_ranks
 
 
 class Parser(argparse.ArgumentParser):
@@ -22,7 +15,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def _print_message(self, message, file=None):
-        if _rank_from_env() == 0:
+        if launched_ranks()[0] == 0:
             super()._print_message(message, file)
 
     raise_errors = False    # the Python API wants an exception, not an exit

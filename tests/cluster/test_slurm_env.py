@@ -60,3 +60,16 @@ def test_tasks_on_this_node(spec, node, tasks):
 ])
 def test_blas_threads_share_the_cores_the_job_has(env, cores, threads):
     assert blas_share(env, cores) == threads
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, (0, 1)),                                                       # no launcher
+    (PMI2, (1, 2)),                                                     # srun --mpi=pmi2, MPICH's hydra
+    ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, (2, 4)),   # Open MPI's mpirun
+    (PMIX, (1, None)),                                                  # srun --mpi=pmix: MPI tells the size
+])
+def test_the_launchers_rank_and_size_without_starting_mpi(env, expected):
+    """What predict (refused under several ranks), prepare (MPI only when launched with others) and the parser
+    (rank 0 alone speaks) read."""
+    from mpinn.process import launched_ranks
+    assert launched_ranks(env) == expected
