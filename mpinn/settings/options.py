@@ -6,6 +6,11 @@ from mpinn.config import MpinnError
 from mpinn.process import launched_ranks
 
 
+def _files(given):
+    """Files given one after another: none None, one its path, several a tuple (read as one, in order)."""
+    return None if not given else given[0] if len(given) == 1 else tuple(given)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that speaks on rank 0 only and exits 2 on every rank for a bad option. An option is its whole
     name (--epoch is not --epochs, as in a --config file): a prefix would change meaning as options are added."""
@@ -25,10 +30,9 @@ class Parser(argparse.ArgumentParser):
         or as the first positional argument (several positional files are read as one, in that order: a
         tuple): one `data` either way, and both at once is an error."""
         ns, rest = super().parse_known_args(args, namespace)
-        for name in ("data", "valid"):      # --data a.csv b.csv (nargs="+"): one file a path, several a tuple
-            given = getattr(ns, name, None)
-            if isinstance(given, list):
-                setattr(ns, name, given[0] if len(given) == 1 else tuple(given))
+        for name in ("data", "valid"):      # --data a.csv b.csv (nargs="+")
+            if isinstance(getattr(ns, name, None), list):
+                setattr(ns, name, _files(getattr(ns, name)))
         unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") and a not in ("-", "--")]
         if unknown:     # named before anything else: its value may have been taken for the data file
             import difflib
@@ -38,7 +42,7 @@ class Parser(argparse.ArgumentParser):
         if hasattr(ns, "data_positional"):
             given = ns.__dict__.pop("data_positional")
             if isinstance(given, list):
-                given = None if not given else given[0] if len(given) == 1 else tuple(given)
+                given = _files(given)
             if given is not None:
                 if getattr(ns, "data", None) is not None and ns.data != given:
                     self.error("the data file is given twice (%s and --data %s): give one" % (given, ns.data))
