@@ -196,7 +196,9 @@ def test_doctor_reports_every_host(hosts):
 
 def kill_one_rank_on_host_2(hosts, job, ranks_there, family):
     """SIGKILL one training rank on the second host once training runs; the launcher must end the
-    job non-zero within 10 s (124/137 would mean our timeout ended it, not the launcher)."""
+    job non-zero within 10 s. 124/137 would mean our `timeout` ended it, not the launcher, except where the launcher
+    itself reports the killed rank's status (Open MPI's mpirun exits 137, 128 + 9, when that rank is the first it
+    sees fail: a race with the others' own error, seen once in 18 CI runs)."""
     assert job.wait_for_output(TRAINING, 60), job.stdout + job.stderr
     victims = hosts.pids(hosts.hosts[1], "mpinn.train")
     assert len(victims) == ranks_there, victims
@@ -205,7 +207,7 @@ def kill_one_rank_on_host_2(hosts, job, ranks_there, family):
     rc, out, err = finished(job, 30)
     took = time.monotonic() - t
     print("%s: kill -9 of one rank on %s -> launcher exit %d after %.2f s" % (family, hosts.hosts[1], rc, took))
-    assert rc not in (0, 124, 137), (rc, out + err)
+    assert rc != 0 and (rc not in (124, 137) or rc == 137 and "exited on signal 9" in out + err), (rc, out + err)
     assert took < 10, took
 
 
