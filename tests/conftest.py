@@ -1,4 +1,5 @@
-"""Shared helpers: launching mpiexec and the CLIs as subprocesses, always with a timeout."""
+"""Shared helpers: running the CLIs (in this process where they can, tests/launch.py) and mpiexec, always with a
+timeout; the launch mark checked on every process a test starts."""
 import atexit
 import os
 import re
@@ -8,6 +9,8 @@ import sys
 import tempfile
 
 import pytest
+
+import launch
 
 # numpy in this process runs its BLAS on one thread, as every process run() starts does: tests compare in-process runs
 # (the estimator, mpinn.api) with CLI runs bit for bit, and a float32 product big enough for OpenBLAS to thread rounds
@@ -37,19 +40,18 @@ def mpiexec_path():
     return here if os.path.exists(here) else shutil.which("mpiexec")
 
 
-def run(cmd, timeout=120, env=None, cwd=None):
-    """Run a command; a hang becomes a test failure after `timeout` s (the whole group is killed)."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    full_env.update(env or {})
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
-                              cwd=cwd or ROOT, start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail("timed out after %s s: %s\n%s" % (timeout, " ".join(cmd), e.stdout or ""))
+def run(cmd, timeout=120, env=None, cwd=None, process=False):
+    """A command, with a timeout: mpinn's own commands in this process (tests/launch.py), unless process=True (the
+    test must then carry the launch mark); anything else as a real process."""
+    return launch.run(cmd, timeout, env, cwd, process)
 
 
-def mpirun(n, args, timeout=120, env=None, cwd=None):
-    return run([mpiexec_path(), "-n", str(n), sys.executable] + list(args), timeout, env, cwd)
+def mpirun(n, args, timeout=120, env=None, cwd=None, process=False):
+    """`mpiexec -n n python ARGS`: a real launch, but for one rank of mpinn's own commands, which runs in this
+    process (unless process=True)."""
+    if n == 1 and not process and launch.module_of([sys.executable] + list(args)):
+        return launch.run([sys.executable] + list(args), timeout, env, cwd)
+    return launch.launch([mpiexec_path(), "-n", str(n), sys.executable] + list(args), timeout, env, cwd)
 
 
 def w4_text(path, rows, start=0):
@@ -69,6 +71,28 @@ def api_page_output():
 def masked_rates(text):
     """Output with its samples/s (the machine's) masked."""
     return re.sub(r"\d+ samples/s", "N samples/s", text).strip()
+
+
+@pytest.fixture(autouse=True)
+def _the_running_test(request, monkeypatch):
+    """Every process the test starts (subprocess.Popen, which subprocess.run uses too) is checked against its launch
+    mark (launch.note_launch)."""
+    launch.current_test = request.node
+
+    class Popen(subprocess.Popen):
+        def __init__(self, args, *more, **kw):
+            launch.note_launch(args if isinstance(args, (list, tuple)) else [args])
+            super().__init__(args, *more, **kw)
+    monkeypatch.setattr(subprocess, "Popen", Popen)
+    yield
+    launch.current_test = None
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses the launcher fixture starts processes: it carries the launch mark without saying so."""
+    for item in items:
+        if "launcher" in getattr(item, "fixturenames", ()) and item.get_closest_marker("launch") is None:
+            item.add_marker(pytest.mark.launch)
 
 
 @pytest.fixture(scope="session")

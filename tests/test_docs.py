@@ -1,12 +1,14 @@
 """The README and the user guide cannot drift from the code: every command in an `sh` block runs here (in a
 directory holding the small files the examples name), the Python in the README runs, the API page shows
 scripts/api_example.py as it is and what it prints, the architecture page names every package, and every script
-under scripts/ answers --help (python -m scripts.bench.NAME --help, from the repository root). (`text` blocks are
+under scripts/ answers --help (python -m scripts.bench.NAME --help, from the repository root, run in this
+process). (`text` blocks are
 output, or commands for a cluster or for minutes-long benchmarks: the cluster ones run in tests/cluster/, the
 benchmarks are scripts.)"""
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, api_page_output, masked_rates, run
+from launch import in_process
 
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 # the README's install and test commands are what .ci/run runs (CI runs them): not run again from inside the suite
@@ -90,18 +93,26 @@ def test_the_readme_install_and_test_commands_are_what_ci_runs():
         assert re.search(r"^%s\s" % re.escape(cmd), ci, re.M), cmd
 
 
+SHELL = {">", ">>", "|", "&&", "||", ";", "<"}        # a command holding one of these runs in bash
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("page,line,cmd", [c for c in SH if not c[2].startswith(NOT_HERE)],
                          ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None)
 def test_every_shown_command_runs(page, line, cmd, workdir, launcher):
     env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
-    r = run(["bash", "-c", cmd], timeout=300, env=env, cwd=str(workdir))
+    words = shlex.split(cmd)
+    if words[:2] == ["python", "-m"] and not set(words) & SHELL:     # one of mpinn's commands: run in this process
+        r = run([sys.executable] + words[1:], timeout=300, cwd=str(workdir))
+    else:
+        r = run(["bash", "-c", cmd], timeout=300, env=env, cwd=str(workdir))
     assert r.returncode == 0, "%s:%d: %s\n%s\n%s" % (page, line, cmd, r.stdout[-2000:], r.stderr[-2000:])
     assert "Traceback" not in r.stderr
     if cmd.endswith("scripts/api_example.py"):      # the API page shows what it prints (samples/s aside: the machine's)
         assert masked_rates(r.stdout) == api_page_output()
 
 
+@pytest.mark.launch
 def test_the_readme_python_runs(workdir):
     for line, code in blocks(os.path.join(ROOT, "README.md"), "python"):
         r = run([sys.executable, "-c", code], timeout=300, cwd=str(workdir))
@@ -147,7 +158,8 @@ def test_the_script_parts_are_there():
 
 @pytest.mark.parametrize("module", script_modules())
 def test_every_script_answers_help(module):
-    r = run([sys.executable, "-m", module, "--help"], timeout=60)
+    """Each script's --help, answered in this process (tests/launch.py: run as `python -m` runs it)."""
+    r = in_process(module, ["--help"], timeout=60)
     assert r.returncode == 0 and "usage:" in r.stdout, (module, r.stdout[-500:], r.stderr[-1500:])
 
 
@@ -163,6 +175,7 @@ def test_every_path_under_scripts_the_pages_name_is_there():
     assert missing == []
 
 
+@pytest.mark.launch
 def test_nothing_foreign_is_tracked():
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     if not files:

@@ -339,6 +339,7 @@ def test_cupy_device_feed_matches_the_host_batches():
             np.array_equal(to_host(getattr(got.Xs, k)), getattr(want.Xs, k)) for k in ("data", "indices", "indptr"))
 
 
+@pytest.mark.launch
 @pytest.mark.skipif(GPUS, reason="this machine has a GPU")
 def test_the_gpu_benchmark_says_why_it_cannot_run(tmp_path):
     r = run([sys.executable, "-m", "scripts.bench.gpu", "--out", str(tmp_path / "b.json")])

@@ -20,6 +20,7 @@ def test_columns_are_xxh64_of_feature_equals_value():
     assert token_columns("c3", ["x"], 18, 1)[0] != token_columns("c3", ["x"], 18, 0)[0]
 
 
+@pytest.mark.launch
 def test_same_columns_in_another_process():
     code = ("from mpinn.hashing import token_columns; "
             "print(list(token_columns('city', ['paris', 'oslo', ''], 20, 42)))")
@@ -48,6 +49,7 @@ def test_contract_mismatch_is_refused():
 
 
 # ---------------------------------------------------------------- split, onehot, contracts, collisions
+@pytest.mark.launch
 def test_split_columns_are_fixed_across_processes():
     # fixed expected values: the per-feature seed, the digest slices and the block layout are all
     # part of every saved split model

@@ -47,6 +47,7 @@ def write_csv(path, rows=200, seed=0, label="y"):
 
 
 # ---------------------------------------------------------------- 1. many classes
+@pytest.mark.launch
 def test_ten_thousand_classes_train_quickly_into_a_model_file_the_size_of_its_parameters(tmp_path):
     """20k rows of 10,000 classes: the k x k confusion matrix once went into the rank sums (800 MB), the metrics and
     the model file's header as text (a 1.2 GB file for 44 MB of parameters; the run did not end in 120 s)."""
@@ -86,6 +87,7 @@ def test_parquet_nested_columns_are_left_out_when_mpinn_chooses_and_refused_when
 
 
 # ---------------------------------------------------------------- 4. an enormous header
+@pytest.mark.launch
 def test_a_header_longer_than_the_line_limit_is_one_line_in_bounded_memory(tmp_path):
     """A first line of 64 Mi characters (the issue's was 1.17 GB: rank 0 grew to 10.3 GB): refused once past the
     16 Mi-character limit, without reading the rest of it; the peak memory of the run is measured."""

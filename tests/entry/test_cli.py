@@ -305,6 +305,7 @@ def test_train_and_prepare_take_data_as_an_option(tmp_path, launcher):
     assert p.returncode == 0 and "600 rows" in p.stdout, p.stderr
 
 
+@pytest.mark.launch
 def test_a_one_process_command_whose_reader_goes_away_ends_quietly():
     """`python -m mpinn.predict ... | head -1`: stdout closed under it is exit code 141 (a shell's for SIGPIPE) and
     nothing on stderr, not a traceback."""

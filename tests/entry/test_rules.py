@@ -1,11 +1,12 @@
 """The rule table (mpinn.settings.rules): every refused combination of options ends the run with its own
 one-line message and exit code 2 before any data is read. Each rule's example is run as
-`python -m mpinn.train --data PIPE ...` where PIPE is a named pipe: reading it would block, so a run that
-ends within 5 seconds has not opened its data."""
+`python -m mpinn.train --data PIPE ...` (in this process, tests/launch.py) where PIPE is a named pipe watched by a
+tripwire: a run that opens it for reading is caught (and let go with an empty pipe, not left to block)."""
+import errno
 import os
 import shlex
 import sys
-import time
+import threading
 
 import pytest
 
@@ -17,24 +18,69 @@ from mpinn.settings.table import OPTIONS
 NAMES = {f.name for f in OPTIONS}
 
 
+class Tripwire:
+    """A named pipe that notes whether anyone opened it to read: a thread tries to open its writing end without
+    blocking (ENXIO while nobody reads), and when that works closes it again, so the reader sees an empty file."""
+
+    def __init__(self, path):
+        self.path, self.opened, self._done = path, False, threading.Event()
+        os.mkfifo(path)
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._done.wait(0.002):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as e:
+                if e.errno != errno.ENXIO:
+                    raise
+                continue
+            self.opened = True
+            os.close(fd)
+
+    def close(self):
+        self._done.set()
+        self._thread.join()
+
+
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
 def test_every_rule_is_refused_before_the_data_is_opened(rule, tmp_path):
-    pipe = tmp_path / rule.data
-    os.mkfifo(pipe)
-    argv = ["--data", str(pipe)] + shlex.split(rule.example)
+    pipe = Tripwire(tmp_path / rule.data)
+    argv = ["--data", str(pipe.path)] + shlex.split(rule.example)
     if rule.data.endswith(".csv") and "--label" not in argv:
         argv += ["--label", "y"]        # all a CSV needs: without the rule, the run would go on to read it
     with pytest.raises(MpinnError) as e:
         check(from_argv(argv, raise_errors=True))
     message = str(e.value)
     assert message == rule.message.format(c=from_argv(argv, raise_errors=True), _s=rule.data.rsplit(".", 1)[1])
-    t0 = time.monotonic()
-    r = run([sys.executable, "-m", "mpinn.train"] + argv + ["--model-out", str(tmp_path / "m.npz")], timeout=15)
-    took = time.monotonic() - t0
+    try:
+        r = run([sys.executable, "-m", "mpinn.train"] + argv + ["--model-out", str(tmp_path / "m.npz")], timeout=15)
+    finally:
+        pipe.close()
     assert r.returncode == 2, r.stderr
     assert r.stderr == "mpinn: error: %s\n" % message, r.stderr
-    assert took < 5, "%.1f s: the data was read (the pipe blocks) or start-up is slow" % took
+    assert not pipe.opened, "the data was opened before the rule refused the run"
     assert not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.launch
+def test_a_refused_run_as_a_real_process_ends_with_the_line_and_code_2(tmp_path):
+    """The process wrapper for the rules: one real `python -m mpinn.train`, refused by its first rule without opening
+    its named pipe (the in-process runs above check every rule's line)."""
+    rule = RULES[0]
+    pipe = Tripwire(tmp_path / rule.data)
+    argv = ["--data", str(pipe.path)] + shlex.split(rule.example)
+    if rule.data.endswith(".csv") and "--label" not in argv:
+        argv += ["--label", "y"]
+    message = rule.message.format(c=from_argv(argv, raise_errors=True), _s=rule.data.rsplit(".", 1)[1])
+    try:
+        r = run([sys.executable, "-m", "mpinn.train"] + argv + ["--model-out", str(tmp_path / "m.npz")], timeout=30,
+                process=True)
+    finally:
+        pipe.close()
+    assert (r.returncode, r.stderr) == (2, "mpinn: error: %s\n" % message)
+    assert not pipe.opened and not (tmp_path / "m.npz").exists()
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)

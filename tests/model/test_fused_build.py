@@ -14,8 +14,11 @@ from conftest import mpirun, run
 from mpinn.optim import fused_build
 from mpinn.optim.fused_build import Unavailable
 
+pytestmark = pytest.mark.launch       # starts processes (tests/launch.py)
+
 CC = shutil.which("cc") or shutil.which("gcc")
 needs_cc = pytest.mark.skipif(not CC, reason="no C compiler here")
+# run as real processes (process=True): the kernels are chosen once per process, from its environment
 TRAIN = [sys.executable, "-m", "mpinn.train", "--default-rows", "3000", "--epochs", "1", "--hidden", "8",
          "--hash-bits", "12", "--no-progress", "--optimizer", "adam"]
 
@@ -97,7 +100,7 @@ def test_a_planted_library_does_not_run_and_training_succeeds(tmp_path):
     os.chmod(other, 0o777)
     shutil.copy(lib, other / fused_build.cache_name(fused_build.source_hash()))
     env = dict(MPINN_FUSED="runtime", XDG_CACHE_HOME="/proc/mpinn-cannot-write-here", TMPDIR=str(tmp), HOME="/proc")
-    r = run(TRAIN + ["--model-out", str(tmp_path / "m.npz")], env=env, timeout=300)
+    r = run(TRAIN + ["--model-out", str(tmp_path / "m.npz")], env=env, timeout=300, process=True)
     assert r.returncode == 0, r.stderr
     assert not marker.exists(), "planted code ran"
     assert "kernels: off" in r.stdout and "cannot make the cache" in r.stdout, r.stdout
@@ -105,7 +108,7 @@ def test_a_planted_library_does_not_run_and_training_succeeds(tmp_path):
     cache.mkdir()
     os.chmod(cache, 0o777)
     shutil.copy(lib, cache / fused_build.cache_name(fused_build.source_hash()))
-    r = run(TRAIN + ["--model-out", str(tmp_path / "m2.npz")], env=env_for(cache), timeout=300)
+    r = run(TRAIN + ["--model-out", str(tmp_path / "m2.npz")], env=env_for(cache), timeout=300, process=True)
     assert r.returncode == 0, r.stderr
     assert not marker.exists(), "planted code ran"
     assert "can be written by others" in r.stdout, r.stdout
@@ -127,7 +130,7 @@ def test_a_truncated_cached_library_is_rebuilt_and_training_succeeds(tmp_path):
     size = so.stat().st_size
     with open(so, "r+b") as f:
         f.truncate(size // 3)
-    r = run(TRAIN + ["--model-out", str(tmp_path / "m.npz")], env=env_for(cache), timeout=300)
+    r = run(TRAIN + ["--model-out", str(tmp_path / "m.npz")], env=env_for(cache), timeout=300, process=True)
     assert r.returncode == 0, r.stderr
     assert "kernels: compiled, run-time build" in r.stdout, r.stdout
     assert so.stat().st_size == size and fused_build._verified(str(so))
@@ -135,7 +138,7 @@ def test_a_truncated_cached_library_is_rebuilt_and_training_succeeds(tmp_path):
 
 def test_a_compiler_that_is_not_there_leaves_the_numpy_passes_and_says_why(tmp_path):
     r = run(TRAIN + ["--model-out", str(tmp_path / "m.npz")], env=env_for(tmp_path / "c", CC="/nonexistent"),
-            timeout=300)
+            timeout=300, process=True)
     assert r.returncode == 0, r.stderr
     assert "kernels: off" in r.stdout and "CC=/nonexistent: /nonexistent is not a command" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr
@@ -161,7 +164,7 @@ def test_two_ranks_starting_at_once_compile_once(tmp_path, launcher):
     wrapper.write_text('#!/bin/sh\necho "$$" >> "%s"\nexec %s "$@"\n' % (log, CC))
     wrapper.chmod(0o755)
     env = env_for(tmp_path / "cache", CC=str(wrapper))
-    r = mpirun(2, ["-c", "from mpinn.optim import fused; print(fused.status())"], env=env, timeout=300)
+    r = mpirun(2, ["-c", "from mpinn.optim import fused; print(fused.status())"], env=env, timeout=300, process=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("compiled, run-time build") == 2, r.stdout
     assert len(log.read_text().split()) == 1, log.read_text()     # one compiler run for both ranks

@@ -117,6 +117,7 @@ def test_a_signal_to_the_launcher_checkpoints_stops_and_resumes_exactly(tmp_path
     assert np.array_equal(params(tmp_path / "m.npz"), params(uninterrupted / "m.npz"))     # bitwise
 
 
+@pytest.mark.launch
 @pytest.mark.mpi
 def test_a_signal_while_a_peer_is_lost_in_the_evaluation_ends_the_job_in_seconds(tmp_path):
     """What `srun --kill-on-bad-exit` leaves when a rank dies while the others score the held-out rows: the
