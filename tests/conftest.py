@@ -11,6 +11,7 @@ import tempfile
 import pytest
 
 import launch
+from launch import in_process  # noqa: F401  (for the tests: a command in this process)
 
 # numpy in this process runs its BLAS on one thread, as every process run() starts does: tests compare in-process runs
 # (the estimator, mpinn.api) with CLI runs bit for bit, and a float32 product big enough for OpenBLAS to thread rounds
@@ -47,11 +48,19 @@ def run(cmd, timeout=120, env=None, cwd=None, process=False):
 
 
 def mpirun(n, args, timeout=120, env=None, cwd=None, process=False):
-    """`mpiexec -n n python ARGS`: a real launch, but for one rank of mpinn's own commands, which runs in this
-    process (unless process=True)."""
-    if n == 1 and not process and launch.module_of([sys.executable] + list(args)):
-        return launch.run([sys.executable] + list(args), timeout, env, cwd)
+    """`mpiexec -n n python ARGS`. mpinn's own commands run where a process adds nothing to the check (tests/launch.py):
+    one rank in this process, several on this worker's warm ranks (tests/rank_server.py); process=True, an injected
+    fault or a kernel setting (launch.PROCESS_SETTINGS), or anything else is a real launch."""
+    module = launch.module_of([sys.executable] + list(args))
+    if module and not process and not set(env or {}) & set(launch.PROCESS_SETTINGS):
+        if n == 1:
+            return launch.in_process(module, args[2:], timeout, env, cwd)
+        return launch.on_ranks(n, module, args[2:], timeout, env, cwd)
     return launch.launch([mpiexec_path(), "-n", str(n), sys.executable] + list(args), timeout, env, cwd)
+
+
+def pytest_sessionfinish(session):
+    launch.close_ranks()
 
 
 def w4_text(path, rows, start=0):
@@ -89,9 +98,12 @@ def _the_running_test(request, monkeypatch):
 
 
 def pytest_collection_modifyitems(items):
-    """A test that uses the launcher fixture starts processes: it carries the launch mark without saying so."""
+    """A test that uses the launcher fixture, or any test of tests/cluster/ (hosts, Slurm), starts processes: it
+    carries the launch mark without saying so."""
+    cluster = os.path.join(ROOT, "tests", "cluster") + os.sep
     for item in items:
-        if "launcher" in getattr(item, "fixturenames", ()) and item.get_closest_marker("launch") is None:
+        uses_launcher = "launcher" in getattr(item, "fixturenames", ())
+        if (uses_launcher or str(item.fspath).startswith(cluster)) and item.get_closest_marker("launch") is None:
             item.add_marker(pytest.mark.launch)
 
 

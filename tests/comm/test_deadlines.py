@@ -69,6 +69,7 @@ def test_every_collective_of_a_gpu_run_is_under_a_deadline(tmp_path, launcher):
     assert lines.count("done") == 2, r.stdout[-3000:]
     assert [line for line in lines if line.startswith("UNGUARDED")] == []
 
+@pytest.mark.launch
 def test_a_caught_error_leaves_no_deadline_behind(tmp_path):
     """The API raises MpinnError for bad input, and a caller (a notebook, the scikit-learn estimator's user) may
     catch it and go on: the start-up's deadline must end with the run, not abort the process later."""
@@ -106,6 +107,7 @@ def test_a_guard_inside_another_leaves_the_outer_deadline_armed():
         pass
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("knob", ["--step-timeout", "--start-timeout"])
 def test_the_abort_names_the_option_that_sets_its_deadline(knob):
     """A start-up past --start-timeout (reading a big file) is not helped by raising --step-timeout: the line

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import run
+from conftest import in_process, run
 from fake_device import FakeBackend, ListFeed, canonical_csr, messy_csr
 from mpinn.backend import gpu_probe, select_backend
 from mpinn.comm.buffers import check_buffer, check_device_buffer
@@ -339,10 +339,9 @@ def test_cupy_device_feed_matches_the_host_batches():
             np.array_equal(to_host(getattr(got.Xs, k)), getattr(want.Xs, k)) for k in ("data", "indices", "indptr"))
 
 
-@pytest.mark.launch
 @pytest.mark.skipif(GPUS, reason="this machine has a GPU")
 def test_the_gpu_benchmark_says_why_it_cannot_run(tmp_path):
-    r = run([sys.executable, "-m", "scripts.bench.gpu", "--out", str(tmp_path / "b.json")])
+    r = in_process("scripts.bench.gpu", ["--out", str(tmp_path / "b.json")])
     assert r.returncode == 2 and r.stderr.startswith("bench_gpu: needs cupy and a GPU: "), r.stderr
     assert not (tmp_path / "b.json").exists()
 

@@ -53,6 +53,7 @@ def child(what, sig=signal.SIGTERM, timeout=20):
             p.wait()
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
 def test_a_rank_waiting_inside_mpi_is_aborted_after_the_grace(sig):
     """What `srun --kill-on-bad-exit` leaves: a peer is gone, this rank waits in a collective, SIGTERM comes.
@@ -64,12 +65,14 @@ def test_a_rank_waiting_inside_mpi_is_aborted_after_the_grace(sig):
     assert took < 10
 
 
+@pytest.mark.launch
 def test_a_signal_before_training_ends_the_job_at_once():
     rc, out, err, took = child("starting")
     assert "SIGTERM arrived before training began; nothing to save" in err, err
     assert rc == 128 + signal.SIGTERM and took < 10, (rc, err)
 
 
+@pytest.mark.launch
 def test_a_signal_never_agreed_on_is_raised_again_when_the_handlers_are_put_back():
     rc, out, err, took = child("late")
     assert "noted" in out and "survived" not in out, (out, err)

@@ -210,6 +210,7 @@ print(json.dumps(r.meta["transform"]["bins"]))
 """
 
 
+@pytest.mark.launch
 def test_a_model_file_with_bins_round_trips_through_predict(tmp_path):
     train, test = table(tmp_path / "train.csv"), table(tmp_path / "test.csv", 300, seed=1)
     model, mine = str(tmp_path / "m.npz"), str(tmp_path / "mine.npy")

@@ -174,6 +174,7 @@ def test_enospc_for_a_checkpoint_names_the_last_one(tmp_path, monkeypatch):
     assert first in str(e.value) and list_checkpoints(str(tmp_path / "ck"))[-1][1] == first
 
 
+@pytest.mark.launch       # the tiny disk is a tmpfs mounted by `mount`
 def test_predictions_on_a_full_disk_are_one_line_and_the_old_file_stays(tiny_disk, tmp_path):
     rows = 150_000                  # about 1.5 MB of predictions: more than the disk holds
     with open(tmp_path / "d.csv", "w") as f:

@@ -191,6 +191,7 @@ def test_stream_on_for_rows_that_cannot_stream_is_one_line(tmp_path):
         "mpinn: error: --stream on: the model was trained on arrays, read whole"), r.stderr
 
 
+@pytest.mark.launch
 @pytest.mark.slow
 def test_a_stream_predicts_800k_log_rows_under_a_memory_limit(tmp_path, memory_group):
     """W4 text, 800,000 rows in two files (200 MB), predicted inside a memory cgroup of 600 MiB with the files'

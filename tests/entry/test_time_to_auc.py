@@ -4,7 +4,9 @@ import json
 import os
 import sys
 
-from conftest import run
+import pytest
+
+from conftest import in_process, run
 from scripts.bench import time_to_auc as tta
 
 TIME_TO_AUC = [sys.executable, "-m", "scripts.bench.time_to_auc"]
@@ -49,6 +51,7 @@ def test_a_run_of_several_epochs_ends_on_the_model_it_wrote(tmp_path):
     assert tta.written_point(str(log), run_) == []          # the last point is the written model already
 
 
+@pytest.mark.launch
 def test_mpinn_points_come_from_the_curves_clock(tmp_path):
     out, png = str(tmp_path / "p.json"), str(tmp_path / "p.png")
     r = run(TIME_TO_AUC + ["--rows", "3000", "--test-rows", "600",
@@ -81,6 +84,6 @@ def test_mpinn_points_come_from_the_curves_clock(tmp_path):
 
 
 def test_a_bad_option_is_one_line_and_exit_2(tmp_path):
-    r = run(TIME_TO_AUC + ["--rows", "3000", "--test-rows", "600",
-             "--systems", "mpinn,xgboost", "--out", str(tmp_path / "o")], timeout=60)
+    r = in_process("scripts.bench.time_to_auc", ["--rows", "3000", "--test-rows", "600", "--systems", "mpinn,xgboost",
+                                                 "--out", str(tmp_path / "o")], timeout=60)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--systems" in r.stderr

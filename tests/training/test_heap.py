@@ -27,6 +27,7 @@ def faults(mode):
     return int(out.stdout.split()[-1])
 
 
+@pytest.mark.launch
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_reusing_heap_keeps_step_temporaries_off_fresh_pages():
     # glibc's default: the 8 MiB freed at the heap's top is above its trim threshold (twice the
