@@ -18,12 +18,15 @@ from mpi4py import MPI  # noqa: E402
 
 import mpinn.train  # noqa: E402,F401  (what every command imports: once, here)
 
-POLL = 0.005        # seconds between an idle rank's looks for the next request
+POLL = (0.001, 0.05)    # seconds between an idle rank's looks for the next request: from the first to the most
 
 
 def wait_for(path):
+    """Until path is there: looked for often at first, then less (an idle rank costs next to nothing)."""
+    pause = POLL[0]
     while not os.path.exists(path):
-        time.sleep(POLL)
+        time.sleep(pause)
+        pause = min(pause * 1.5, POLL[1])
 
 
 def serve(directory):

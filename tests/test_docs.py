@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, api_page_output, masked_rates, run
+from conftest import ROOT, api_page_output, masked_rates, mpirun, run
 from launch import in_process
 
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -102,8 +102,12 @@ SHELL = {">", ">>", "|", "&&", "||", ";", "<"}        # a command holding one of
 def test_every_shown_command_runs(page, line, cmd, workdir, launcher):
     env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     words = shlex.split(cmd)
-    if words[:2] == ["python", "-m"] and not set(words) & SHELL:     # one of mpinn's commands: run in this process
+    if set(words) & SHELL:
+        r = run(["bash", "-c", cmd], timeout=300, env=env, cwd=str(workdir))
+    elif words[:2] == ["python", "-m"]:         # one of mpinn's commands: in this process (tests/launch.py)
         r = run([sys.executable] + words[1:], timeout=300, cwd=str(workdir))
+    elif words[:3] == ["mpirun", "-np", "2"] and words[3:5] == ["python", "-m"]:   # on warm ranks, where they serve
+        r = mpirun(2, words[4:], timeout=300, cwd=str(workdir))
     else:
         r = run(["bash", "-c", cmd], timeout=300, env=env, cwd=str(workdir))
     assert r.returncode == 0, "%s:%d: %s\n%s\n%s" % (page, line, cmd, r.stdout[-2000:], r.stderr[-2000:])
