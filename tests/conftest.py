@@ -63,6 +63,17 @@ def pytest_sessionfinish(session):
     launch.close_ranks()
 
 
+def mpi_suite(np_, modules="mpi_*.py", timeout=400):
+    """The multi-rank unit tests (tests/*/mpi_*.py, or `modules`) under a real mpiexec at np_ ranks, one pytest per rank
+    (-m mpi4py: an unhandled failure on one rank aborts them all instead of hanging the rest): the run's output."""
+    r = mpirun(np_, ["-m", "mpi4py", "-m", "pytest", "tests", "-o", "python_files=%s" % modules,
+                     "-x", "-q", "-p", "no:cacheprovider", "--timeout", "120"], timeout=timeout)
+    sys.stdout.write(r.stdout[-4000:])
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout
+    return r.stdout
+
+
 def w4_text(path, rows, start=0):
     """W4's click-log text (mpinn.bench.w4, scale 100): `rows` rows from row `start`."""
     r = run([sys.executable, "-m", "mpinn.bench.w4", "--rows", str(rows), "--start", str(start), "--out", str(path),

@@ -1,0 +1,9 @@
+"""The multi-rank tests (tests/*/mpi_*.py) under a real mpiexec at np 2 (tests/test_mpi.py: np 1 and 4)."""
+import pytest
+
+from conftest import mpi_suite
+
+
+@pytest.mark.mpi
+def test_mpi_suite_at_np_2(launcher):
+    mpi_suite(2)
