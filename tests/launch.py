@@ -7,10 +7,14 @@ result has the fields of subprocess.CompletedProcess. What a process start would
 scipy, mpi4py and MPI_Init, mpinn's modules) is paid once per worker; the checks see the same exit code, lines and
 files.
 
-A real process is started where the check is about the process: more than one rank, signals, an abort, a launcher,
-a hang, start-up time, the environment a module reads when it is imported. Those calls pass `process=True` (or start
-more than one rank), and the test must carry the `launch` mark: `python -m pytest -m "not launch"` is the fast tier
-(docs/testing.md), and a test that starts a process without the mark fails here, so the tier cannot rot."""
+`mpiexec -n N python -m mpinn.X ARGS` with N of 2 or more runs on warm ranks (Ranks, tests/rank_server.py): N ranks
+started by a real mpiexec once per worker and rank count, each command run on every rank as on a launch's ranks.
+
+A real process is started where the check is about the process: signals, a launcher's options or hostfile, an
+injected fault (which kills or hangs its process), the environment a module reads once per process
+(PROCESS_SETTINGS). Those calls pass `process=True` or such an environment, and the test must carry the `launch`
+mark, as must one that uses warm ranks: `python -m pytest -m "not launch"` is the fast tier (docs/testing.md), and a
+test that starts a process without the mark fails here, so the tier cannot rot."""
 import contextlib
 import faulthandler
 import io

@@ -1,9 +1,10 @@
-"""The suite's own runner (tests/launch.py): a command run in this process answers as the real process does, and a
-test that starts a process without the launch mark fails."""
+"""The suite's own runner (tests/launch.py): a command run in this process, or on warm ranks, answers as the real
+process or launch does, and a test that starts a process without the launch mark fails."""
 import os
 import signal
 import sys
 
+import numpy as np
 import pytest
 from _pytest.outcomes import Failed
 
@@ -51,3 +52,20 @@ def test_a_process_started_without_the_launch_mark_fails_the_test(request, monke
 def test_a_marked_test_may_start_one(request):
     launch.note_launch(["python", "-c", "pass"])
     assert launch.run([sys.executable, "-c", "print(6 * 7)"], process=True).stdout == "42\n"
+
+
+@pytest.mark.launch
+def test_warm_ranks_answer_as_a_real_launch_does(tmp_path):
+    """The same two-rank commands on warm ranks and under a real mpiexec: a training run writes the same parameters
+    bit for bit, and a refusal the same exit status and line."""
+    from conftest import mpirun
+    train = ["-m", "mpinn.train", "--default-rows", "2000", "--epochs", "1", "--hidden", "8", "--dtype", "float64",
+             "--no-progress", "--ensemble", "1"]
+    warm = mpirun(2, train + ["--model-out", "warm.npz"], cwd=str(tmp_path))
+    real = mpirun(2, train + ["--model-out", "real.npz"], cwd=str(tmp_path), process=True)
+    assert warm.returncode == real.returncode == 0, (warm.stderr, real.stderr)
+    with np.load(tmp_path / "warm.npz") as w, np.load(tmp_path / "real.npz") as r:
+        assert np.array_equal(w["params"], r["params"])
+    refused = ["-m", "mpinn.train", "--data", "nowhere.csv", "--label", "y"]
+    warm, real = mpirun(2, refused, cwd=str(tmp_path)), mpirun(2, refused, cwd=str(tmp_path), process=True)
+    assert (warm.returncode, warm.stderr) == (real.returncode, real.stderr) and warm.returncode == 2
