@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFUSAL_NAMES = {"returncode", "rc", "code"}
 REFUSAL_ERRORS = {"MpinnError", "SystemExit", "UsageError"}
 

@@ -108,9 +108,17 @@ def _the_running_test(request, monkeypatch):
     launch.current_test = None
 
 
+# the longest files, collected first so that the workers start them first (pytest-xdist's loadfile hands out files in
+# collection order): collected last, the multi-rank suites ran alone at the end while the other workers sat idle
+FIRST = ("tests/test_mpi_np3.py", "tests/test_mpi.py", "tests/test_mpi_np2.py", "tests/data/test_larger_than_memory.py",
+         "tests/data/test_stream_memory.py", "tests/entry/test_bench_gpu.py", "tests/entry/test_time_to_auc.py")
+
+
 def pytest_collection_modifyitems(items):
-    """A test that uses the launcher fixture, or any test of tests/cluster/ (hosts, Slurm), starts processes: it
-    carries the launch mark without saying so."""
+    """The FIRST files first (otherwise pytest's order). A test that uses the launcher fixture, or any test of
+    tests/cluster/ (hosts, Slurm), starts processes: it carries the launch mark without saying so."""
+    first = {os.path.join(ROOT, *f.split("/")): i for i, f in enumerate(FIRST)}
+    items.sort(key=lambda item: first.get(str(item.fspath), len(first)))
     cluster = os.path.join(ROOT, "tests", "cluster") + os.sep
     for item in items:
         uses_launcher = "launcher" in getattr(item, "fixturenames", ())
