@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 import launch
-from launch import in_process  # noqa: F401  (for the tests: a command in this process)
+from launch import in_process, mpiexec_path  # noqa: F401  (for the tests)
 
 # numpy in this process runs its BLAS on one thread, as every process run() starts does: tests compare in-process runs
 # (the estimator, mpinn.api) with CLI runs bit for bit, and a float32 product big enough for OpenBLAS to thread rounds
@@ -35,12 +35,6 @@ UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WOR
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def mpiexec_path():
-    """The launcher next to this Python (the mpich wheel's), else the one on PATH."""
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else shutil.which("mpiexec")
-
-
 def run(cmd, timeout=120, env=None, cwd=None, process=False):
     """A command, with a timeout: mpinn's own commands in this process (tests/launch.py), unless process=True (the
     test must then carry the launch mark); anything else as a real process."""
@@ -51,12 +45,7 @@ def mpirun(n, args, timeout=120, env=None, cwd=None, process=False):
     """`mpiexec -n n python ARGS`. mpinn's own commands run where a process adds nothing to the check (tests/launch.py):
     one rank in this process, several on this worker's warm ranks (tests/rank_server.py); process=True, an injected
     fault or a kernel setting (launch.PROCESS_SETTINGS), or anything else is a real launch."""
-    module = launch.module_of([sys.executable] + list(args))
-    if module and not process and not set(env or {}) & set(launch.PROCESS_SETTINGS):
-        if n == 1:
-            return launch.in_process(module, args[2:], timeout, env, cwd)
-        return launch.on_ranks(n, module, args[2:], timeout, env, cwd)
-    return launch.launch([mpiexec_path(), "-n", str(n), sys.executable] + list(args), timeout, env, cwd)
+    return launch.mpirun(n, args, timeout, env, cwd, process)
 
 
 def pytest_sessionfinish(session):

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,11 +50,25 @@ def module_of(cmd):
     return None
 
 
+def served(cmd, env=None, process=False):
+    """The module of `cmd` when it needs no process of its own (not process=True, no PROCESS_SETTINGS), else None:
+    the one place that decides where a command runs."""
+    if process or set(env or {}) & set(PROCESS_SETTINGS):
+        return None
+    return module_of(cmd)
+
+
+def mpiexec_path():
+    """The launcher next to this Python (the mpich wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
 def _started_by_mpinn():
     """Whether mpinn's own code is starting this process (the .mat reader's helper, the kernels' compiler): that
     process is the product's, not the test's."""
     package = os.path.join(ROOT, "mpinn") + os.sep
-    return any(frame.filename.startswith(package) for frame in traceback.extract_stack())
+    return any(frame.f_code.co_filename.startswith(package) for frame, _ in traceback.walk_stack(None))
 
 
 def note_launch(cmd):
@@ -69,8 +84,8 @@ def note_launch(cmd):
 
 
 def launch(cmd, timeout=120, env=None, cwd=None):
-    """A real process, its group killed on a hang: the hang becomes a test failure after `timeout` s."""
-    note_launch(cmd)
+    """A real process, its group killed on a hang: the hang becomes a test failure after `timeout` s (conftest's
+    Popen checks the test's launch mark)."""
     full_env = dict(os.environ, **THREADS)
     full_env.update(env or {})
     try:
@@ -210,7 +225,6 @@ class Ranks:
         self.dir = tempfile.mkdtemp(prefix="mpinn-ranks-%d-" % self.n)
         self.k = 0
         self.log = open(os.path.join(self.dir, "launcher.err"), "w+")
-        from conftest import mpiexec_path
         self.proc = subprocess.Popen([mpiexec_path(), "-n", str(self.n), sys.executable,
                                       os.path.join(ROOT, "tests", "rank_server.py"), self.dir],
                                      stdout=subprocess.DEVNULL, stderr=self.log, cwd=ROOT,
@@ -275,9 +289,19 @@ def close_ranks():
 
 
 def run(cmd, timeout=120, env=None, cwd=None, process=False):
-    """A command: in this process where module_of(cmd) names one of mpinn's (unless process), else a real launch."""
-    process = process or any(k in PROCESS_SETTINGS for k in (env or {}))
-    module = None if process else module_of(cmd)
+    """A command: in this process where served(cmd) names one of mpinn's, else a real launch."""
+    module = served(cmd, env, process)
     if module:
         return in_process(module, cmd[3:], timeout, env, cwd)
     return launch(cmd, timeout, env, cwd)
+
+
+def mpirun(n, args, timeout=120, env=None, cwd=None, process=False):
+    """`mpiexec -n n python ARGS`: where served() names one of mpinn's commands, one rank in this process and several
+    on this worker's warm ranks; anything else a real launch."""
+    module = served([sys.executable] + list(args), env, process)
+    if module and n == 1:
+        return in_process(module, args[2:], timeout, env, cwd)
+    if module:
+        return on_ranks(n, module, args[2:], timeout, env, cwd)
+    return launch([mpiexec_path(), "-n", str(n), sys.executable] + list(args), timeout, env, cwd)

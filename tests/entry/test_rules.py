@@ -44,12 +44,16 @@ class Tripwire:
         self._thread.join()
 
 
+def rule_argv(rule, data):
+    """The rule's example on `data`: a CSV gets a label too, all it needs (without the rule the run would read it)."""
+    argv = ["--data", str(data)] + shlex.split(rule.example)
+    return argv + ["--label", "y"] if rule.data.endswith(".csv") and "--label" not in argv else argv
+
+
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
 def test_every_rule_is_refused_before_the_data_is_opened(rule, tmp_path):
     pipe = Tripwire(tmp_path / rule.data)
-    argv = ["--data", str(pipe.path)] + shlex.split(rule.example)
-    if rule.data.endswith(".csv") and "--label" not in argv:
-        argv += ["--label", "y"]        # all a CSV needs: without the rule, the run would go on to read it
+    argv = rule_argv(rule, pipe.path)
     with pytest.raises(MpinnError) as e:
         check(from_argv(argv, raise_errors=True))
     message = str(e.value)
@@ -70,9 +74,7 @@ def test_a_refused_run_as_a_real_process_ends_with_the_line_and_code_2(tmp_path)
     its named pipe (the in-process runs above check every rule's line)."""
     rule = RULES[0]
     pipe = Tripwire(tmp_path / rule.data)
-    argv = ["--data", str(pipe.path)] + shlex.split(rule.example)
-    if rule.data.endswith(".csv") and "--label" not in argv:
-        argv += ["--label", "y"]
+    argv = rule_argv(rule, pipe.path)
     message = rule.message.format(c=from_argv(argv, raise_errors=True), _s=rule.data.rsplit(".", 1)[1])
     try:
         r = run([sys.executable, "-m", "mpinn.train"] + argv + ["--model-out", str(tmp_path / "m.npz")], timeout=30,
