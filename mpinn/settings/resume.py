@@ -66,11 +66,31 @@ def own_checkpoint_dir(cfg):
         remove_stale_temporaries(place)
 
 
-def resume_config(cfg):
+def resume_config(cfg, size):
     """The options a checkpoint records and a resume must match: all but those marked resume=True in the option
-    table, as JSON values."""
+    table, as JSON values; --readers as the readers it means at `size` ranks (readers_meant)."""
     values = cfg.options()
-    return json.loads(json.dumps({f.name: values[f.name] for f in OPTIONS if not f.metadata["resume"]}))
+    config = json.loads(json.dumps({f.name: values[f.name] for f in OPTIONS if not f.metadata["resume"]}))
+    config["readers"] = readers_meant(config["readers"], size)
+    return config
+
+
+def readers_meant(readers, size):
+    """--readers as the readers it means at `size` ranks: which rows a stream's step trains depends on the number of
+    readers, and --readers all at N ranks is --readers N (mpinn.data.stream_setup.reader_streams), but at 1 rank
+    it is one reader, not --readers 1's rank 0 reading for all (another order)."""
+    return str(size) if readers == "all" and size > 1 else readers
+
+
+def _readers_differ(path, saved, now):
+    """The line for a stream read by other readers than the checkpoint's (readers_meant's values)."""
+    def who(k):
+        return {"1": "rank 0 alone (--readers 1)", "all": "1 reader (--readers all at 1 rank)"}.get(
+            k, "%s readers (--readers all at %s ranks, or --readers %s)" % (k, k, k))
+    how = {"1": "--readers 1", "all": "--readers all on 1 rank"}.get(
+        saved, "--readers all on %s ranks, or with --readers %s on %s or more ranks" % (saved, saved, saved))
+    return MpinnError("--resume %s: the checkpoint's stream was read by %s, this run's by %s: which rows "
+                      "each step trains depends on the readers; resume with %s" % (path, who(saved), who(now), how))
 
 
 def run_identity(config, spec, meta, n_train):
@@ -85,7 +105,11 @@ def check_resume(header, config, spec, meta, n_train, batch):
     """A checkpoint continues only the run that wrote it: name the first thing that differs."""
     path = header["path"]
     saved = header.get("config", {})
+    if "readers" in saved:      # written before --readers was recorded as the readers it meant: the same
+        saved = dict(saved, readers=readers_meant(saved["readers"], header.get("ranks", 1)))
     for k in sorted(set(saved) | set(config)):
+        if k == "readers" and k in saved and saved[k] != config.get(k):
+            raise _readers_differ(path, saved.get(k), config.get(k))
         if saved.get(k) != config.get(k):
             raise MpinnError("--resume %s: the checkpoint was written with --%s %s, this run has %s"
                              % (path, k.replace("_", "-"), saved.get(k), config.get(k)))

@@ -315,8 +315,10 @@ class RunConfig:
                                          "directory is refused: --resume continues that run)", resume=True,
                                          action="store_true")
     resume: Optional[str] = option(None, "checkpoints", "continue from the newest checkpoint in DIR with the same "
-                                   "options (--epochs may grow; the number of ranks may change); checkpoints go on "
-                                   "being written there unless --checkpoint-dir says otherwise", resume=True,
+                                   "options (--epochs may grow; the number of ranks may change, not a stream's "
+                                   "number of readers: --readers all at N ranks resumes at N ranks, or as --readers N "
+                                   "on more); checkpoints go on being written there unless --checkpoint-dir says "
+                                   "otherwise", resume=True,
                                    metavar="DIR")
     step_timeout: float = option(300.0, "checkpoints", "seconds a step, an evaluation or a checkpoint may take "
                                  "before the job is aborted as hung (0: no deadline)", resume=True,

@@ -66,7 +66,7 @@ def start(cfg, trainer, spec, info, say=lambda msg: None, home=None):
     restored from the newest checkpoint of this run (which must match its options, model and data); with a
     checkpoint directory, the Checkpoints the loop writes (trainer.checkpoints). home: the directory a resume
     names, when this run's checkpoints lie below it (an ensemble's member: mpinn.training.ensemble)."""
-    comm, config = trainer.comm, resume_config(cfg)
+    comm, config = trainer.comm, resume_config(cfg, trainer.comm.size)
     run = run_identity(config, spec, info.meta, info.n_train)
     resumed = None
     if cfg.resume:
