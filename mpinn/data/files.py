@@ -63,6 +63,31 @@ def named(options):
     return out
 
 
+def file_state(path):
+    """What says a file is the one seen before: its size, modification time and identity (os.stat); None if it
+    cannot be seen (its reader names the problem)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino
+
+
+def check_unchanged(path, state):
+    """One line naming `path` and what changed, when it is not the file file_state() saw (state; None: nothing to
+    compare): a stream's rows are those of its files as the run found them, read again each epoch."""
+    now = file_state(path)
+    if state is None or now == state:
+        return
+    size = state[0]
+    what = ("it was deleted" if now is None else "it was replaced by another file" if now[2:] != state[2:] else
+            "it was cut short from %d to %d bytes" % (size, now[0]) if now[0] < size else
+            "it grew from %d to %d bytes (rows appended)" % (size, now[0]) if now[0] > size else
+            "it was rewritten (same size, modified at another time)")
+    raise MpinnError("data file %s changed while training read it: %s; keep the files a stream reads unchanged "
+                     "until the run ends (copy a growing log, and train on the copy)" % (path, what))
+
+
 def describe(files):
     """'4 files, day_0.tsv.gz .. day_3.tsv.gz' for the start-up line (the first and last, in the order read)."""
     if len(files) == 1:

@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 
 from mpinn.config import MpinnError
-from mpinn.data.files import describe as describe_files
+from mpinn.data.files import describe as describe_files, file_state
 from mpinn.data.progress import expect
 
 TABLES = ("csv", "parquet", "criteo")
@@ -95,6 +95,7 @@ class Recipe:
     def __init__(self, paths, formats, spec):
         from mpinn.data.many import chained_source
         self.paths, self.formats = paths, formats
+        self.states = [file_state(p) for p in paths]        # the files as the run found them: read so each epoch
         self.first = chained_source(paths, formats, spec)
         self.named = replace(spec, categorical=self.first.categorical, numeric=self.first.numeric)
 
@@ -110,6 +111,8 @@ class Recipe:
             if not indices:
                 return []
             got = chained_source([self.paths[i] for i in indices], [self.formats[i] for i in indices], self.named)
+            for i, source in zip(indices, got.sources):
+                source.seen = (self.paths[i], self.states[i])     # checked as it is read (mpinn.data.stream)
             return list(zip(indices, got.sources))
         return make
 
@@ -139,6 +142,7 @@ class Recipe:
 
     def __setstate__(self, state):
         self.__dict__.update(state, first=None)
+        self.states = [file_state(p) for p in self.paths]   # this host's files (another host may hold its own copy)
 
 
 def reader_count(readers, size):
