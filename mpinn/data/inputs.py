@@ -72,13 +72,21 @@ def set_transform(data, transform, where):
     data.transform = transform
 
 
-def who_reads(readers, size):
-    """The stream line's word on who reads (--readers)."""
+def who_reads(readers, size, reading=None):
+    """The stream line's word on who reads (--readers): `reading`, the readers that have files to read
+    (Recipe.reading; None: all)."""
     if readers == 1:
         return "rank 0 reads and scatters each batch"
+    firsts = [g * size // readers for g in range(readers)]      # each group's first rank (reading_group)
+    if reading is not None and len(reading) < readers:      # fewer files than readers, each read whole by one
+        n = len(reading)
+        return ("only %d of the %d readers %s a file to read (rank%s %s): a gzipped, CSV or Parquet file is read "
+                "whole, file i by reader i mod %d, and there %s %d; the others read no rows, and each step trains on "
+                "%d/%d of the global batch, the share of the readers that read" % (
+                    n, readers, "has" if n == 1 else "have", "" if n == 1 else "s",
+                    ", ".join(str(firsts[g]) for g in reading), readers, "is" if n == 1 else "are", n, n, readers))
     if readers == size:
         return "every rank reads its share of the files and trains on its rows"
-    firsts = [g * size // readers for g in range(readers)]      # each group's first rank (reading_group)
     return "%d readers (ranks %s) each read their share of the files and scatter it over their group" % (
         readers, ", ".join(map(str, firsts)))
 
@@ -117,7 +125,8 @@ def load_everywhere(args, comm, say, resplit=None):
         if streamed is not None:
             data, valid, _ = streamed
             say("stream: fitted on the first %d rows; shuffled in windows of %d rows; %s" % (
-                data.meta["streamed"]["sample_rows"], args.shuffle_window, who_reads(readers, comm.size)))
+                data.meta["streamed"]["sample_rows"], args.shuffle_window,
+                who_reads(readers, comm.size, data.recipe.reading(readers) if readers > 1 else None)))
         else:
             data = args.data if isinstance(args.data, Rows) else load_data(
                 args.data, spec, hashing, args.default_rows, args.seed)
