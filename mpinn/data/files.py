@@ -75,7 +75,8 @@ def file_state(path):
 
 def check_unchanged(path, state):
     """One line naming `path` and what changed, when it is not the file file_state() saw (state; None: nothing to
-    compare): a stream's rows are those of its files as the run found them, read again each epoch."""
+    compare): a stream's rows are those of its files as the run found them, read again each epoch (and held-out
+    files at each evaluation)."""
     now = file_state(path)
     if state is None or now == state:
         return
@@ -84,8 +85,27 @@ def check_unchanged(path, state):
             "it was cut short from %d to %d bytes" % (size, now[0]) if now[0] < size else
             "it grew from %d to %d bytes (rows appended)" % (size, now[0]) if now[0] > size else
             "it was rewritten (same size, modified at another time)")
-    raise MpinnError("data file %s changed while training read it: %s; keep the files a stream reads unchanged "
-                     "until the run ends (copy a growing log, and train on the copy)" % (path, what))
+    raise MpinnError("data file %s changed while it was being read: %s; keep the files a run reads unchanged "
+                     "until it ends (copy a growing log, and use the copy)" % (path, what))
+
+
+def unchanged_parts(source):
+    """source.parts(), each checked to come from the file as it was found (source.seen: (path, file_state); none:
+    unchecked), and at the end: a file cut short, grown, rewritten or deleted while it is read is one line
+    (check_unchanged), before a row read from it after the change is used."""
+    seen = getattr(source, "seen", None)
+
+    def check():
+        if seen is not None:
+            check_unchanged(*seen)
+    try:
+        for part in source.parts():
+            check()
+            yield part
+    except MpinnError:      # a short last line, a missing file: the change, where that is what happened
+        check()
+        raise
+    check()
 
 
 def describe(files):

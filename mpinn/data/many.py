@@ -5,7 +5,7 @@ them all, bit for bit."""
 import numpy as np
 
 from mpinn.config import MpinnError
-from mpinn.data.files import describe
+from mpinn.data.files import describe, file_state, unchanged_parts
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -33,7 +33,7 @@ class ChainedSource:
 
     def parts(self):
         for s in self.sources:
-            yield from s.parts()
+            yield from unchanged_parts(s)       # checked against the file as first seen, where that was noted
         if self.dropped:
             self.meta["dropped_unlabelled"] = self.dropped
 
@@ -129,15 +129,19 @@ def read_column(path, name, purpose="for --holdout-by", label=None):
     return [v for v, k in zip(columns[0], keep) if k]
 
 
-def chunks_of(paths, formats, spec, hashing, chunk_rows=None):
+def chunks_of(paths, formats, spec, hashing, chunk_rows=None, states=None):
     """Table files read as one, a chunk at a time: Datasets of the raw numbers (no transform) and the rows hashed
     under hashing's contract, known up front (a model's), with spec's task and classes. What predict streams: its
-    memory holds a chunk, whatever the number of rows."""
+    memory holds a chunk, whatever the number of rows. states: the files as first seen (file_state; default: now),
+    which they must still be as they are read (mpinn.data.files.unchanged_parts)."""
     from mpinn.data.base import Dataset
     from mpinn.data.chunks import TablePass
     from mpinn.hashing import csr_from_indices
     from mpinn.data.progress import tick
+    states = states or [file_state(p) for p in paths]
     source = chained_source(paths, formats, spec, chunk_rows)
+    for s, path, state in zip(source.sources, paths, states):
+        s.seen = (path, state)
     table = TablePass(source, spec, hashing)
     if table.contract is None and source.categorical:
         raise MpinnError("%s: its categorical columns need a hashing contract to be read a chunk at a time"
@@ -155,13 +159,13 @@ def chunks_of(paths, formats, spec, hashing, chunk_rows=None):
         yield Dataset(Xs, Xd, y, meta)
 
 
-def blocks_of(paths, formats, spec, hashing, block):
+def blocks_of(paths, formats, spec, hashing, block, states=None):
     """chunks_of's rows cut into Datasets of `block` rows (the last shorter), across the files' ends: the blocks
     reading the rows whole and taking them `block` at a time would give, so products over them have the same
     shapes, and the same bits."""
     from mpinn.data.stream import _concat
     have, n = [], 0
-    for rows in chunks_of(paths, formats, spec, hashing, chunk_rows=block):
+    for rows in chunks_of(paths, formats, spec, hashing, chunk_rows=block, states=states):
         have.append(rows)
         n += len(rows)
         if n >= block:
@@ -182,8 +186,9 @@ class RowsInBlocks:
     transform = None
 
     def __init__(self, paths, formats, spec, hashing, n_estimate):
-        from mpinn.data.files import describe
+        from mpinn.data.files import describe, file_state, unchanged_parts
         self.paths, self.formats, self.spec, self.hashing = paths, formats, spec, hashing
+        self.states = [file_state(p) for p in paths]        # read again at each evaluation: as found here
         self.n_estimate = int(n_estimate)
         self.meta = {"task": spec.task, "classes": spec.classes, "numeric": list(spec.numeric or ()),
                      "hashing": hashing.contract, "files": list(paths), "path": describe(paths)}
@@ -200,6 +205,6 @@ class RowsInBlocks:
         return self.meta["numeric"]
 
     def blocks(self, block):
-        for rows in blocks_of(self.paths, self.formats, self.spec, self.hashing, block):
+        for rows in blocks_of(self.paths, self.formats, self.spec, self.hashing, block, self.states):
             rows.transform = self.transform
             yield rows

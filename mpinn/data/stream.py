@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from mpinn.config import MpinnError
 from mpinn.data.base import Dataset, Rows
 from mpinn.data.chunks import TablePass
-from mpinn.data.files import check_unchanged
+from mpinn.data.files import unchanged_parts
 from mpinn.data.part import take_part
 from mpinn.data.progress import tick
 from mpinn.hashing import csr_from_indices, per_feature_nnz
@@ -79,7 +79,7 @@ class Stream(Rows):
             held, pos = self.held.get(i, np.zeros(0, np.int64)), 0
             if held.size and getattr(source, "span", None):      # a byte range of the file: its rows from there
                 held = held - source.rows_before()
-            for part in _unchanged(source):
+            for part in unchanged_parts(source):
                 lo, pos = pos, pos + part.n
                 if part.n == 0:
                     continue
@@ -147,25 +147,6 @@ class Stream(Rows):
             take = piece.Xs[:limit - n]
             n += take.shape[0]
             yield take
-
-
-def _unchanged(source):
-    """source.parts(), each checked to come from the file as the run found it (source.seen: (path, file_state), set
-    by the files' Recipe; none: unchecked), and at the end: a file cut short, grown, rewritten or deleted while it is
-    read is one line (mpinn.data.files.check_unchanged), before a row read from it after the change is trained."""
-    seen = getattr(source, "seen", None)
-
-    def check():
-        if seen is not None:
-            check_unchanged(*seen)
-    try:
-        for part in source.parts():
-            check()
-            yield part
-    except MpinnError:      # a short last line, a missing file: the change, where that is what happened
-        check()
-        raise
-    check()
 
 
 def _window_order(n, seed, epoch, k, salt=()):

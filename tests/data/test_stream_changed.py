@@ -89,12 +89,12 @@ def test_a_file_changed_between_two_chunks_of_a_stream_is_one_line_and_no_row_re
         for _ in pieces:
             pass
     msg = str(e.value)
-    assert msg.startswith("data file %s changed while training read it: " % path), msg
+    assert msg.startswith("data file %s changed while it was being read: " % path), msg
     m = re.search(said, msg)
     assert m, msg
     if m.groups():
         assert int(m.group(1)) == before and int(m.group(2)) == os.path.getsize(path)
-    assert "\n" not in msg and msg.endswith("until the run ends (copy a growing log, and train on the copy)")
+    assert "\n" not in msg and msg.endswith("until it ends (copy a growing log, and use the copy)")
 
 
 def test_a_file_that_stays_the_same_streams_every_epoch(log, monkeypatch):
@@ -145,7 +145,36 @@ def test_a_file_cut_short_while_a_rank_reads_it_ends_the_job_in_one_line(log, tm
                    "--model-out", out], timeout=120, process=True)
     assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
     lines = [line for line in r.stderr.splitlines() if line.strip()]
-    want = "data file %s changed while training read it: it was cut short from %d to %d bytes" % (
+    want = "data file %s changed while it was being read: it was cut short from %d to %d bytes" % (
         path, before, os.path.getsize(path))
     assert len(lines) == 1 and want in lines[0], r.stderr
     assert not os.path.exists(out)
+
+
+def numbers(path, n=2000):
+    rng = np.random.default_rng(0)
+    with open(path, "w") as f:
+        f.write("y,x,z\n" + "".join("%d,%.4f,%.4f\n" % (rng.random() < 0.3, rng.normal(), rng.normal())
+                                    for _ in range(n)))
+    return str(path)
+
+
+def test_held_out_files_read_a_block_at_a_time_are_checked_too(tmp_path):
+    """A streamed run's held-out files (RowsInBlocks, read at each evaluation) must be as the run found them: grown
+    before an evaluation is one line at its first block; and predict's pass over a log (blocks_of), cut between two
+    blocks, is one line rather than fewer predictions."""
+    from mpinn.data.many import RowsInBlocks, blocks_of
+    spec = DataSpec(label="y", numeric=["x", "z"], task="binary", classes=["0", "1"])
+    path = numbers(tmp_path / "held.csv")
+    held = RowsInBlocks([path], ["csv"], spec, HashSpec(), 2000)
+    assert sum(len(b) for b in held.blocks(300)) == 2000           # the control: every row
+    grow(path)
+    with pytest.raises(MpinnError, match=r"held.csv changed while it was being read: it grew from \d+ to \d+ bytes"):
+        next(iter(held.blocks(300)))
+    path = numbers(tmp_path / "log.csv")
+    blocks = blocks_of([path], ["csv"], spec, HashSpec(), 300)
+    assert len(next(blocks)) == 300
+    cut(path)
+    with pytest.raises(MpinnError, match=r"log.csv changed while it was being read: it was cut short"):
+        for _ in blocks:
+            pass
