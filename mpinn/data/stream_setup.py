@@ -140,7 +140,8 @@ class Recipe:
     def reading(self, count):
         """The readers (of `count`) that have rows to read: every one where a plain click-log text file is shared in
         byte ranges; else those given a file whole (reader_sources), which with fewer files than readers is not all."""
-        return [g for g in range(count) if self.reader_sources(g, count)[1]]
+        shared = any(f == "criteo" and not _gzip(p) for p, f in zip(self.paths, self.formats))
+        return list(range(count if shared else min(count, len(self.paths))))
 
     def __getstate__(self):         # sent to the other readers: the files and the columns, not rank 0's sources
         return {"paths": self.paths, "formats": self.formats, "named": self.named}
