@@ -52,7 +52,7 @@ def test_a_damaged_record_is_refused_by_tensorboard(tmp_path):
 def test_log_dir_holds_the_curve_and_the_summary(tmp_path, launcher):
     tb, curve, metrics = tmp_path / "tb", tmp_path / "curve.jsonl", tmp_path / "m.json"
     r = mpirun(2, ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "3", "--hidden", "8", "--hash-bits", "12",
-                   "--eval-every", "10", "--no-progress", "--model-out", str(tmp_path / "m.npz"), "--curve",
+                   "--ensemble", "1", "--eval-every", "10", "--no-progress", "--model-out", str(tmp_path / "m.npz"), "--curve",
                    str(curve), "--metrics-out", str(metrics), "--log-dir", str(tb)], timeout=180)
     assert r.returncode == 0, r.stderr
     files = glob.glob(str(tb / "events.out.tfevents.*"))
