@@ -97,6 +97,8 @@ def test_the_readme_install_and_test_commands_are_what_ci_runs():
         assert re.search(r"^%s\s" % re.escape(cmd), ci, re.M), cmd
 
 
+FIRST_RUN_COMMAND = "mpirun -np 2 python -m mpinn.train"     # the README's first run, whose output it shows
+FIRST_RUN = []          # its output, as test_every_shown_command_runs ran it
 SHELL = {">", ">>", "|", "&&", "||", ";", "<"}        # a command holding one of these runs in bash
 
 
@@ -116,8 +118,35 @@ def test_every_shown_command_runs(page, line, cmd, workdir, launcher):
         r = run(["bash", "-c", cmd], timeout=300, env=env, cwd=str(workdir))
     assert r.returncode == 0, "%s:%d: %s\n%s\n%s" % (page, line, cmd, r.stdout[-2000:], r.stderr[-2000:])
     assert "Traceback" not in r.stderr
+    if page == "README.md" and cmd == FIRST_RUN_COMMAND:
+        FIRST_RUN.append(r.stdout)
     if cmd.endswith("scripts/api_example.py"):      # the API page shows what it prints (samples/s aside: the machine's)
         assert masked_rates(r.stdout) == api_page_output()
+
+
+def stable(text):
+    """The lines of a run's output that the machine's speed does not change: not the kernels' path, the progress
+    bar, the done line's rates nor the memory; the seconds at a line's end left out; a model file replaced (a run
+    again in the same directory) read as one written."""
+    out = []
+    for line in text.strip().split("\n"):
+        if not line.startswith(("kernels:", "done:", "peak memory")) and not re.match(r"epoch \d+/\d+ \[", line):
+            line = re.sub(r"\s+\(\d+(\.\d+)? s\)$", "", line).replace(" (replacing the file there)", "")
+            out.append(re.sub(r"; \S+ exists and will be replaced at the end$", "", line))
+    return out
+
+
+@pytest.mark.mpi
+def test_the_readme_shows_what_its_first_run_prints(tmp_path, launcher):
+    """The README's first transcript is the real output of its first command (the run test_every_shown_command_runs
+    made, or one made here): every stable line, in order."""
+    (_, shown), = [(n, text) for n, text in blocks(os.path.join(ROOT, "README.md"), "text")
+                   if text.startswith("device:")][:1]
+    if not FIRST_RUN:
+        r = mpirun(2, shlex.split(FIRST_RUN_COMMAND)[4:], timeout=300, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr
+        FIRST_RUN.append(r.stdout)
+    assert stable(shown) == stable(FIRST_RUN[-1])
 
 
 @pytest.mark.launch
