@@ -53,6 +53,11 @@ def is_click_text(path):
     return n == N_INT + N_CAT and "," not in line
 
 
+def is_click_log(path):
+    """Is `path` click-log text as --format auto tells it: a name that may be one (SNIFF_EXTS) and its first line?"""
+    return os.path.splitext(path)[1].lower() in SNIFF_EXTS and is_click_text(path)
+
+
 class ClickTextSource:
     """A click-log text file as a table source: columns label, I1..I13, C1..C26. categorical / numeric: the
     columns to use (default: all 26 categorical and all 13 counts but those in `exclude`, e.g. the --holdout-by

@@ -95,10 +95,9 @@ def read_column(path, name, purpose="for --holdout-by", label=None):
     """Every data row's raw value of one column of a CSV, Parquet or click-log text file, in the readers' row order
     (the values --holdout-by splits on, predict's ids; one more pass over the file); label: see read_column_of."""
     import os
-    from mpinn.data import csvtext, data_format
-    if data_format(path) == "criteo":       # every row labelled: `label` drops none
-        from mpinn.data.clicktext import read_column as click_column
-        return click_column(path, name, purpose)
+    from mpinn.data import clicktext, csvtext
+    if clicktext.is_click_log(path):        # every row labelled: `label` drops none
+        return clicktext.read_column(path, name, purpose)
     from mpinn.data.labels import missing_labels
     from mpinn.data.tables import TableSource
     names = [name] + ([label] if label else [])
