@@ -96,8 +96,8 @@ def host_notes(records):
     for host, rs in by_host.items():
         cpus = max(r.get("cpus", 0) for r in rs)
         if cpus and len(rs) > cpus:
-            notes.append("%s: %d ranks on %d cores; MPI ranks busy-poll while they wait, so every step "
-                         "slows down: use at most one rank per core (at most -np %d there, or fewer slots in the hostfile)"
+            notes.append("%s: %d ranks on %d cores; MPI ranks busy-poll while they wait, so every step slows "
+                         "down: use at most one rank per core (at most -np %d there, or fewer slots in the hostfile)"
                          % (host, len(rs), cpus, cpus))
         m = re.search(r"\((\d+) on host\)", rs[0]["gpu"])
         if m and len(rs) > int(m.group(1)):

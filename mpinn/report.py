@@ -134,7 +134,8 @@ def plot_curve(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [r for r in rows if r.get("at", "epoch") == "epoch"]    # epoch ends (the --eval-every points are in the curve)
+    # epoch ends (the --eval-every points and an ensemble's average are in the curve file, not drawn)
+    rows = [r for r in rows if r.get("at", "epoch") == "epoch"]
     epochs = [r["epoch"] for r in rows]
     metrics = [k for k in METRICS if "valid_" + k in rows[-1]]
     fig, axes = plt.subplots(1, 1 + bool(metrics), figsize=(10 if metrics else 5, 3.6))

@@ -242,9 +242,9 @@ class RunConfig:
         None, "optimisation", "train K models one after another, each with --seed S+k's initialisation and batch "
         "order and all on the rows --seed S holds out, and average their predictions: the model file holds all K, "
         "predict averages them, the held-out metrics reported are the average's; K times the training time (--curve, "
-        "--log-dir and the history record the first model). Default: 5 for a small table (fewer than 100,000 training rows and at most 10 million numeric "
-        "input values, a model of at most 2 million parameters, --parallel data, not a stream), whose one model's "
-        "quality depends on its seed; 1 otherwise",
+        "--log-dir and the history record the first model). Default: 5 for a small table (fewer than 100,000 "
+        "training rows and at most 10 million numeric input values, a model of at most 2 million parameters, "
+        "--parallel data, not a stream), whose one model's quality depends on its seed; 1 otherwise",
         type=positive_int, metavar="K")
     # ------------------------------------------------------------------ distribution
     reduce: str = option("allreduce", "distribution", "allreduce: every rank steps; gather: rank 0 steps and "
