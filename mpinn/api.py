@@ -23,10 +23,11 @@ from mpinn import settings  # noqa: E402
 class TrainResult:
     """What a training run gives back, on every rank."""
     history: list          # one record per epoch: train_loss, seconds, skipped_steps, valid metrics
-    metrics: dict          # the kept epoch's held-out metrics ({} without held-out rows)
+    metrics: dict          # the kept epoch's held-out metrics ({} without held-out rows); --ensemble: the averaged
+    #                        model's (meta["ensemble"]["held_out"] says "averaged", or "member 1" for a stream's)
     summary: dict          # samples/s, time split, steps, skipped steps
     model: object          # the trained mpinn.model.MLP (on every rank; tower mode: this rank's tower; --ensemble:
-    #                        the first member; history, metrics and summary are the first member's too)
+    #                        the first member; history and summary are the first member's too)
     model_path: str        # where the model file was written (by rank 0); None: none was asked for
     spec: ModelSpec
     meta: dict             # task, classes, hashing contract, source columns
@@ -137,7 +138,8 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     from mpinn.training import Faults, Hooks, Run
     from mpinn.training.ensemble import kept_metrics
     from mpinn.training.results import describe_run, write_results
-    curve = Curve(cfg.curve, cfg.plot, cfg.log_dir) if rank0 and (cfg.curve or cfg.plot or cfg.log_dir) else None
+    curve = Curve(cfg.curve, cfg.plot, cfg.log_dir, cfg.ensemble) if rank0 and (cfg.curve or cfg.plot or cfg.log_dir) \
+        else None
     hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), job.rank), curve.add if curve else None, stop,
                   curve.add if curve else None)
     run = Run(cfg, job, info, hooks)
@@ -171,7 +173,10 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
         if tried:
             info.meta["ensemble"]["numeric_embedding"] = tried
         with watchdog.guard("the ensemble's held-out metrics"):
-            final = _ensemble_held_out(cfg, job, run, info, params, valid, final, say)
+            final, info.meta["ensemble"]["held_out"] = _ensemble_held_out(cfg, job, run, info, params, valid, final,
+                                                                          say)
+        if curve is not None and info.meta["ensemble"]["held_out"] == "averaged":
+            curve.add_ensemble(final, trainer.global_step)
     if params_everywhere:
         with watchdog.guard("the kept parameters sent to every rank"):
             params = job.comm.bcast_array(params, what="the kept parameters")
@@ -192,14 +197,15 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
 
 
 def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):
-    """An ensemble's held-out metrics: its averaged predictions' where every member held out the same rows
-    (mpinn.training.ensemble.shares_held_out), else the first member's (`first`)."""
+    """(An ensemble's held-out metrics, whose they are): its averaged predictions' on the held-out rows (every
+    member's), "averaged", where they are scored (mpinn.training.ensemble.scores_averaged), else the first member's
+    (`first`), "member 1"."""
     from mpinn.metrics import format_metrics
-    from mpinn.training.ensemble import held_out_metrics, shares_held_out
-    if not (shares_held_out(cfg, info.streamed) and job.comm.bcast_obj(valid is not None if job.rank == 0 else None)):
-        return first
+    from mpinn.training.ensemble import held_out_metrics, scores_averaged
+    if not (scores_averaged(cfg, info.streamed) and job.comm.bcast_obj(valid is not None if job.rank == 0 else None)):
+        return first, "member 1"
     out = held_out_metrics(job, run.spec, run.layout, params, valid, cfg.target_scale)
-    say("ensemble: the %d members' averaged predictions on the held-out rows (the same rows for each): %s" % (
-        cfg.ensemble, format_metrics(out)))
-    return out
+    say("ensemble: the %d members' averaged predictions on the held-out rows (the same rows for each; the model "
+        "written): %s" % (cfg.ensemble, format_metrics(out)))
+    return out, "averaged"
 

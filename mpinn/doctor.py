@@ -96,8 +96,9 @@ def host_notes(records):
     for host, rs in by_host.items():
         cpus = max(r.get("cpus", 0) for r in rs)
         if cpus and len(rs) > cpus:
-            notes.append("%s: %d ranks on %d cores; MPI ranks busy-poll while they wait, so every step "
-                         "slows down: use at most one rank per core" % (host, len(rs), cpus))
+            notes.append("%s: %d ranks on %d cores; MPI ranks busy-poll while they wait, so every step slows "
+                         "down: use at most one rank per core (at most -np %d there, or fewer slots in the hostfile)"
+                         % (host, len(rs), cpus, cpus))
         m = re.search(r"\((\d+) on host\)", rs[0]["gpu"])
         if m and len(rs) > int(m.group(1)):
             notes.append("%s: %d ranks share %s GPU(s)" % (host, len(rs), m.group(1)))
@@ -254,9 +255,11 @@ def format_report(rep):
                          "communication %.0f%%" % (_ms(st["scatter_s"]), _ms(st["compute_s"]), _ms(st["exchange_s"]),
                                                    st["exchange"], _ms(st["update_s"]), _ms(st["step_s"]),
                                                    100 * st["comm_share"]))
-        dense = ar["median_s"] + st["scatter_s"]
-        lines.append("  with the whole gradient allreduced instead: communication %.0f%%"
-                     % (100 * dense / (dense + st["compute_s"])))
+        if st["exchange"] != "dense":       # the other way, and the option that takes it
+            dense = ar["median_s"] + st["scatter_s"]
+            lines.append("  with the whole gradient allreduced instead (%s): communication %.0f%%" % (
+                "--table replicated --sparse-threshold 0" if st["exchange"] == "sharded" else "--sparse-threshold 0",
+                100 * dense / (dense + st["compute_s"])))
     else:
         lines.append("step estimate: skipped (--model-size gives only a buffer size, no model to run)")
     for w in rep["warnings"]:

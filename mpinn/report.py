@@ -35,15 +35,16 @@ def cell(key, v):
     return ("%.3f" if key == "time" else "%.6g") % v if isinstance(v, float) else str(v)
 
 
-def scalars(row, since):
+def scalars(row, since, prefix=""):
     """The TensorBoard scalars of a curve row: the training loss, the held-out metrics, and the rows trained per second
-    of training (evaluations left out) since `since`, the row before it (or where training started)."""
+    of training (evaluations left out) since `since`, the row before it (or where training started); their tags
+    after `prefix` (an ensemble's first model: first_model/)."""
     out = {"train/loss": row.get("train_loss")}
     out.update({"valid/" + k: row["valid_" + k] for k in METRICS if "valid_" + k in row})
     seconds = (row["elapsed"] - since["elapsed"]) - (row["eval_seconds"] - since["eval_seconds"])
     if seconds > 0:
         out["train/samples_per_s"] = (row["samples"] - since["samples"]) / seconds
-    return out
+    return {prefix + k: v for k, v in out.items()}
 
 
 def time_split(summary):
@@ -59,9 +60,11 @@ def time_split(summary):
 class Curve:
     """Rank 0 appends each epoch as it ends (so a crashed run keeps its curve so far; a resumed run writes the
     earlier epochs first): to the curve file, and as TensorBoard scalars at the global step to an event file in
-    log_dir."""
+    log_dir. ensemble: the run trains that many models (--ensemble) and the points are the first model's (the
+    curve's column `model` says "first", the scalars' tags begin first_model/), the averaged model's held-out
+    metrics added at the end (add_ensemble)."""
 
-    def __init__(self, path=None, plot=None, log_dir=None):
+    def __init__(self, path=None, plot=None, log_dir=None, ensemble=1):
         # the curve file is replaced at the first row, not before: a run refused at its start leaves it as it was
         self.path, self.plot, self.rows = path, plot, []
         self.events = None
@@ -69,6 +72,7 @@ class Curve:
             from mpinn.events import EventWriter
             self.events = EventWriter(log_dir)
         self.since = None
+        self.prefix, self.model = ("first_model/", "first") if ensemble > 1 else ("", None)
 
     def begin(self, samples, elapsed, eval_seconds, earlier=(), step=0):
         """Where training starts (a resumed run: where its checkpoint stood, global step `step`), for the first
@@ -77,16 +81,29 @@ class Curve:
         earlier run's file keeps what came before, and what it has past the checkpoint is dropped."""
         self.since = {"samples": samples, "elapsed": elapsed, "eval_seconds": eval_seconds}
         for record in earlier:
-            self._write(flatten(record))
+            self._write(self._row(record))
         if step and self.events is not None:
             self.events.restart(step + 1)
 
-    def add(self, record):
+    def _row(self, record):
         row = flatten(record)
+        return dict(model=self.model, **row) if self.model else row
+
+    def add(self, record):
+        row = self._row(record)
         if self.events is not None:
-            self.events.scalars(row["step"], scalars(row, self.since or row), wall_time=row["time"])
+            self.events.scalars(row["step"], scalars(row, self.since or row, self.prefix), wall_time=row["time"])
             self.since = row
         self._write(row)
+
+    def add_ensemble(self, metrics, step):
+        """The averaged model's (the one written) held-out metrics, after the last point: a curve row (model
+        "averaged", at "end") and the scalars ensemble/valid/METRIC at global step `step`."""
+        valid = {"valid_" + k: metrics[k] for k in METRICS + ("n",) if k in metrics}
+        if self.events is not None:
+            self.events.scalars(step, {"ensemble/valid/" + k[len("valid_"):]: v for k, v in valid.items()
+                                       if k != "valid_n"})
+        self._write(dict(model="averaged", at="end", step=step, **valid))
 
     def _write(self, row):
         self.rows.append(row)
@@ -117,7 +134,8 @@ def plot_curve(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [r for r in rows if r.get("at") != "step"]      # epoch ends (the --eval-every points are in the curve)
+    # epoch ends (the --eval-every points and an ensemble's average are in the curve file, not drawn)
+    rows = [r for r in rows if r.get("at", "epoch") == "epoch"]
     epochs = [r["epoch"] for r in rows]
     metrics = [k for k in METRICS if "valid_" + k in rows[-1]]
     fig, axes = plt.subplots(1, 1 + bool(metrics), figsize=(10 if metrics else 5, 3.6))

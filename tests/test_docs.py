@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT, api_page_output, masked_rates, mpirun, run
 from launch import in_process
+from mpinn.bench.tour import FILES, write_tour_files
 
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 # the README's install and test commands are what .ci/run runs (CI runs them): not run again from inside the suite
@@ -58,22 +59,10 @@ SH = [(os.path.relpath(p, ROOT), n, cmd) for p in PAGES for n, text in blocks(p,
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """The files the examples name: clicks.csv (and -valid, -test): a click, three categorical columns, two
-    numeric ones and a day; hostfiles/ and scripts/ as in the repository."""
+    """The files the examples name: the tour's (clicks.csv, -valid, -test: mpinn.bench.tour, which the README's
+    first command of the tour runs too); hostfiles/ and scripts/ as in the repository."""
     d = tmp_path_factory.mktemp("docs")
-    rng = np.random.default_rng(0)
-    for name, n, days in (("clicks.csv", 3000, (1, 21)), ("clicks-valid.csv", 600, (21, 25)),
-                          ("clicks-test.csv", 600, (25, 31))):
-        site, ad, device = rng.integers(0, 40, n), rng.integers(0, 200, n), rng.integers(0, 3, n)
-        price, age = rng.lognormal(3, 1, n), rng.integers(18, 80, n)
-        logit = np.sin(site) + 0.01 * (ad % 50) - 0.5 * device + 0.2 * np.log(price) - 1.0
-        clicked = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
-        day = rng.integers(*days, n)
-        with open(d / name, "w") as f:
-            f.write("clicked,site,ad,device,price,age,day\n")
-            for i in range(n):
-                f.write("%d,s%d,a%d,%s,%.2f,%d,%d\n" % (clicked[i], site[i], ad[i], ("phone", "tablet", "desktop")[device[i]],
-                                                      price[i], age[i], day[i]))
+    write_tour_files(str(d))
     for sub in ("hostfiles", "scripts"):
         os.symlink(os.path.join(ROOT, sub), d / sub)
     return d
@@ -82,6 +71,21 @@ def workdir(tmp_path_factory):
 def test_the_pages_have_commands_to_run():
     assert len(SH) >= 10, SH
     assert any(cmd == "mpirun -np 2 python -m mpinn.train" for _, _, cmd in SH)
+
+
+def test_the_tour_makes_the_files_it_trains_on_from_nothing(tmp_path):
+    """A fresh clone has no clicks.csv: the README's tour makes them (the command it shows, in an empty directory)
+    before its first command that reads one, and they are the files the docs' commands run on here."""
+    readme = [cmd for page, _, cmd in SH if page == "README.md"]
+    make = readme.index("python -m mpinn.bench.tour")
+    assert make < min(i for i, cmd in enumerate(readme) if "clicks" in cmd)
+    r = run([sys.executable, "-m", "mpinn.bench.tour"], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    reference = tmp_path / "reference"
+    write_tour_files(str(reference))
+    for name, rows, _ in FILES:
+        made = (tmp_path / name).read_text()
+        assert made == (reference / name).read_text() and len(made.splitlines()) == rows + 1
 
 
 def test_the_readme_install_and_test_commands_are_what_ci_runs():
@@ -93,6 +97,8 @@ def test_the_readme_install_and_test_commands_are_what_ci_runs():
         assert re.search(r"^%s\s" % re.escape(cmd), ci, re.M), cmd
 
 
+FIRST_RUN_COMMAND = "mpirun -np 2 python -m mpinn.train"     # the README's first run, whose output it shows
+FIRST_RUN = []          # its output, as test_every_shown_command_runs ran it
 SHELL = {">", ">>", "|", "&&", "||", ";", "<"}        # a command holding one of these runs in bash
 
 
@@ -112,8 +118,35 @@ def test_every_shown_command_runs(page, line, cmd, workdir, launcher):
         r = run(["bash", "-c", cmd], timeout=300, env=env, cwd=str(workdir))
     assert r.returncode == 0, "%s:%d: %s\n%s\n%s" % (page, line, cmd, r.stdout[-2000:], r.stderr[-2000:])
     assert "Traceback" not in r.stderr
+    if page == "README.md" and cmd == FIRST_RUN_COMMAND:
+        FIRST_RUN.append(r.stdout)
     if cmd.endswith("scripts/api_example.py"):      # the API page shows what it prints (samples/s aside: the machine's)
         assert masked_rates(r.stdout) == api_page_output()
+
+
+def stable(text):
+    """The lines of a run's output that the machine's speed does not change: not the kernels' path, the progress
+    bar, the done line's rates nor the memory; the seconds at a line's end left out; a model file replaced (a run
+    again in the same directory) read as one written."""
+    out = []
+    for line in text.strip().split("\n"):
+        if not line.startswith(("kernels:", "done:", "peak memory")) and not re.match(r"epoch \d+/\d+ \[", line):
+            line = re.sub(r"\s+\(\d+(\.\d+)? s\)$", "", line).replace(" (replacing the file there)", "")
+            out.append(re.sub(r"; \S+ exists and will be replaced at the end$", "", line))
+    return out
+
+
+@pytest.mark.mpi
+def test_the_readme_shows_what_its_first_run_prints(tmp_path, launcher):
+    """The README's first transcript is the real output of its first command (the run test_every_shown_command_runs
+    made, or one made here): every stable line, in order."""
+    (_, shown), = [(n, text) for n, text in blocks(os.path.join(ROOT, "README.md"), "text")
+                   if text.startswith("device:")][:1]
+    if not FIRST_RUN:
+        r = mpirun(2, shlex.split(FIRST_RUN_COMMAND)[4:], timeout=300, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr
+        FIRST_RUN.append(r.stdout)
+    assert stable(shown) == stable(FIRST_RUN[-1])
 
 
 @pytest.mark.launch

@@ -20,7 +20,7 @@ import os
 from mpinn.config import MpinnError
 from mpinn.data import files
 from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
-from mpinn.data.clicktext import SNIFF_EXTS, is_click_text, load_click_text
+from mpinn.data.clicktext import is_click_log, load_click_text
 from mpinn.data.dense import load_mat, load_npz
 from mpinn.data.packed import load_packed  # noqa: F401 - one packed file (load_data also opens a manifest)
 from mpinn.data.spec import DataSpec, split_names  # noqa: F401
@@ -45,10 +45,9 @@ def data_format(path, fmt="auto"):
     logs' format) told from a CSV by its first line."""
     if fmt not in (None, "", "auto"):
         return fmt
-    ext = os.path.splitext(path)[1].lower()
-    if ext in SNIFF_EXTS and is_click_text(path):
+    if is_click_log(path):
         return "criteo"
-    return FORMATS.get(extension(path), ext)
+    return FORMATS.get(extension(path), os.path.splitext(path)[1].lower())
 
 
 def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_000, default_seed=0):

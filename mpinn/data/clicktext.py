@@ -53,12 +53,19 @@ def is_click_text(path):
     return n == N_INT + N_CAT and "," not in line
 
 
+def is_click_log(path):
+    """Is `path` click-log text as --format auto tells it: a name that may be one (SNIFF_EXTS) and its first line?"""
+    return os.path.splitext(path)[1].lower() in SNIFF_EXTS and is_click_text(path)
+
+
 class ClickTextSource:
     """A click-log text file as a table source: columns label, I1..I13, C1..C26. categorical / numeric: the
-    columns to use (default: all 26 categorical, all 13 counts)."""
+    columns to use (default: all 26 categorical and all 13 counts but those in `exclude`, e.g. the --holdout-by
+    column)."""
     kind = "criteo"
 
-    def __init__(self, path, label=None, categorical=(), numeric=(), require_label=True, chunk_rows=CHUNK_ROWS):
+    def __init__(self, path, label=None, categorical=(), numeric=(), require_label=True, chunk_rows=CHUNK_ROWS,
+                 exclude=()):
         self.path, self.chunk_rows, self.n_rows = path, max(1, int(chunk_rows)), None
         self.file, self.span = path, None      # what is opened; (lo, hi): only the lines that begin in those bytes
         n, _ = first_line_fields(path)
@@ -81,7 +88,8 @@ class ClickTextSource:
             if name not in INT_NAMES + CAT_NAMES:
                 raise MpinnError("a click-log text file has no column %r (it has I1..I13, C1..C26)" % name)
         if not categorical and not numeric:
-            categorical, numeric = list(CAT_NAMES), list(INT_NAMES)
+            categorical = [c for c in CAT_NAMES if c not in exclude]
+            numeric = [c for c in INT_NAMES if c not in exclude]
         self.categorical, self.numeric = categorical, numeric
         self.kinds_note = None
         self.meta = {"source": "criteo", "label": LABEL, "categorical": categorical, "numeric": numeric}
@@ -216,8 +224,24 @@ def load_click_text(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_
     from mpinn.data.tables import load_table
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
-    source = ClickTextSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows)
+    source = ClickTextSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows,
+                             spec.exclude)
     return load_table(source, spec, hashing)
+
+
+def read_column(path, name, purpose="for --holdout-by"):
+    """Every row's raw value of one column (label, I1..I13, C1..C26) of a click-log text file, in file order: the
+    values --holdout-by splits on (one more pass over the file; an empty cell is '')."""
+    header = ClickTextSource(path, require_label=False).header
+    if name not in header:
+        raise MpinnError("%s has no column %r %s (a click-log text file has %s)" % (
+            path, name, purpose, "label, I1..I13, C1..C26" if LABEL in header else "I1..I13, C1..C26"))
+    j = header.index(name)
+    with _open_text(path) as f:
+        try:
+            return [line.rstrip("\r\n").split("\t")[j] for line in f if line.strip("\r\n")]
+        except (IndexError, UnicodeDecodeError, EOFError, OSError, zlib.error) as e:
+            raise MpinnError("%s: cannot read column %s %s: %s" % (path, name, purpose, e))
 
 
 _IS_HEX = np.zeros(256, bool)

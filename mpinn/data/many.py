@@ -56,7 +56,8 @@ def chained_source(paths, formats, spec, chunk_rows=None):
 
     def source(path, categorical, numeric):
         if criteo:
-            return ClickTextSource(path, spec.label, categorical, numeric, spec.require_label, chunk_rows)
+            return ClickTextSource(path, spec.label, categorical, numeric, spec.require_label, chunk_rows,
+                                   spec.exclude)
         return TableSource(path, spec.label, categorical, numeric, spec.require_label, exclude=spec.exclude,
                            chunk_rows=chunk_rows, drop_unlabelled=spec.missing_labels == "drop")
     first = source(paths[0], spec.categorical, spec.numeric)
@@ -91,10 +92,12 @@ def read_column_of(data, name, purpose="for --holdout-by", label=None):
 
 
 def read_column(path, name, purpose="for --holdout-by", label=None):
-    """Every data row's raw value of one column of a CSV or Parquet file, in the readers' row order (the
-    values --holdout-by splits on, predict's ids; one more pass over the file); label: see read_column_of."""
+    """Every data row's raw value of one column of a CSV, Parquet or click-log text file, in the readers' row order
+    (the values --holdout-by splits on, predict's ids; one more pass over the file); label: see read_column_of."""
     import os
-    from mpinn.data import csvtext
+    from mpinn.data import clicktext, csvtext
+    if clicktext.is_click_log(path):        # every row labelled: `label` drops none
+        return clicktext.read_column(path, name, purpose)
     from mpinn.data.labels import missing_labels
     from mpinn.data.tables import TableSource
     names = [name] + ([label] if label else [])

@@ -134,12 +134,17 @@ def config_toml(values, origin, source):
     return "\n".join(out) + "\n"
 
 
-def model_config_toml(path):
-    """The TOML text of the options a model file was trained with (its header's "config" and "config_origin")."""
+def model_config_toml(path, given=None):
+    """The TOML text of the options a model file was trained with (its header's "config" and "config_origin"), those
+    in `given` ({option: value}, the command line's) set over them."""
     from mpinn.checkpoint import load_model
     _, _, meta = load_model(path)
     if not isinstance(meta.get("config"), dict):
         raise MpinnError("--print-config %s: the model holds no run configuration (written by mpinn %s)"
                          % (path, meta.get("written_by", "?")))
-    return config_toml(meta["config"], meta.get("config_origin") or {},
-                       "those %s was trained with (mpinn %s)" % (path, meta.get("written_by", "?")))
+    given = given or {}
+    values = dict(meta["config"], **given)
+    origin = dict(meta.get("config_origin") or {}, **{name: GIVEN for name in given})
+    return config_toml(values, origin, "those %s was trained with (mpinn %s)%s" % (
+        path, meta.get("written_by", "?"), ", with %s from this command line" % ", ".join(
+            "--" + name.replace("_", "-") for name in given) if given else ""))

@@ -24,7 +24,7 @@ COMMON = (
         ("optimizer", "sgd, momentum, adam, adagrad or ftrl (default: by model shape, below)"),
         ("lr", "learning rate (default: the shape's with its optimizer; an optimizer named alone: its own, below)"),
         ("batch_size", "the global batch, split over the ranks (default: n/250 as a power of two, 128..1024)"),
-        ("epochs", "at most this many (default: by model shape)"),
+        ("epochs", "at most this many (default: by model shape, below; a log: 1)"),
         ("early_stop", "epochs without a better held-out metric before stopping (0: never)"),
         ("seed", "initialisation and shuffling seed"),
     )),

@@ -71,11 +71,11 @@ def build_parser(suppress=False):
 def _short_help(parser):
     """--help: the common options (mpinn.settings.helptext), the defaults by model shape, where the rest are."""
     from mpinn.optim import REGISTRY
-    from mpinn.settings.shapes import SHAPES
-    shapes = "; ".join("%s: %s lr %g" % (shape, d["optimizer"], d["lr"]) for shape, d in SHAPES.items())
-    first = next(iter(SHAPES.values()))
-    shapes += "; every shape: %d epochs at most, early stop after %d, lr decay %s" % (
-        first["epochs"], first["early_stop"], first["lr_decay"])
+    from mpinn.settings.shapes import LOG_POINTS, LOG_ROWS, SHAPES
+    shapes = "; ".join("%s: %s lr %g, lr decay %s, %d epochs at most (early stop after %d)" % (
+        shape, d["optimizer"], d["lr"], d["lr_decay"], d["epochs"], d["early_stop"]) for shape, d in SHAPES.items())
+    shapes += "; but a log (hashed inputs, %d training rows or more): 1 epoch, with %d held-out checks in it" % (
+        LOG_ROWS, LOG_POINTS)
     rates = ", ".join("%s %g" % (o.name, o.lr) for o in REGISTRY.values())
     return short_help(parser.prog, {f.name: f for f in OPTIONS}, _shown_default, shapes, rates, len(OPTIONS))
 
@@ -103,7 +103,7 @@ def from_argv(argv=None, raise_errors=False):
         _merge_file(ns, given, parser)
     cfg = _config(ns, given)
     if hasattr(ns, "print_config"):
-        _print_config(parser, cfg, ns.print_config)
+        _print_config(parser, cfg, ns.print_config, given)
     return cfg
 
 
@@ -121,13 +121,14 @@ def _merge_file(ns, given, parser):
     given.update(values)
 
 
-def _print_config(parser, cfg, model):
-    """--print-config [MODEL]: a model's options, or this command line's (checked by the rules), as a TOML file for
-    --config on standard output (rank 0), then exit 0."""
+def _print_config(parser, cfg, model, given):
+    """--print-config [MODEL]: a model's options with those this command line gives (`given`) over them, or this
+    command line's (checked by the rules), as a TOML file for --config on standard output (rank 0), then exit 0."""
     from mpinn.settings.rules import check
     try:
         if model:
-            text = model_config_toml(model)
+            options = cfg.options()
+            text = model_config_toml(model, {name: options[name] for name in sorted(given) if name in options})
         else:
             check(cfg)
             text = config_toml(cfg.options(), dict(cfg.origin), "this command line's")

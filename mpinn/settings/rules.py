@@ -203,11 +203,12 @@ RULES = tuple([
          "--holdout splits the training data when there is no --valid file: give one of them",
          "--valid valid.csv --holdout 0.2"),
     Rule("holdout-by-table", ("holdout_by", "data"),
-         lambda c: c.holdout_by not in ("random", "last") and not _table(c),
-         "--holdout-by splits by a column of a CSV or Parquet file; this data is %s" % "{_s}",
+         lambda c: c.holdout_by not in ("random", "last") and not _table(c, "criteo"),
+         "--holdout-by splits by a column of a CSV, Parquet or click-log text file; this data is %s" % "{_s}",
          "--holdout-by time:t", "data.npz"),
     Rule("holdout-by-label", ("holdout_by", "label"),
-         lambda c: bool(c.label) and c.holdout_by.partition(":")[2] == c.label,
+         lambda c: c.holdout_by.partition(":")[2] in (c.label or None, "label" if _table(c, "criteo") and not
+                                                      _table(c) else None),
          "--holdout-by {c.holdout_by}: that column is the label, so the held-out rows would be chosen by it (by "
          "time: the largest labels, often one class); name a time or group column", "--label y --holdout-by time:y"),
     Rule("holdout-by-valid", ("holdout_by", "valid"), lambda c: c.holdout_by != "random" and bool(c.valid),

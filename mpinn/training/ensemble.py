@@ -1,12 +1,12 @@
-"""--ensemble K: a seed ensemble. Member k (0..K-1) is the run that --seed S+k alone would be on the same data:
-its own initialisation, batch order and, the held-out split being seeded, its own held-out share of the rows
-(what one member holds out, the others mostly train on). The data is read as --seed S reads it (the embedded
-click log's rows are drawn with the seed; a stream's held-out draw and window shuffle stay those of S): data held
-in memory is read once and split again for each member (mpinn.data.inputs.load_everywhere's resplit), a stream is
-opened again. The members train one after another, each on every rank; the model file holds their kept parameters
-stacked, as tower mode's replicas, and predict averages their predictions (mpinn.training.towers.mix, equal
-weights). With checkpoints, member k (k >= 1) writes its own into member-(k+1) below the run's directory
-(member_checkpoints), so that a resume of the run takes up each member where it stopped.
+"""--ensemble K: a seed ensemble. Member k (0..K-1) is the run --seed S+k would be with the rows --seed S reads and
+holds out: its own initialisation and batch order, and every member the same held-out rows, so that the averaged
+model (the one written) has held-out metrics of its own, reported wherever one figure is shown. The data is read
+as --seed S reads it (the embedded click log's rows are drawn with the seed; a stream's held-out draw and window
+shuffle stay those of S): data held in memory is read and split once (mpinn.data.inputs.load_everywhere's
+resplit, given S), a stream is opened again. The members train one after another, each on every rank; the model
+file holds their kept parameters stacked, as tower mode's replicas, and predict averages their predictions
+(mpinn.training.towers.mix, equal weights). With checkpoints, member k (k >= 1) writes its own into member-(k+1)
+below the run's directory (member_checkpoints), so that a resume of the run takes up each member where it stopped.
 
 The first member is the run api._run makes; more_members trains the rest."""
 import os
@@ -34,27 +34,22 @@ def _line(k, count, seed, summary, metrics, seconds):
         ", held-out " + format_metrics(metrics) if metrics else "", seconds)
 
 
-def member_data(given, seed, job, resplit):
-    """(train, valid, info) of the member of seed `seed`: the rows read once split again (resplit: what
-    load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
+def member_data(given, job, resplit):
+    """(train, valid, info) of a member: the rows read once, split as --seed S (given.seed) splits them (resplit:
+    what load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
     from mpinn.data.info import DataInfo
     from mpinn.data.inputs import load_everywhere
     if not job.comm.bcast_obj(bool(resplit) if job.rank == 0 else None):
         return load_everywhere(given, job.comm, lambda msg: None)
-    train, valid = resplit[0](seed) if resplit else (None, None)
+    train, valid = resplit[0](given.seed) if resplit else (None, None)
     info = job.comm.bcast_obj(DataInfo.of(train, valid, given.dtype) if job.rank == 0 else None)
     return train, valid, info
 
 
-def same_held_out_rows(cfg):
-    """Do the members hold out the same rows? With a --valid file, or --holdout-by time or last (not seeded)."""
-    return bool(cfg.valid) or cfg.holdout_by.partition(":")[0] in ("time", "last")
-
-
-def shares_held_out(cfg, streamed):
-    """The same held-out rows, held in memory on the CPU: then their averaged predictions are scored there
-    (held_out_metrics)."""
-    return same_held_out_rows(cfg) and cfg.device == "cpu" and not streamed
+def scores_averaged(cfg, streamed):
+    """Are the members' averaged predictions scored on their (common) held-out rows (held_out_metrics)? Where those
+    rows are held in memory on the CPU; a stream's or a GPU run's ensemble reports member 1's."""
+    return cfg.device == "cpu" and not streamed
 
 
 def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
@@ -115,7 +110,7 @@ def train_member(given, k, seed, job, info, hooks, say, progress, resplit, **opt
         hooks.watchdog.arm("start-up of ensemble member %s" % (k + 1 if k is not None else "1's trial"),
                            given.start_timeout, START_KNOB)
     cfg, home = member_checkpoints(replace(given, seed=seed, ensemble=1, **options), given, k, job.comm)
-    train, valid, mine = member_data(given, cfg.seed, job, resplit)
+    train, valid, mine = member_data(given, job, resplit)
     if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
         raise MpinnError(messages.ensemble_member_differs(k + 1 if k is not None else 1), collective=True)
     cfg = settings.resolve(cfg, mine, job.size)

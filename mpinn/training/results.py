@@ -10,7 +10,6 @@ from mpinn.config import MpinnError
 from mpinn.metrics import format_metrics
 from mpinn.outputs import why_not_written, written_whole
 from mpinn.settings import messages
-from mpinn.training.ensemble import same_held_out_rows
 
 
 def describe_run(run):
@@ -34,9 +33,8 @@ def describe_run(run):
             epochs, " at most (early stop after %d without a better held-out %s)" % (
                 cfg.early_stop, cfg.stop_metric) if cfg.early_stop else "", cfg.lr_decay,
             ", keeping the best epoch" if cfg.keep == "best" else "")) + (
-        "; an ensemble of %d such models (--seed %d to %d, %s), one after another, their predictions averaged" % (
-            cfg.ensemble, cfg.seed, cfg.seed + cfg.ensemble - 1,
-            "the same held-out rows" if same_held_out_rows(cfg) else "each its own held-out share")
+        "; an ensemble of %d such models (--seed %d to %d, the same held-out rows), one after another, their "
+        "predictions averaged" % (cfg.ensemble, cfg.seed, cfg.seed + cfg.ensemble - 1)
         if cfg.ensemble > 1 else "") + (
         "; the first trained again with periodic embeddings of the numeric columns, the better on its held-out rows "
         "going for every member (--numeric-embedding auto)" if cfg.numeric_embedding == "auto" else "") + (
@@ -87,9 +85,11 @@ def write_results(run, params, result, say):
     kept, step = summary["kept_epoch"], summary.get("kept_step")
     if meta.get("ensemble"):
         e = meta["ensemble"]
-        say_model("model written to %s%s: %d members (--seed %d to %d), their predictions averaged" % (
+        say_model("model written to %s%s: %d members (--seed %d to %d), their predictions averaged%s" % (
             cfg.model_out, " (replacing the file there)" if replaced else "", e["members"], e["seeds"][0],
-            e["seeds"][-1]))
+            e["seeds"][-1], "" if not final else "; held-out, the averaged model: " + format_metrics(final)
+            if e["held_out"] == "averaged" else "; held-out, member 1 (the averaged model's are not scored on a "
+            "stream's or a GPU's held-out rows): " + format_metrics(final)))
     else:
         say_model("model written to %s%s%s" % (
             cfg.model_out, " (replacing the file there)" if replaced else "",

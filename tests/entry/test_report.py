@@ -39,5 +39,6 @@ def test_plot_writes_a_png_with_every_curve_and_the_curve_file(tmp_path, launche
     drawn = text[b"Description"].decode("latin-1").split("; ")
     assert sorted(drawn) == sorted(["train loss: 3 points", "held-out log-loss: 3 points",
                                     "accuracy: 3 points", "auc: 3 points"]), drawn
-    rows = csv.read_text().splitlines()
-    assert rows[0].startswith("epoch,at,step,samples,elapsed,eval_seconds,time,train_loss") and len(rows) == 1 + 3
+    rows = csv.read_text().splitlines()         # 3000 rows: an ensemble; its first model's epochs, then the average
+    assert rows[0].startswith("model,epoch,at,step,samples,elapsed,eval_seconds,time,train_loss") and len(rows) == 1 + 4
+    assert rows[-1].startswith("averaged,,end,")       # not drawn

@@ -52,8 +52,8 @@ def test_a_damaged_record_is_refused_by_tensorboard(tmp_path):
 def test_log_dir_holds_the_curve_and_the_summary(tmp_path, launcher):
     tb, curve, metrics = tmp_path / "tb", tmp_path / "curve.jsonl", tmp_path / "m.json"
     r = mpirun(2, ["-m", "mpinn.train", "--default-rows", "4000", "--epochs", "3", "--hidden", "8", "--hash-bits", "12",
-                   "--eval-every", "10", "--no-progress", "--model-out", str(tmp_path / "m.npz"), "--curve",
-                   str(curve), "--metrics-out", str(metrics), "--log-dir", str(tb)], timeout=180)
+                   "--ensemble", "1", "--eval-every", "10", "--no-progress", "--model-out", str(tmp_path / "m.npz"),
+                   "--curve", str(curve), "--metrics-out", str(metrics), "--log-dir", str(tb)], timeout=180)
     assert r.returncode == 0, r.stderr
     files = glob.glob(str(tb / "events.out.tfevents.*"))
     assert len(files) == 1 and "TensorBoard events written to %s" % files[0] in r.stdout

@@ -1,5 +1,6 @@
-"""--ensemble K: member k is the run --seed S+k alone would be, and the model's predictions are the plain mean of
-the members' (numpy's mean of separately trained single models: the reference), at np 1, 2 and 3; the model file
+"""--ensemble K: member k is the run --seed S+k alone would be on the rows --seed S holds out (alike for every seed
+with --holdout-by last), and the model's predictions are the plain mean of the members' (numpy's mean of separately
+trained single models: the reference), at np 1, 2 and 3; the figures reported are the written model's; the model file
 round-trips through predict and the scikit-learn estimator; what it does not combine with is refused."""
 import json
 import os
@@ -55,13 +56,14 @@ def test_an_ensemble_predicts_the_mean_of_its_members_trained_alone_at_np_1_2_3(
     for s in (7, 8, 9):
         path = str(tmp_path / ("s%d.npz" % s))
         mp.train(str(data), label="label", dtype="float64", hidden=(16,), epochs=4, early_stop=2, seed=s,
-                 ensemble=1, model_out=path, quiet=True)
+                 ensemble=1, holdout_by="last", model_out=path, quiet=True)
         alone.append(np.ravel(mp.predict(path, str(test))[0]))
     assert np.abs(alone[0] - alone[1]).max() > 1e-3        # the members differ: the mean is not any one of them
     reference = np.mean(alone, axis=0)
     for np_ in nps:
         model = tmp_path / ("e%d.npz" % np_)
-        out = train(np_, data, model, "--seed", "7", "--ensemble", "3", "--numeric-embedding", "off")
+        out = train(np_, data, model, "--seed", "7", "--ensemble", "3", "--numeric-embedding", "off", "--holdout-by",
+                    "last")
         assert "model written to %s: 3 members (--seed 7 to 9), their predictions averaged" % model in out
         assert out.count("ensemble: member ") == 3 and "done (the first of 3 members): " in out
         got = predict(model, test, tmp_path / ("e%d.csv" % np_))[column]
@@ -78,7 +80,7 @@ def test_the_estimator_averages_its_members_as_separate_estimators_would(tmp_pat
     write_table(tmp_path / "test.csv", 200, 3)
     frame, test = pd.read_csv(tmp_path / "train.csv"), pd.read_csv(tmp_path / "test.csv")
     X, y, Xt = frame.drop(columns="label"), frame["label"], test.drop(columns="label")
-    options = dict(hidden=(16,), epochs=3, dtype="float64", quiet=True, numeric_embedding="off")
+    options = dict(hidden=(16,), epochs=3, dtype="float64", quiet=True, numeric_embedding="off", holdout=0)
     est = MpinnClassifier(ensemble=2, seed=4, **options).fit(X, y)
     assert est.params_.shape[0] == 2
     alone = [MpinnClassifier(seed=s, ensemble=1, **options).fit(X, y).predict_proba(Xt)[:, 1] for s in (4, 5)]
@@ -176,3 +178,46 @@ def test_with_the_same_held_out_rows_the_ensemble_reports_its_averaged_predictio
     else:
         assert reported["auc"] == pytest.approx(sklearn_metrics.roc_auc_score(y, pred["p_1"]), abs=1e-4)
         assert reported["logloss"] == pytest.approx(sklearn_metrics.log_loss(y, pred["p_1"]), abs=1e-5)
+
+
+def test_with_a_random_holdout_every_figure_reported_is_the_written_models(tmp_path):
+    """The defaults' case (a random holdout): every member holds out the rows --seed S holds out (the seeded draw
+    of mpinn.data.base's split), and the figures reported (the closing line, --metrics-out, the API's metrics, the
+    curve's last row) are those of the model written: scikit-learn's AUC and log-loss of its predictions on those
+    rows; the curve's other rows are the first model's, labelled so."""
+    import csv
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    data, model, metrics, curve = (tmp_path / "train.csv", tmp_path / "m.npz", tmp_path / "m.json",
+                                   tmp_path / "curve.csv")
+    write_table(data, 1500, 8)
+    r = run([sys.executable, "-m", "mpinn.train", "--data", str(data), "--label", "label", "--dtype", "float64",
+             "--hidden", "16", "--epochs", "4", "--early-stop", "2", "--ensemble", "3", "--numeric-embedding", "off",
+             "--seed", "5", "--no-progress", "--model-out", str(model), "--metrics-out", str(metrics), "--curve",
+             str(curve), "--log-dir", str(tmp_path / "tb")])
+    assert r.returncode == 0, r.stderr
+    held = np.sort(np.random.default_rng([5, 7]).permutation(1500)[:150])
+    y = np.genfromtxt(str(data), delimiter=",", names=True)["label"][held]
+    p = np.ravel(mp.predict(str(model), str(data))[0])[held]      # the written model's predictions on those rows
+    auc, logloss = sklearn_metrics.roc_auc_score(y, p), sklearn_metrics.log_loss(y, p)
+    reported = json.load(open(metrics))["valid"]
+    assert reported["n"] == 150 and reported["auc"] == pytest.approx(auc, abs=1e-9)
+    assert reported["logloss"] == pytest.approx(logloss, abs=1e-9)
+    (closing,) = [line for line in r.stdout.splitlines() if line.startswith("model written to %s: 3 members" % model)]
+    assert closing.endswith(
+        "; held-out, the averaged model: accuracy %.4f  logloss %.4f  auc %.4f" % (
+            reported["accuracy"], logloss, auc)), closing
+    rows = list(csv.DictReader(open(curve)))
+    assert {row["model"] for row in rows[:-1]} == {"first"} and rows[-1]["model"] == "averaged"
+    assert float(rows[-1]["valid_auc"]) == pytest.approx(auc, rel=1e-5)      # the curve's 6 digits
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    events = accumulator.EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert "valid/auc" not in tags and "first_model/valid/auc" in tags
+    (point,) = events.Scalars("ensemble/valid/auc")
+    assert point.step == int(rows[-1]["step"]) and point.value == pytest.approx(auc, rel=1e-6)   # float32
+    first = json.load(open(metrics))["ensemble"]["valid"][0]
+    assert first["auc"] != pytest.approx(auc, abs=1e-6)         # not the first member's
+    api = mp.train(str(data), label="label", dtype="float64", hidden=(16,), epochs=4, early_stop=2, ensemble=3,
+                   numeric_embedding="off", seed=5, quiet=True)
+    assert api.metrics["auc"] == pytest.approx(auc, abs=1e-9)
