@@ -256,25 +256,39 @@ def run_guarded(fn, *args):
     whole job that names the rank and the exception."""
     try:
         return fn(*args)
-    except Stopped as e:            # every rank agreed; rank 0 says so
-        if world_rank_size()[0] == 0:
-            say_error("mpinn: %s" % e)
-        sys.exit(e.code)
-    except MpinnError as e:
-        fail(str(e), e.code, e.collective)
-    except KeyboardInterrupt as e:      # Ctrl-C, or SIGTERM where a command made it one (mpinn.process.Terminated)
-        from mpinn.process import stopped_line
-        fail(*stopped_line(e))
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - any failure must end every rank
-        rank, size = world_rank_size()
-        tb = traceback.format_exc()
-        say_error(tb.rstrip("\n"))
-        if size == 1:
-            say_error("mpinn: error: %s: %s" % (type(e).__name__, e))
-            sys.exit(1)
-        say_error("mpinn: rank %d of %d failed with %s: %s; aborting the job"
-                  % (rank, size, type(e).__name__, e))
-        time.sleep(0.2)     # let the launcher forward the lines before the abort tears it down (a CI run
-        abort_job(1)                # once got the exit status and none of them)
+        end_on(e)
+
+
+def end_alone(error, size):
+    """An exception this rank raised alone (anything but an error every rank raised together) in a collective call
+    over `size` ranks: the others wait for this rank in a collective, so it ends the job now with run_guarded's line
+    (a script under `python -m mpi4py` would otherwise leave them there: its abort comes after Python's exit
+    handlers, one of which frees shared memory collectively). One rank, or an error the ranks agreed on: nothing
+    (the caller raises it)."""
+    if size > 1 and not isinstance(error, SystemExit) and not getattr(error, "collective", False):
+        end_on(error)
+
+
+def end_on(e):
+    """End this process, or the whole job, on exception e: a Stopped run's line (rank 0), a MpinnError's or a
+    stop's one line (fail), any other exception its traceback and the rank that raised it, then an abort."""
+    if isinstance(e, Stopped):            # every rank agreed; rank 0 says so
+        if world_rank_size()[0] == 0:
+            say_error("mpinn: %s" % e)
+        sys.exit(e.code)
+    if isinstance(e, MpinnError):
+        fail(str(e), e.code, e.collective)
+    if isinstance(e, KeyboardInterrupt):      # Ctrl-C, or SIGTERM where a command made it one (process.Terminated)
+        from mpinn.process import stopped_line
+        fail(*stopped_line(e))
+    rank, size = world_rank_size()
+    say_error("".join(traceback.format_exception(e)).rstrip("\n"))
+    if size == 1:
+        say_error("mpinn: error: %s: %s" % (type(e).__name__, e))
+        sys.exit(1)
+    say_error("mpinn: rank %d of %d failed with %s: %s; aborting the job" % (rank, size, type(e).__name__, e))
+    time.sleep(0.2)     # let the launcher forward the lines before the abort tears it down (a CI run
+    abort_job(1)                # once got the exit status and none of them)

@@ -235,3 +235,17 @@ def open_job(comm=None, device="cpu", nccl=False):
     the training modules load after it (their imports add to rank 0's peak while it reads)."""
     job_comm = Communicator(comm)
     return Job(job_comm, probe(job_comm, device, nccl=nccl))
+
+
+def start_size(comm=None):
+    """The number of ranks of a run over comm (default MPI_COMM_WORLD)."""
+    return (comm if comm is not None else MPI.COMM_WORLD).Get_size()
+
+
+def start_gather(comm=None):
+    """allgather(obj): every rank's obj in rank order, over comm itself (default MPI_COMM_WORLD), for the ranks'
+    one agreement before a run opens its job (mpinn.settings.agree). Not a duplicate: the agreement comes first so
+    that a rank given other options cannot get further (a duplicate of the communicator is already a collective),
+    and a collective every rank makes at the same point of the call matches no message of the caller's."""
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    return comm.allgather if comm.Get_size() > 1 else (lambda obj: [obj])
