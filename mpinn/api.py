@@ -101,10 +101,24 @@ def run(cfg, comm=None, params_everywhere=False):
             _close_after(job, e)
             raise
     except BaseException as e:
-        end_alone(e, start_size(comm))      # an error on this rank alone ends the job: the others wait for it
-        raise
+        error = _in_words(e)
+        end_alone(error, start_size(comm))      # an error on this rank alone ends the job: the others wait for it
+        if error is e:
+            raise
+        raise error from None
     finally:        # a caller that catches this run's error goes on: no deadline of the run may end it later
         watchdog.stop()
+
+
+def _in_words(e):
+    """Running out of memory (numpy's MemoryError, an mmap's ENOMEM) as one line with the limits in force; any other
+    exception as it is."""
+    import errno
+    if not (isinstance(e, MemoryError) or isinstance(e, OSError) and e.errno == errno.ENOMEM):
+        return e
+    from mpinn.process import memory_limits
+    from mpinn.settings.messages import out_of_memory
+    return MpinnError(out_of_memory(str(e) if isinstance(e, MemoryError) else e.strerror, memory_limits()))
 
 
 def _close_after(job, error):
