@@ -23,14 +23,18 @@ def digest(values):
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def agree(cfg, allgather):
+def agree(cfg, allgather, error=None):
     """Every rank was given the same options (allgather: every rank's object in rank order, mpinn.comm.topology's
     start_gather), else a MpinnError every rank raises, naming the first option that differs. One collective of 16
-    bytes a rank; a second, of the options themselves, only where they differ."""
-    mine = compared(cfg)
-    if len(set(allgather(digest(mine)))) == 1:
-        return
-    raise MpinnError(disagreement(allgather(mine)), collective=True)
+    bytes a rank; a second, of the options themselves, only where they differ. error: this rank's options could not
+    be read (cfg None; the command line's line): every rank raises it, with its rank where the others read theirs."""
+    got = allgather(("error", error) if error is not None else digest(compared(cfg)))
+    failed = [(rank, g[1]) for rank, g in enumerate(got) if isinstance(g, tuple)]
+    if failed:
+        rank, line = failed[0]
+        raise MpinnError(line if len(failed) == len(got) else "rank %d: %s" % (rank, line), collective=True)
+    if len(set(got)) > 1:
+        raise MpinnError(disagreement(allgather(compared(cfg))), collective=True)
 
 
 def disagreement(everyone):

@@ -57,6 +57,26 @@ def test_ranks_launched_with_different_options_end_at_start_up_naming_the_option
     assert not (tmp_path / "m.npz").exists()
 
 
+def test_a_rank_that_could_not_read_its_options_is_named_on_every_rank():
+    ok = from_keywords(None)
+    with pytest.raises(MpinnError, match=r"^rank 1: argument --epochs: must be") as e:
+        agree(ok, lambda obj: [obj, ("error", "argument --epochs: must be a positive integer, not x")])
+    assert e.value.collective
+    with pytest.raises(MpinnError, match=r"^unknown option --epoch$"):        # every rank's: said once, as it is
+        agree(None, lambda obj: [obj, obj], error="unknown option --epoch")
+
+
+@pytest.mark.mpi
+def test_a_bad_option_on_one_rank_ends_every_rank_at_start_up(tmp_path, launcher):
+    """Before, the parser spoke on rank 0 only and rank 1 exited 2 silently before MPI began; rank 0 waited for it in
+    the job's first collective until the start-up deadline (an hour), its launcher too."""
+    rank = [sys.executable] + TRAIN + ["--model-out", str(tmp_path / "m.npz")]
+    r = launch([launcher, "-n", "1"] + rank + ["--epochs", "2", ":", "-n", "1"] + rank + ["--epochs", "x"], timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert r.stderr == ("mpinn: error: rank 1: argument --epochs: must be a positive integer, not x (see python -m "
+                        "mpinn.train --help)\n"), r.stderr[-2000:]
+
+
 ESTIMATOR = '''
 import numpy as np
 from mpi4py import MPI
