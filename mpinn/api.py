@@ -67,38 +67,59 @@ def run(cfg, comm=None, params_everywhere=False):
     Collective: every rank calls it. Returns a TrainResult on every rank (with the kept parameters on every
     rank, broadcast from rank 0, when params_everywhere; on rank 0 alone otherwise).
 
-    The options are checked against the rule table before anything else (no data file is opened until
-    they pass), again once the job is probed (its nodes, memory, GPUs), and again when the data and the
-    plan (mpinn.settings.plan) resolve the rest."""
-    from mpinn.comm.guard import START_KNOB, NoWatchdog, StopSignals, Watchdog, world_rank_size
+    The ranks' options are compared first (one small collective: mpinn.settings.agree), then checked against
+    the rule table (no data file is opened until they pass), again once the job is probed (its nodes, memory,
+    GPUs), and again when the data and the plan (mpinn.settings.plan) resolve the rest. At several ranks, an
+    error only this rank raised (a bug, a MpinnError the ranks did not agree on) ends the whole job with one line,
+    as the command line does: the other ranks would wait for this one; errors every rank raised together are
+    raised to the caller on every rank."""
+    from mpinn.comm.guard import START_KNOB, NoWatchdog, StopSignals, Watchdog, end_alone, world_rank_size
     from mpinn.comm.node import unwired_srun
-    from mpinn.comm.topology import open_job
+    from mpinn.comm.topology import open_job, start_gather, start_size
 
     t_start = time.perf_counter()
-    settings.check(cfg)
-    settings.check_requirements(cfg)
-    unwired = unwired_srun(world_rank_size()[1], os.environ)
-    if unwired:     # before anything is read or written: N lone copies would all write the same files
-        raise MpinnError(unwired, collective=True)
     watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
-    if cfg.start_timeout > 0:       # from the job's probe on: every collective of the run is under a deadline
+    if cfg.start_timeout > 0:       # from the ranks' agreement on: every collective of the run is under a deadline
         watchdog.arm("start-up (the job's probe, reading the data, building the model)", cfg.start_timeout,
                      START_KNOB)
     try:
+        settings.agree(cfg, start_gather(comm))     # first: a rank given other options would fail or wait alone
+        settings.check(cfg)
+        settings.check_requirements(cfg)
+        unwired = unwired_srun(world_rank_size()[1], os.environ)
+        if unwired:     # before anything is read or written: N lone copies would all write the same files
+            raise MpinnError(unwired, collective=True)
         job = open_job(comm, cfg.device, nccl=cfg.comm == "nccl")      # the one probe of the job
         try:
             cfg = settings.resolve_device(cfg, job.topology)
             job.comm.root_call(lambda: (settings.check_outputs(cfg), settings.own_checkpoint_dir(cfg)))  # none read
-            stop = StopSignals().install()      # SIGTERM / SIGUSR1: a checkpoint and a clean stop at a step boundary
-            try:
+            stop = StopSignals().install()      # SIGTERM / SIGINT / SIGUSR1: a checkpoint and a clean stop at a step
+            try:                                # boundary
                 return _run(cfg, job, stop, watchdog, t_start, params_everywhere)
             finally:
                 stop.uninstall()
         except BaseException as e:
             _close_after(job, e)
             raise
+    except BaseException as e:
+        error = _in_words(e)
+        end_alone(error, start_size(comm))      # an error on this rank alone ends the job: the others wait for it
+        if error is e:
+            raise
+        raise error from None
     finally:        # a caller that catches this run's error goes on: no deadline of the run may end it later
         watchdog.stop()
+
+
+def _in_words(e):
+    """Running out of memory (numpy's MemoryError, an mmap's ENOMEM) as one line with the limits in force; any other
+    exception as it is."""
+    import errno
+    if not (isinstance(e, MemoryError) or isinstance(e, OSError) and e.errno == errno.ENOMEM):
+        return e
+    from mpinn.process import memory_limits
+    from mpinn.settings.messages import out_of_memory
+    return MpinnError(out_of_memory(str(e) if isinstance(e, MemoryError) else e.strerror, memory_limits()))
 
 
 def _close_after(job, error):

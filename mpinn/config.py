@@ -21,11 +21,12 @@ STOPPED_EXIT = 75      # "stopped, resumable" (EX_TEMPFAIL): a signal ended the 
 
 
 class Stopped(MpinnError):
-    """A run stopped on a signal (SIGTERM, SIGUSR1) at a step boundary every rank agreed on, after its
-    checkpoint was written: not an error; exit code STOPPED_EXIT, and --resume continues it exactly."""
+    """A run stopped on a signal (SIGTERM, SIGUSR1, Ctrl-C) at a step boundary every rank agreed on, after its
+    checkpoint was written: not an error; exit code STOPPED_EXIT (130 after a Ctrl-C), and --resume continues it
+    exactly."""
 
-    def __init__(self, message):
-        super().__init__(message, collective=True, code=STOPPED_EXIT)
+    def __init__(self, message, code=STOPPED_EXIT):
+        super().__init__(message, collective=True, code=code)
 
 
 @dataclass

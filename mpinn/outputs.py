@@ -24,7 +24,8 @@ def why_not_written(e):
 
 
 def _creatable_dir(path):
-    """None if directory `path` exists and can be written, or can be made; else why not."""
+    """None if directory `path` exists and a file can be made in it, or it can be made; else why not. Tried, as the
+    run will do it, not inferred from permissions: /proc and /sys pass os.access, then refuse to make anything."""
     path = os.path.abspath(path)
     probe = path
     while not os.path.exists(probe):
@@ -34,8 +35,15 @@ def _creatable_dir(path):
         probe = parent
     if not os.path.isdir(probe):
         return "%s is a file, not a directory" % probe
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return "%s cannot be written" % probe
+    try:
+        if probe == path:       # the run makes its files in it
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-mpinn-check-", dir=probe)
+            os.close(fd)
+            os.unlink(tmp)
+        else:                   # the run makes the directories below it
+            os.rmdir(tempfile.mkdtemp(prefix=".tmp-mpinn-check-", dir=probe))
+    except OSError as e:
+        return "%s cannot be written (%s)" % (probe, why_not_written(e))
     return None
 
 
@@ -95,9 +103,19 @@ def _inside(path, folder):
     return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep)
 
 
+def made_dir(path):
+    """Directory path, made where missing (check_dir or check_file let the run start because it could be made): an
+    OSError (the file system changed since, or refuses what it let pass) is one line naming it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise MpinnError("the directory %s could not be made (%s)" % (path, why_not_written(e)))
+    return path
+
+
 def made_parent(path):
-    """path, its directory made first where missing (check_file let the run start because it could be made)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    """path, its directory made first where missing."""
+    made_dir(os.path.dirname(os.path.abspath(path)))
     return path
 
 

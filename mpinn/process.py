@@ -145,6 +145,22 @@ def cgroup_limit(proc="/proc/self/cgroup", root="/sys/fs/cgroup"):
     return None
 
 
+def address_space_limit():
+    """Bytes of address space this process may map (RLIMIT_AS: ulimit -v), None where unlimited."""
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def memory_limits():
+    """The limits on this process's memory, in words ("ulimit -v (RLIMIT_AS) allows 1.4 GiB", "its cgroup allows
+    2.0 GiB", "the machine has 20.1 GiB available"), the tightest first: for a line about running out."""
+    found = [(v, what) for v, what in ((address_space_limit(), "ulimit -v (RLIMIT_AS) allows %.1f GiB of address "
+                                        "space"), (cgroup_limit(), "its cgroup allows %.1f GiB"),
+                                       (mem_available(), "the machine has %.1f GiB available")) if v is not None]
+    return [what % (v / 2**30) for v, what in sorted(found, key=lambda f: f[0])]
+
+
 def memory_for_job():
     """Bytes this process may still use: MemAvailable, or its cgroup's limit where that is lower."""
     values = [v for v in (mem_available(), cgroup_limit()) if v is not None]
@@ -215,13 +231,20 @@ def fresh_zeros(n, dtype):
     mapped anonymously: untouched until written, whatever the heap holds. numpy's zeros is calloc, which
     may hand back a freed heap chunk and clear it, making every page resident: on the rank that read the
     data, a sharded table's other rows (pages it must never hold) would all be in memory."""
+    import errno
     import mmap
     import numpy as np
     dtype = np.dtype(dtype)
     nbytes = int(n) * dtype.itemsize
     if nbytes < FRESH_BYTES:
         return np.zeros(int(n), dtype=dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype)
+    try:
+        return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype)
+    except OSError as e:        # as numpy says it: the size asked for
+        if e.errno != errno.ENOMEM:
+            raise
+        raise MemoryError("Unable to allocate %.2f GiB for an array with shape (%d,) and data type %s"
+                          % (nbytes / 2**30, int(n), dtype)) from None
 
 
 def follow_umask(fd):

@@ -3,7 +3,7 @@
 import json
 import os
 
-from mpinn.outputs import made_parent
+from mpinn.outputs import made_dir, made_parent
 
 METRICS = ("accuracy", "logloss", "auc", "rmse")
 
@@ -70,7 +70,7 @@ class Curve:
         self.events = None
         if log_dir:
             from mpinn.events import EventWriter
-            self.events = EventWriter(log_dir)
+            self.events = EventWriter(made_dir(log_dir))     # one line where it cannot be made
         self.since = None
         self.prefix, self.model = ("first_model/", "first") if ensemble > 1 else ("", None)
 

@@ -19,10 +19,29 @@ def run(cfg):
 
 
 def main(argv=None):
-    from mpinn.settings import from_argv
-    cfg = from_argv(argv)
     from mpinn.comm.guard import run_guarded
+    from mpinn.config import MpinnError
+    from mpinn.process import launched_ranks
+    from mpinn.settings import from_argv
+    try:        # one rank of several: a bad option is told to the others, which may have read theirs and wait
+        cfg = from_argv(argv, raise_errors=launched_ranks()[1] != 1)
+    except MpinnError as e:
+        return run_guarded(refused, e)
     return run_guarded(run, cfg)
+
+
+def refused(error):
+    """A bad option on a rank of several: raised on every rank at the ranks' agreement on their options, the first
+    collective of a run (mpinn.settings.agree), under the start-up deadline."""
+    from mpinn.comm.guard import START_KNOB, Watchdog
+    from mpinn.comm.topology import start_gather
+    from mpinn.settings import RunConfig, agree
+    watchdog = Watchdog(RunConfig().start_timeout)
+    try:
+        with watchdog.guard("start-up (the ranks' agreement on their options)", knob=START_KNOB):
+            agree(None, start_gather(), error=str(error))
+    finally:
+        watchdog.stop()
 
 
 if __name__ == "__main__":

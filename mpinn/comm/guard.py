@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from mpinn.config import MpinnError, Stopped
+from mpinn.config import STOPPED_EXIT, MpinnError, Stopped
 
 
 def say_error(line):
@@ -109,10 +109,13 @@ class NoWatchdog(Deadline):
 
 # ---------------------------------------------------------------- stopping on a signal
 class StopSignals:
-    """SIGTERM (Slurm's, before the time limit and on preemption; a launcher's, when it is told to stop) and
-    SIGUSR1 (what `sbatch --signal=USR1@120` sends ahead of the limit) are remembered, not obeyed at once:
-    the trainer asks every rank at its next step boundary (stop_agreed), writes a checkpoint and ends
-    with mpinn.config.STOPPED_EXIT. A second signal changes nothing: the first already asked for a stop.
+    """SIGTERM (Slurm's, before the time limit and on preemption; a launcher's, when it is told to stop), SIGUSR1
+    (what `sbatch --signal=USR1@120` sends ahead of the limit) and SIGINT (Ctrl-C; mpiexec passes it on to the
+    ranks) are remembered, not obeyed at once: the trainer asks every rank at its next step boundary
+    (stop_agreed), writes a checkpoint and ends with code(signal): mpinn.config.STOPPED_EXIT, or 130 after a
+    Ctrl-C, as a shell expects. A second SIGTERM or SIGUSR1 changes nothing: the first already asked for a stop; a
+    second Ctrl-C ends the process at once (KeyboardInterrupt), as without mpinn. A SIGINT the process was started
+    ignoring (a background job's) stays ignored.
 
     If the ranks do not agree in time (a peer is gone, and this rank waits in a collective for it: what
     `srun --kill-on-bad-exit` leaves when it sends SIGTERM to the survivors), the job is aborted: a stop
@@ -124,7 +127,7 @@ class StopSignals:
     waits inside an MPI call; so the signal is also seen through signal.set_wakeup_fd, whose byte the
     C-level handler writes at once, and a thread reading that pipe starts the grace."""
 
-    SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1"}
+    SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1", signal.SIGINT: "SIGINT (Ctrl-C)"}
     GRACE = 5.0
     STOP_EVERY = 8      # steps between the ranks' agreement on a stop (the trainer asks every STOP_EVERY steps)
 
@@ -138,12 +141,23 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self                 # an API call from a thread: signals are not caught
         for s in self.SIGNALS:
-            self._previous[s] = signal.signal(s, self._note)
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                self._previous[s] = signal.signal(s, self._caught)
         read, write = os.pipe()
         os.set_blocking(write, False)
         self._wakeup = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
         threading.Thread(target=self._wake, args=(read,), name="mpinn-stop", daemon=True).start()
         return self
+
+    def _caught(self, signum, frame):
+        """The handler (in the main thread, once it is back in the interpreter)."""
+        self._note(signum)
+        if signum == signal.SIGINT:     # the next Ctrl-C ends the process at once
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def code(self, signum):
+        """The exit code of a run stopped by signum: 130 after a Ctrl-C (128 + SIGINT, what a shell expects)."""
+        return 128 + signum if signum == signal.SIGINT else STOPPED_EXIT
 
     def _note(self, signum, frame=None):
         with self._lock:
@@ -256,25 +270,39 @@ def run_guarded(fn, *args):
     whole job that names the rank and the exception."""
     try:
         return fn(*args)
-    except Stopped as e:            # every rank agreed; rank 0 says so
-        if world_rank_size()[0] == 0:
-            say_error("mpinn: %s" % e)
-        sys.exit(e.code)
-    except MpinnError as e:
-        fail(str(e), e.code, e.collective)
-    except KeyboardInterrupt as e:      # Ctrl-C, or SIGTERM where a command made it one (mpinn.process.Terminated)
-        from mpinn.process import stopped_line
-        fail(*stopped_line(e))
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - any failure must end every rank
-        rank, size = world_rank_size()
-        tb = traceback.format_exc()
-        say_error(tb.rstrip("\n"))
-        if size == 1:
-            say_error("mpinn: error: %s: %s" % (type(e).__name__, e))
-            sys.exit(1)
-        say_error("mpinn: rank %d of %d failed with %s: %s; aborting the job"
-                  % (rank, size, type(e).__name__, e))
-        time.sleep(0.2)     # let the launcher forward the lines before the abort tears it down (a CI run
-        abort_job(1)                # once got the exit status and none of them)
+        end_on(e)
+
+
+def end_alone(error, size):
+    """An exception this rank raised alone (anything but an error every rank raised together) in a collective call
+    over `size` ranks: the others wait for this rank in a collective, so it ends the job now with run_guarded's line
+    (a script under `python -m mpi4py` would otherwise leave them there: its abort comes after Python's exit
+    handlers, one of which frees shared memory collectively). One rank, or an error the ranks agreed on: nothing
+    (the caller raises it)."""
+    if size > 1 and not isinstance(error, SystemExit) and not getattr(error, "collective", False):
+        end_on(error)
+
+
+def end_on(e):
+    """End this process, or the whole job, on exception e: a Stopped run's line (rank 0), a MpinnError's or a
+    stop's one line (fail), any other exception its traceback and the rank that raised it, then an abort."""
+    if isinstance(e, Stopped):            # every rank agreed; rank 0 says so
+        if world_rank_size()[0] == 0:
+            say_error("mpinn: %s" % e)
+        sys.exit(e.code)
+    if isinstance(e, MpinnError):
+        fail(str(e), e.code, e.collective)
+    if isinstance(e, KeyboardInterrupt):      # Ctrl-C, or SIGTERM where a command made it one (process.Terminated)
+        from mpinn.process import stopped_line
+        fail(*stopped_line(e))
+    rank, size = world_rank_size()
+    say_error("".join(traceback.format_exception(e)).rstrip("\n"))
+    if size == 1:
+        say_error("mpinn: error: %s: %s" % (type(e).__name__, e))
+        sys.exit(1)
+    say_error("mpinn: rank %d of %d failed with %s: %s; aborting the job" % (rank, size, type(e).__name__, e))
+    time.sleep(0.2)     # let the launcher forward the lines before the abort tears it down (a CI run
+    abort_job(1)                # once got the exit status and none of them)

@@ -7,6 +7,17 @@ from mpi4py import MPI
 from mpinn.comm.buffers import check_buffer, split_counts
 
 
+def allocate_shared(nbytes, unit, node):
+    """MPI_Win_allocate_shared on the node's ranks; where MPI cannot map it (an address-space limit, ulimit -v), a
+    MemoryError in numpy's words, not MPI's error stack (no collective here: the other ranks may have succeeded)."""
+    try:
+        return MPI.Win.Allocate_shared(nbytes, unit, comm=node)
+    except MPI.Exception as e:
+        last = str(e).strip().splitlines()[-1].split(":", 1)[-1].strip()
+        raise MemoryError("Unable to allocate a shared-memory window of the node's %d ranks, %.2f GiB of it this "
+                          "rank's, every rank mapping all of it: %s" % (node.Get_size(), nbytes / 2**30, last)) from None
+
+
 class SharedGradients:
     """Every rank's gradient buffer is its slot of one MPI shared-memory window per node (MPI-3
     Win_allocate_shared on the node's ranks), and the Allreduce is done in that memory: after a
@@ -37,7 +48,7 @@ class SharedGradients:
         if self.win is not None:
             self.win.Unlock_all()
             self.win.Free()
-        self.win = MPI.Win.Allocate_shared(n * dtype.itemsize, dtype.itemsize, comm=self.node)
+        self.win = allocate_shared(n * dtype.itemsize, dtype.itemsize, self.node)
         self.win.Lock_all(MPI.MODE_NOCHECK)
         if not self._at_exit:       # freed before MPI_Finalize, which otherwise fails on a network
             atexit.register(self.free)      # netmod that still holds the window ("fabricclose: busy")
@@ -76,7 +87,7 @@ class SharedGradients:
         if self.params_win is not None:
             self.params_win.Unlock_all()
             self.params_win.Free()
-        win = MPI.Win.Allocate_shared(params.nbytes if self.rank == 0 else 0, params.dtype.itemsize, comm=self.node)
+        win = allocate_shared(params.nbytes if self.rank == 0 else 0, params.dtype.itemsize, self.node)
         win.Lock_all(MPI.MODE_NOCHECK)
         mem, _ = win.Shared_query(0)
         shared = check_buffer(np.frombuffer(mem, dtype=params.dtype, count=params.size), params.dtype,
@@ -92,7 +103,7 @@ class SharedGradients:
         state of which each rank updates its part. Collective on the node; freed with the others."""
         dtype = np.dtype(dtype)
         n = int(np.prod(shape))
-        win = MPI.Win.Allocate_shared(n * dtype.itemsize if self.rank == 0 else 0, dtype.itemsize, comm=self.node)
+        win = allocate_shared(n * dtype.itemsize if self.rank == 0 else 0, dtype.itemsize, self.node)
         win.Lock_all(MPI.MODE_NOCHECK)
         self.state_wins.append(win)
         mem, _ = win.Shared_query(0)

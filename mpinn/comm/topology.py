@@ -24,6 +24,7 @@ class Topology:
     shm_room: tuple = ()        # free bytes in /dev/shm on each node (None: no shared-memory file system to ask)
     devices: tuple = ()         # per rank, probed for --device gpu|auto: see gpu_facts
     cuda_aware: tuple = ()      # per rank: (is its MPI library CUDA-aware?, how that was found); probed for GPUs
+    address_space: int = UNKNOWN_MEMORY     # the least address space any rank may map (RLIMIT_AS: ulimit -v; bytes)
 
     @property
     def size(self):
@@ -161,7 +162,7 @@ def probe(comm, device="cpu", node=None, nccl=False):
     is allocated there (mpinn.backend.select_backend) and says whether it could, and every rank's MPI library
     is asked whether it is CUDA-aware (nccl: and whether NCCL loads). node: an mpi4py communicator to take as this rank's node (tests that cut
     one machine into nodes); MPI's shared-memory split otherwise."""
-    from mpinn.process import mem_available
+    from mpinn.process import address_space_limit, mem_available
     raw = getattr(comm, "comm", comm)
     mine = node if node is not None else raw.Split_type(MPI.COMM_TYPE_SHARED)
     try:
@@ -172,7 +173,8 @@ def probe(comm, device="cpu", node=None, nccl=False):
             mine.Free()
     gpu = gpu_facts(device, local, nccl) if device != "cpu" else None
     room = shm_room() if local == 0 else None
-    facts = raw.allgather((first, local, mem_available() or UNKNOWN_MEMORY, room, gpu))
+    facts = raw.allgather((first, local, mem_available() or UNKNOWN_MEMORY, room, gpu,
+                           address_space_limit() or UNKNOWN_MEMORY))
     firsts = sorted({f[0] for f in facts})
     node_of = tuple(firsts.index(f[0]) for f in facts)
     rooms = [None] * len(firsts)
@@ -183,7 +185,8 @@ def probe(comm, device="cpu", node=None, nccl=False):
     aware = ()
     if any(d[0] not in (None, "numpy") for d in devices):
         aware = tuple(raw.allgather(cuda_aware_mpi()))
-    return Topology(node_of, tuple(f[1] for f in facts), min(f[2] for f in facts), tuple(rooms), devices, aware)
+    return Topology(node_of, tuple(f[1] for f in facts), min(f[2] for f in facts), tuple(rooms), devices, aware,
+                    min(f[5] for f in facts))
 
 
 def node_comms(comm, topo, peers=True, peers_by_node=False):
@@ -235,3 +238,17 @@ def open_job(comm=None, device="cpu", nccl=False):
     the training modules load after it (their imports add to rank 0's peak while it reads)."""
     job_comm = Communicator(comm)
     return Job(job_comm, probe(job_comm, device, nccl=nccl))
+
+
+def start_size(comm=None):
+    """The number of ranks of a run over comm (default MPI_COMM_WORLD)."""
+    return (comm if comm is not None else MPI.COMM_WORLD).Get_size()
+
+
+def start_gather(comm=None):
+    """allgather(obj): every rank's obj in rank order, over comm itself (default MPI_COMM_WORLD), for the ranks'
+    one agreement before a run opens its job (mpinn.settings.agree). Not a duplicate: the agreement comes first so
+    that a rank given other options cannot get further (a duplicate of the communicator is already a collective),
+    and a collective every rank makes at the same point of the call matches no message of the caller's."""
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    return comm.allgather if comm.Get_size() > 1 else (lambda obj: [obj])

@@ -53,6 +53,12 @@ def _model_too_big(c, t, s):
     return s is not None and (c is None or c.device != "gpu") and _model_bytes(s) > t.nodes * t.mem_available
 
 
+def _address_space_short(c, t, s):
+    """A rank's address space (ulimit -v) below the model and a gradient of it: every rank maps both whole (a sharded
+    table's other rows too, never touched: RLIMIT_AS counts what is mapped, not what is in memory)."""
+    return s is not None and (c is None or c.device != "gpu") and _model_bytes(s) > t.address_space
+
+
 def _readers(c, t):
     return t.size if c.readers == "all" else int(c.readers)
 
@@ -63,6 +69,14 @@ MODEL_MEMORY = JobRule(
                     "available on the job's %d node(s); give a smaller --hash-bits or --hidden, or more nodes" % (
                         s.n_params, _model_bytes(s) / 2**30, t.nodes * t.mem_available / 2**30, t.nodes),
     "--hash-bits 30 on a node with less than 2^30 times the first layer's width x 8 bytes of memory")
+
+ADDRESS_SPACE = JobRule(
+    "model-address-space", ("hash_bits", "hidden"), _address_space_short,
+    lambda c, t, s: "the model has %d parameters: they and a gradient of them take %.1f GiB, more than the %.1f GiB "
+                    "of address space a rank may use (ulimit -v, RLIMIT_AS); give a smaller --hash-bits or --hidden, "
+                    "or raise the limit (ulimit -v unlimited)" % (
+                        s.n_params, _model_bytes(s) / 2**30, t.address_space / 2**30),
+    "--hash-bits 24 under ulimit -v 1000000 (1 GiB a process)")
 
 
 JOB_RULES = (
@@ -98,6 +112,7 @@ JOB_RULES = (
             lambda c, t, s: "--shard-exchange node: %s; give --shard-exchange flat" % t.uneven,
             "--table sharded --shard-exchange node on nodes with different numbers of ranks"),
     MODEL_MEMORY,
+    ADDRESS_SPACE,
     JobRule("readers-batch", ("readers", "batch_size"),
             lambda c, t, s: c.readers != "1" and 0 < c.batch < _readers(c, t) <= t.size,
             lambda c, t, s: "--readers %s: each of the %d readers takes its share of every global batch, and %d rows "

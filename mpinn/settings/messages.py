@@ -13,6 +13,12 @@ def stopped_unsaved(signal, where):
         signal, where)
 
 
+def out_of_memory(what, limits):
+    """A rank ran out of memory: what it was allocating (numpy's words name the size), the limits in force."""
+    return "out of memory (%s): %s; give a smaller --hash-bits, --hidden or --batch-size, or more memory" % (
+        what, "; ".join(limits) or "no limit found")
+
+
 def diverged(streak, step, epoch, checkpoint):
     return ("training stopped: %d consecutive steps had a non-finite loss or gradient (last at step %d, epoch %d); "
             "%s; try a lower --lr or check the data for huge or missing values" % (

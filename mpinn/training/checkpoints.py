@@ -90,7 +90,7 @@ def start(cfg, trainer, spec, info, say=lambda msg: None, home=None):
 def stop_if_asked(trainer, epoch, at_epoch_end=False):
     """Collective, at a step boundary: if a stop signal reached any rank (comm.guard.StopSignals), every rank agrees
     here, a checkpoint of this exact position is written (where checkpoints go) and the run ends with Stopped (exit
-    code STOPPED_EXIT); --resume continues it as if nothing happened."""
+    code STOPPED_EXIT, 130 after a Ctrl-C); --resume continues it as if nothing happened."""
     stop, comm = trainer.stop, trainer.comm
     if stop is None:
         return
@@ -105,11 +105,11 @@ def stop_if_asked(trainer, epoch, at_epoch_end=False):
              % (trainer.global_step, epoch, trainer.next_step))
     ckpt = trainer.checkpoints
     if ckpt is None:
-        raise Stopped(messages.stopped_unsaved(stop.name(signum), where))
+        raise Stopped(messages.stopped_unsaved(stop.name(signum), where), stop.code(signum))
     if not at_epoch_end:        # an epoch's end has just been checkpointed
         ckpt.save(trainer, "signal")
     line = messages.stopped_saved(stop.name(signum), where, ckpt.last, ckpt.home)
     if comm.rank == 0:
         mark_stopped(ckpt.home, line)
     comm.bcast_obj(None)        # every rank ends after the mark is written
-    raise Stopped(line)
+    raise Stopped(line, stop.code(signum))
