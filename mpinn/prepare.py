@@ -204,13 +204,29 @@ def run_ranks(args, comm):
             heartbeat.stop()
     if comm.rank != 0:
         return 0
-    say("wrote %s: %d rows in %d parts (%s/, by %d ranks), %d input columns (%s) + %d dense, task %s, %.1f MB in "
-        "%.1f s (%.0f rows/s, %s)%s" % (
-            args.out, s["rows"], s["parts"], os.path.basename(args.out) + ".parts", comm.size, s["n_columns"],
-            describe(s["hashing"]), s["n_dense"], s["task"], s["bytes"] / 1e6, s["seconds"], s["rows_per_s"],
-            "rank 0 scanned every file first, then every rank packed its share in one pass" if s["scanned"]
-            else "one pass on every rank", ", checksums verified" if args.verify else ""))
+    say("wrote %s: %d rows in %s (%s/, %s), %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s "
+        "(%.0f rows/s, %s)%s" % (
+            args.out, s["rows"], plural(s["parts"], "part"), os.path.basename(args.out) + ".parts",
+            packed_by(s["parts"], comm.size, len(paths)), s["n_columns"], describe(s["hashing"]),
+            s["n_dense"], s["task"], s["bytes"] / 1e6, s["seconds"], s["rows_per_s"],
+            "rank 0 scanned every file first, then %s in one pass" % (
+                "every rank packed its share" if s["parts"] == comm.size else "each rank with files packed its share")
+            if s["scanned"] else "one pass on every rank" if s["parts"] == comm.size
+            else "one pass on each rank with files", ", checksums verified" if args.verify else ""))
     return _done(s, args, say)
+
+
+def plural(n, word):
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def packed_by(parts, ranks, files):
+    """Who packed: every rank, or (fewer files than ranks, or a share left empty) the ranks that had files."""
+    if parts == ranks:
+        return "by %d ranks" % ranks
+    return "by %d of the %d ranks: a rank packs whole files, and %s" % (
+        parts, ranks, "there %s only %s" % ("is" if files == 1 else "are", plural(files, "file")) if files < ranks
+        else "the files' sizes left %s without a share" % plural(ranks - parts, "rank"))
 
 
 WAITING_EVERY = 30.0     # seconds of a long wait between rank 0's lines on the other ranks' rows
