@@ -135,6 +135,11 @@ def load_checked(model_path):
     if towers.shape[1] != spec.n_params:        # checked before the model is allocated from the header's sizes
         raise MpinnError("%s: %d parameters stored, the architecture in its header needs %d"
                          % (model_path, towers.shape[1], spec.n_params))
+    from mpinn.data.model_header import inputs_problem
+    why = inputs_problem(meta, spec)
+    if why:
+        raise MpinnError("%s: its header does not fit its parameters: %s (an edited or damaged model file: train it "
+                         "again)" % (model_path, why))
     return MLP(spec), towers, meta
 
 
