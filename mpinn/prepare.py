@@ -4,6 +4,7 @@ import os
 import sys
 
 from mpinn.config import MpinnError
+from mpinn.outputs import Claims
 from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
 from mpinn.settings.options import Parser, add_data_argument, nonneg_float, nonneg_int, positive_int
@@ -115,12 +116,17 @@ def _inputs(args):
 
 def run(args):
     from mpinn.process import steady_heap
-    from mpinn.data.tables import TableSource
     steady_heap()       # memory flat in the number of rows, whatever the input's size
-    from mpinn.data import split_names
-    from mpinn.hashing import describe
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     paths, formats, columns, spec, hashing, like = _inputs(args)
+    with Claims([("--out", args.out, False)]):      # another prepare (or training run) given this --out is refused
+        return _pack(args, say, paths, formats, columns, spec, hashing, like)
+
+
+def _pack(args, say, paths, formats, columns, spec, hashing, like):
+    from mpinn.data.tables import TableSource
+    from mpinn.data import split_names
+    from mpinn.hashing import describe
     label, categorical, numeric = columns.label, columns.categorical, columns.numeric
     if len(paths) > 1:
         from mpinn.data.many import chained_source
@@ -180,9 +186,10 @@ def run_ranks(args, comm):
     from mpinn.comm.heartbeat import Heartbeat, folder_for
     steady_heap()
     say = (lambda msg: print(msg, flush=True)) if not args.quiet and comm.rank == 0 else (lambda msg: None)
-    heartbeat = None
+    heartbeat = claims = None
     try:
         inputs, error = _inputs(args), None
+        claims = Claims([("--out", args.out, False)]) if comm.rank == 0 else None
         if args.peer_timeout:       # before the first wait (rank 0 may scan every file first)
             heartbeat = Heartbeat(folder_for(args.out), comm.rank, comm.size, args.peer_timeout).start()
     except MpinnError as e:
@@ -202,6 +209,8 @@ def run_ranks(args, comm):
     finally:
         if heartbeat:
             heartbeat.stop()
+        if claims:
+            claims.release()
     if comm.rank != 0:
         return 0
     say("wrote %s: %d rows in %s (%s/, %s), %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s "
