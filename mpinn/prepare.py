@@ -25,9 +25,10 @@ def build_parser():
                "mpirun -np 4 python -m mpinn.prepare --data days/ --out days.mpinn: four ranks pack the files.")
     add_data_argument(p, ".csv, .parquet or click-log text (the Criteo logs' format, maybe .gz); omitted: the "
                          "embedded click log")
-    p.add_argument("--out", required=True, type=packed_name, help="packed file to write (.mpinn); under mpirun -np N "
+    p.add_argument("--out", type=packed_name, help="packed file to write (.mpinn); under mpirun -np N "
                    "(N > 1): a multi-part dataset, every rank packing its share of the files: OUT is its manifest "
-                   "and OUT.parts/ its parts, read as one by train and predict")
+                   "and OUT.parts/ its parts, read as one by train and predict. Omitted with --verify: check the "
+                   "packed file --data X.mpinn")
     d = p.add_argument_group("columns")
     add_options(d, names=("format",))     # as in train
     d.add_argument("--label", help="label column")
@@ -57,7 +58,10 @@ def build_parser():
                         "waiting (srun without --kill-on-bad-exit); each rank's sign is a file beside OUT, "
                         "rewritten every few seconds (a network filesystem may show it late by up to a minute: "
                         "keep this well above that); 0: no check (default 300)")
-    r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums")
+    r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums; "
+                   "without --out, check the packed file (or multi-part dataset) --data X.mpinn: every byte against "
+                   "its checksums, its meta (task, classes, hashing contract, columns) against its own checksum and "
+                   "against every row's label and column ids")
     r.add_argument("--report", action="store_true", help="print the collision report of every feature")
     r.add_argument("--quiet", action="store_true", help="only errors")
     return p
@@ -104,6 +108,9 @@ def _inputs(args):
         if len(paths) > 1:
             from mpinn.data.many import check_formats
             check_formats(paths, formats)
+        if formats[0] == "mpinn":
+            raise MpinnError("%s is packed already: prepare --verify --data %s (without --out) checks it"
+                             % (paths[0], paths[0]))
         if formats[0] not in ("csv", "parquet", "criteo"):
             raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (paths[0], formats[0]))
         if not label and formats[0] != "criteo":
@@ -169,6 +176,31 @@ def _done(s, args, say):
     return 0
 
 
+def check(args):
+    """prepare --verify --data X.mpinn: a packed file or a multi-part dataset checked whole (opening it checks its
+    parts against the manifest and its meta against its checksum and the rows' layout; verify(), every byte against
+    its checksums and every row's label and column ids against the meta); one line either way."""
+    from mpinn.data.parts import open_packed, read_manifest
+    from mpinn.hashing import describe
+    path = args.data
+    if not isinstance(path, str) or not path.lower().endswith(".mpinn"):
+        raise MpinnError("prepare needs --out (the packed file to write), or --verify and one packed file to check: "
+                         "--verify --data X.mpinn")
+    data = open_packed(path)
+    data.verify()
+    parts = getattr(data, "parts", None)
+    digest = read_manifest(path).get("meta_xxh64") if parts else data._file.header.get("meta_xxh64")
+    meta = data.meta
+    print("checked %s: %d rows%s, %d input columns (%s) + %d dense, task %s%s; every byte against its checksums, %s "
+          "against every row's label and column ids" % (
+              path, len(data), " in %d parts (%s.parts/)" % (len(parts), os.path.basename(path)) if parts else "",
+              data.n_sparse, describe(meta.get("hashing")), data.raw_dense, meta["task"],
+              " (classes %s)" % ", ".join(map(str, meta["classes"][:10])) if meta.get("classes") else "",
+              "the meta against its checksum and" if digest else "the meta (written without a checksum, by an older "
+              "mpinn: prepare it again to have one)"), flush=True)
+    return 0
+
+
 def _drop_old_parts(out):
     """A dataset written as one file where a multi-part one was: the old parts go."""
     from mpinn.data.parts import parts_dir
@@ -186,6 +218,8 @@ def run_ranks(args, comm):
     from mpinn.comm.heartbeat import Heartbeat, folder_for
     steady_heap()
     say = (lambda msg: print(msg, flush=True)) if not args.quiet and comm.rank == 0 else (lambda msg: None)
+    if args.out is None:        # --verify of a packed file: rank 0 checks it
+        return comm.root_call(lambda: check(args)) or 0
     heartbeat = claims = None
     try:
         inputs, error = _inputs(args), None
@@ -269,7 +303,7 @@ def main(argv=None):
             from mpinn.process import terminate_as_interrupt
             terminate_as_interrupt()        # every rank removes its temporary files before the job ends
             return run_guarded(run_ranks, args, comm)
-    return run_one_process(run, args)
+    return run_one_process(run if args.out else check, args)
 
 
 if __name__ == "__main__":
