@@ -109,8 +109,7 @@ def _inputs(args):
             from mpinn.data.many import check_formats
             check_formats(paths, formats)
         if formats[0] == "mpinn":
-            raise MpinnError("%s is packed already: prepare --verify --data %s (without --out) checks it"
-                             % (paths[0], paths[0]))
+            raise MpinnError(messages.prepare_packed_already(paths[0]))
         if formats[0] not in ("csv", "parquet", "criteo"):
             raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (paths[0], formats[0]))
         if not label and formats[0] != "criteo":
@@ -184,8 +183,7 @@ def check(args):
     from mpinn.hashing import describe
     path = args.data
     if not isinstance(path, str) or not path.lower().endswith(".mpinn"):
-        raise MpinnError("prepare needs --out (the packed file to write), or --verify and one packed file to check: "
-                         "--verify --data X.mpinn")
+        raise MpinnError(messages.prepare_needs_out())
     data = open_packed(path)
     data.verify()
     parts = getattr(data, "parts", None)
