@@ -25,7 +25,10 @@ def check_meta(path, meta, digest, n_rows, n_columns, n_dense, row_nnz):
     if digest is not None and meta_digest(meta) != digest:
         raise MpinnError("%s: its meta (task, classes, hashing contract, columns) is not what prepare wrote: it does "
                          "not match its checksum (an edited or damaged file); %s" % (path, PREPARE_AGAIN))
-    why = meta_problem(meta, n_rows, n_columns, n_dense, row_nnz)
+    try:
+        why = meta_problem(meta, n_rows, n_columns, n_dense, row_nnz)
+    except (KeyError, TypeError, ValueError, AttributeError, MpinnError) as e:      # a damaged meta holds anything
+        why = "a damaged meta (%s: %s)" % (type(e).__name__, e)
     if why:
         raise MpinnError("%s: its meta does not fit its rows: %s; %s" % (path, why, PREPARE_AGAIN))
 
