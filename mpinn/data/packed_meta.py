@@ -66,10 +66,10 @@ def meta_problem(meta, n_rows, n_columns, n_dense, row_nnz):
     return None
 
 
-def verify_rows(path, arrays, meta, row_nnz, first=0):
+def verify_rows(path, arrays, meta, row_nnz):
     """Every row's label against the task and classes, and every column id against its feature's columns (the
     rows feature by feature: row_nnz entries each) or the contract's; one line at the first that does not fit.
-    arrays: the packed file's sections; first: the global number of its first row (a part's)."""
+    arrays: the packed file's sections."""
     task, classes, contract = meta["task"], meta.get("classes"), meta.get("hashing")
     y = arrays["y"]
     for s in range(0, y.shape[0], CHUNK):
@@ -83,7 +83,7 @@ def verify_rows(path, arrays, meta, row_nnz, first=0):
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise MpinnError("%s: row %d has label id %s, which its %s task with classes %s does not have; %s" % (
-                path, first + s + i + 1, v[i], task, str(classes)[:60], PREPARE_AGAIN))
+                path, s + i + 1, v[i], task, str(classes)[:60], PREPARE_AGAIN))
     if "indices" not in arrays or not isinstance(contract, dict):
         return
     lo, hi = _bounds(contract, row_nnz)
@@ -95,7 +95,7 @@ def verify_rows(path, arrays, meta, row_nnz, first=0):
             (v < 0) | (v >= contract["n_columns"])
         if bad.any():
             at = np.argwhere(bad)[0]
-            row = first + (s // row_nnz + int(at[0]) if lo is not None else _row_of(arrays, s + int(at[0])))
+            row = s // row_nnz + int(at[0]) if lo is not None else _row_of(arrays, s + int(at[0]))
             feature = contract["features"][int(at[1]) // per_feature_nnz(contract)] if lo is not None else None
             raise MpinnError("%s: row %d has column id %d, outside the columns its hashing contract gives %s; %s" % (
                 path, row + 1, int(v.reshape(bad.shape)[tuple(at)]),
