@@ -1,8 +1,9 @@
 """Two runs given one output (issue 60, item 3): both exited 0 and printed `model written to same.npz`, the file held
 the second run's model and the first's line was false. A run claims its outputs at its start (mpinn.outputs.Claims:
-the model file, the metrics, curve, plot and timeline files, the checkpoint directory; prepare's --out): a second
-run given one of them is refused then, one line naming the first, exit 2, nothing written; the claim goes when the
-run ends however it ends, so the same command runs again afterwards, and a crashed run's claim blocks nothing."""
+the model file, the metrics, curve, plot and timeline files, the checkpoint directory; prepare's and predict's
+outputs): a second run given one of them is refused then, one line naming the first, exit 2, nothing written; the
+claim goes when the run ends however it ends, so the same command runs again afterwards, and a crashed run's claim
+blocks nothing."""
 import os
 import re
 import signal
@@ -68,6 +69,11 @@ def test_an_output_another_run_holds_refuses_the_run_at_its_start(tmp_path, tabl
     assert not [f for f in os.listdir(ck) if not f.startswith("ckpt-")]
     r = train(table, "--model-out", model, "--checkpoint-dir", ck, "--overwrite-checkpoints")     # again, as before
     assert r.returncode == 0, r.stderr
+    predictions = str(tmp_path / "p.csv")
+    predict = [sys.executable, "-m", "mpinn.predict", "--model", model, "--data", table, "--out", predictions]
+    with Claims([("--out", predictions, False)]):
+        refused(run(predict), "--out", predictions, os.getpid())
+    assert run(predict).returncode == 0 and not os.path.exists(predictions + ".lock")
 
 
 def test_a_claim_left_by_a_process_that_died_is_taken_over(tmp_path, table):
