@@ -137,3 +137,110 @@ def written_whole(path, what):
         if isinstance(e, OSError):
             raise MpinnError("%s could not be written to %s (%s)" % (what, path, why_not_written(e)))
         raise
+
+
+# ---------------------------------------------------------------- claims
+class Claims:
+    """Claims on the outputs a run writes, held from its start to its end: a second run given one of them (the same
+    --model-out, checkpoint directory or prepare --out) is refused at its start, in one line naming the first,
+    instead of both reporting the file written and one losing it. outputs: (option, path, is_dir); a path of None is
+    skipped. A claim is a lock (flock) on a small file, beside a file (X.lock) or inside a directory (DIR/.lock),
+    that says who holds it; the kernel drops the lock when its process ends, however it ends (killed, its node
+    down: the file system's lock lease), so a crashed run's claim is taken over by the next run, and the same
+    command run again after the first ended starts as before. release() removes the files (and the directories made
+    for them, left empty)."""
+
+    def __init__(self, outputs):
+        self._held = []
+        try:
+            for what, path, is_dir in outputs:
+                if path:
+                    self._held.append(_claim(what, path, is_dir))
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self):
+        while self._held:
+            fd, lock, made = self._held.pop()
+            if fd is not None:
+                try:
+                    os.unlink(lock)     # while still locked: a run waiting on this file finds it gone, and retries
+                except OSError:
+                    pass
+                os.close(fd)
+            _remove_empty(made)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def claim_path(path, is_dir):
+    return os.path.join(path, ".lock") if is_dir else path + ".lock"
+
+
+def _claim(what, path, is_dir):
+    """(fd, lock file, directories made) of a claim on one output; (None, None, made) where the file system has no
+    locks (ENOLCK: the run goes on unclaimed, as before claims)."""
+    import fcntl
+    lock = claim_path(path, is_dir)
+    made = _made_dirs(path if is_dir else os.path.dirname(os.path.abspath(path)))
+    for _ in range(100):
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            _remove_empty(made)
+            raise MpinnError("%s %s cannot be claimed for this run: %s cannot be made (%s)"
+                             % (what, path, lock, why_not_written(e)))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "it has not said which yet"
+            os.close(fd)
+            raise MpinnError("%s %s is being written by another run (%s); wait for it to end, or give another %s"
+                             % (what, path, holder, "directory" if is_dir else "file"))
+        except OSError:
+            os.close(fd)
+            return None, None, made
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)        # its holder removed it between our open and our lock: claim the file there now
+    else:
+        raise MpinnError("%s %s: its claim %s keeps changing hands; try again" % (what, path, lock))
+    import socket
+    import time
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, ("pid %d on %s, started %s UTC" % (os.getpid(), socket.gethostname(), time.strftime(
+        "%Y-%m-%d %H:%M:%S", time.gmtime()))).encode(), 0)
+    return fd, lock, made
+
+
+def _made_dirs(d):
+    """Directory d made where missing; those made, deepest first."""
+    made, d = [], os.path.abspath(d)
+    while not os.path.isdir(d):
+        made.append(d)
+        d = os.path.dirname(d)
+    for m in reversed(made):
+        try:
+            os.mkdir(m)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise MpinnError("%s cannot be made: %s" % (m, why_not_written(e)))
+    return made
+
+
+def _remove_empty(made):
+    """The directories made for a claim (deepest first), where nothing was written into them."""
+    for d in made:
+        try:
+            os.rmdir(d)
+        except OSError:
+            break       # it holds something: it stays, and so do those above it

@@ -7,7 +7,7 @@ import numpy as np
 
 from mpinn.config import MpinnError
 from mpinn.data.stream import STREAM_FROM
-from mpinn.outputs import written_whole
+from mpinn.outputs import Claims, written_whole
 from mpinn.settings import messages
 
 
@@ -135,6 +135,11 @@ def load_checked(model_path):
     if towers.shape[1] != spec.n_params:        # checked before the model is allocated from the header's sizes
         raise MpinnError("%s: %d parameters stored, the architecture in its header needs %d"
                          % (model_path, towers.shape[1], spec.n_params))
+    from mpinn.data.model_header import inputs_problem
+    why = inputs_problem(meta, spec)
+    if why:
+        raise MpinnError("%s: its header does not fit its parameters: %s (an edited or damaged model file: train it "
+                         "again)" % (model_path, why))
     return MLP(spec), towers, meta
 
 
@@ -219,16 +224,21 @@ def _relabel(rows, meta):
 
 
 def run(args):
-    from mpinn.metrics import format_metrics
     from mpinn.data.files import named
     from mpinn.outputs import check_apart, check_file
-    for path, what in ((args.out, "--out"), (args.metrics_out, "--metrics-out")):
+    outputs = [("--out", args.out, False), ("--metrics-out", args.metrics_out, False)]
+    for what, path, _ in outputs:
         if path:
             check_file(path, what)      # before the model and the data are read
-    check_apart([("--out", args.out, False), ("--metrics-out", args.metrics_out, False)],
-                named([("--model", args.model), ("--data", args.data)]))
+    check_apart(outputs, named([("--model", args.model), ("--data", args.data)]))
     if args.id and not args.out:
         raise MpinnError(messages.predict_id_needs_out())
+    with Claims(outputs):       # another command given one of them is refused (mpinn.outputs.Claims)
+        return _predict(args)
+
+
+def _predict(args):
+    from mpinn.metrics import format_metrics
     ids = row_ids(args.id, args.data) if args.id else None
     model, towers, meta = load_checked(args.model)
     streamed = streamed_files(args.stream, meta, args.data)

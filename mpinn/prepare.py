@@ -4,6 +4,7 @@ import os
 import sys
 
 from mpinn.config import MpinnError
+from mpinn.outputs import Claims
 from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
 from mpinn.settings.options import Parser, add_data_argument, nonneg_float, nonneg_int, positive_int
@@ -24,9 +25,10 @@ def build_parser():
                "mpirun -np 4 python -m mpinn.prepare --data days/ --out days.mpinn: four ranks pack the files.")
     add_data_argument(p, ".csv, .parquet or click-log text (the Criteo logs' format, maybe .gz); omitted: the "
                          "embedded click log")
-    p.add_argument("--out", required=True, type=packed_name, help="packed file to write (.mpinn); under mpirun -np N "
+    p.add_argument("--out", type=packed_name, help="packed file to write (.mpinn); under mpirun -np N "
                    "(N > 1): a multi-part dataset, every rank packing its share of the files: OUT is its manifest "
-                   "and OUT.parts/ its parts, read as one by train and predict")
+                   "and OUT.parts/ its parts, read as one by train and predict. Omitted with --verify: check the "
+                   "packed file --data X.mpinn")
     d = p.add_argument_group("columns")
     add_options(d, names=("format",))     # as in train
     d.add_argument("--label", help="label column")
@@ -56,7 +58,10 @@ def build_parser():
                         "waiting (srun without --kill-on-bad-exit); each rank's sign is a file beside OUT, "
                         "rewritten every few seconds (a network filesystem may show it late by up to a minute: "
                         "keep this well above that); 0: no check (default 300)")
-    r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums")
+    r.add_argument("--verify", action="store_true", help="re-read the written file and check its checksums; "
+                   "without --out, check the packed file (or multi-part dataset) --data X.mpinn: every byte against "
+                   "its checksums, its meta (task, classes, hashing contract, columns) against its own checksum and "
+                   "against every row's label and column ids")
     r.add_argument("--report", action="store_true", help="print the collision report of every feature")
     r.add_argument("--quiet", action="store_true", help="only errors")
     return p
@@ -103,6 +108,8 @@ def _inputs(args):
         if len(paths) > 1:
             from mpinn.data.many import check_formats
             check_formats(paths, formats)
+        if formats[0] == "mpinn":
+            raise MpinnError(messages.prepare_packed_already(paths[0]))
         if formats[0] not in ("csv", "parquet", "criteo"):
             raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (paths[0], formats[0]))
         if not label and formats[0] != "criteo":
@@ -115,12 +122,17 @@ def _inputs(args):
 
 def run(args):
     from mpinn.process import steady_heap
-    from mpinn.data.tables import TableSource
     steady_heap()       # memory flat in the number of rows, whatever the input's size
-    from mpinn.data import split_names
-    from mpinn.hashing import describe
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     paths, formats, columns, spec, hashing, like = _inputs(args)
+    with Claims([("--out", args.out, False)]):      # another prepare (or training run) given this --out is refused
+        return _pack(args, say, paths, formats, columns, spec, hashing, like)
+
+
+def _pack(args, say, paths, formats, columns, spec, hashing, like):
+    from mpinn.data.tables import TableSource
+    from mpinn.data import split_names
+    from mpinn.hashing import describe
     label, categorical, numeric = columns.label, columns.categorical, columns.numeric
     if len(paths) > 1:
         from mpinn.data.many import chained_source
@@ -163,6 +175,30 @@ def _done(s, args, say):
     return 0
 
 
+def check(args):
+    """prepare --verify --data X.mpinn: a packed file or a multi-part dataset checked whole (opening it checks its
+    parts against the manifest and its meta against its checksum and the rows' layout; verify(), every byte against
+    its checksums and every row's label and column ids against the meta); one line either way."""
+    from mpinn.data.parts import open_packed, read_manifest
+    from mpinn.hashing import describe
+    path = args.data
+    if not isinstance(path, str) or not path.lower().endswith(".mpinn"):
+        raise MpinnError(messages.prepare_needs_out())
+    data = open_packed(path)
+    data.verify()
+    parts = getattr(data, "parts", None)
+    digest = read_manifest(path).get("meta_xxh64") if parts else data._file.header.get("meta_xxh64")
+    meta = data.meta
+    print("checked %s: %d rows%s, %d input columns (%s) + %d dense, task %s%s; every byte against its checksums, %s "
+          "against every row's label and column ids" % (
+              path, len(data), " in %d parts (%s.parts/)" % (len(parts), os.path.basename(path)) if parts else "",
+              data.n_sparse, describe(meta.get("hashing")), data.raw_dense, meta["task"],
+              " (classes %s)" % ", ".join(map(str, meta["classes"][:10])) if meta.get("classes") else "",
+              "the meta against its checksum and" if digest else "the meta (written without a checksum, by an older "
+              "mpinn: prepare it again to have one)"), flush=True)
+    return 0
+
+
 def _drop_old_parts(out):
     """A dataset written as one file where a multi-part one was: the old parts go."""
     from mpinn.data.parts import parts_dir
@@ -180,9 +216,12 @@ def run_ranks(args, comm):
     from mpinn.comm.heartbeat import Heartbeat, folder_for
     steady_heap()
     say = (lambda msg: print(msg, flush=True)) if not args.quiet and comm.rank == 0 else (lambda msg: None)
-    heartbeat = None
+    if args.out is None:        # --verify of a packed file: rank 0 checks it
+        return comm.root_call(lambda: check(args)) or 0
+    heartbeat = claims = None
     try:
         inputs, error = _inputs(args), None
+        claims = Claims([("--out", args.out, False)]) if comm.rank == 0 else None
         if args.peer_timeout:       # before the first wait (rank 0 may scan every file first)
             heartbeat = Heartbeat(folder_for(args.out), comm.rank, comm.size, args.peer_timeout).start()
     except MpinnError as e:
@@ -202,15 +241,33 @@ def run_ranks(args, comm):
     finally:
         if heartbeat:
             heartbeat.stop()
+        if claims:
+            claims.release()
     if comm.rank != 0:
         return 0
-    say("wrote %s: %d rows in %d parts (%s/, by %d ranks), %d input columns (%s) + %d dense, task %s, %.1f MB in "
-        "%.1f s (%.0f rows/s, %s)%s" % (
-            args.out, s["rows"], s["parts"], os.path.basename(args.out) + ".parts", comm.size, s["n_columns"],
-            describe(s["hashing"]), s["n_dense"], s["task"], s["bytes"] / 1e6, s["seconds"], s["rows_per_s"],
-            "rank 0 scanned every file first, then every rank packed its share in one pass" if s["scanned"]
-            else "one pass on every rank", ", checksums verified" if args.verify else ""))
+    say("wrote %s: %d rows in %s (%s/, %s), %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s "
+        "(%.0f rows/s, %s)%s" % (
+            args.out, s["rows"], plural(s["parts"], "part"), os.path.basename(args.out) + ".parts",
+            packed_by(s["parts"], comm.size, len(paths)), s["n_columns"], describe(s["hashing"]),
+            s["n_dense"], s["task"], s["bytes"] / 1e6, s["seconds"], s["rows_per_s"],
+            "rank 0 scanned every file first, then %s in one pass" % (
+                "every rank packed its share" if s["parts"] == comm.size else "each rank with files packed its share")
+            if s["scanned"] else "one pass on every rank" if s["parts"] == comm.size
+            else "one pass on each rank with files", ", checksums verified" if args.verify else ""))
     return _done(s, args, say)
+
+
+def plural(n, word):
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def packed_by(parts, ranks, files):
+    """Who packed: every rank, or (fewer files than ranks, or a share left empty) the ranks that had files."""
+    if parts == ranks:
+        return "by %d ranks" % ranks
+    return "by %d of the %d ranks: a rank packs whole files, and %s" % (
+        parts, ranks, "there %s only %s" % ("is" if files == 1 else "are", plural(files, "file")) if files < ranks
+        else "the files' sizes left %s without a share" % plural(ranks - parts, "rank"))
 
 
 WAITING_EVERY = 30.0     # seconds of a long wait between rank 0's lines on the other ranks' rows
@@ -244,7 +301,7 @@ def main(argv=None):
             from mpinn.process import terminate_as_interrupt
             terminate_as_interrupt()        # every rank removes its temporary files before the job ends
             return run_guarded(run_ranks, args, comm)
-    return run_one_process(run, args)
+    return run_one_process(run if args.out else check, args)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import xxhash
 
 from mpinn.config import MpinnError
 from mpinn.data.base import Rows
+from mpinn.data.packed_meta import check_meta, verify_rows
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec, check_contract
 
@@ -33,7 +34,8 @@ RELEASE_BYTES = 256 << 20   # after this much has been read, drop the mapped pag
 #
 # indptr, indices and data are absent without categorical columns, dense without numeric ones.
 # The header holds n_rows, n_columns, nnz, row_nnz (entries per row when every row has the same count),
-# n_dense, meta (task, classes, hashing contract, source columns: what Dataset.meta holds), every
+# n_dense, meta (task, classes, hashing contract, source columns: what Dataset.meta holds), meta_xxh64 (its
+# checksum: mpinn.data.packed_meta; absent from files written before it, which are read unchecked), every
 # section's offset, dtype, shape, byte count and xxh64, and file_size.
 
 def _section_specs(n_rows, nnz, n_dense, y_dtype, sparse):
@@ -121,6 +123,7 @@ class _PackedFile:
             for name, s in sections.items():
                 if s["offset"] + s["nbytes"] > size:
                     raise MpinnError("%s is truncated: section %s ends past the end of the file" % (path, name))
+            check_meta(path, meta, h.get("meta_xxh64"), self.n_rows, self.n_columns, self.n_dense, self.row_nnz)
             self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.meta = meta
         self.arrays = {name: np.frombuffer(self.mm, dtype=s["dtype"], count=int(np.prod(s["shape"])),
@@ -143,6 +146,7 @@ class _PackedFile:
                 h.update(self.mm[a:min(a + step, s["offset"] + s["nbytes"])])
             if h.hexdigest() != s["xxh64"]:
                 raise MpinnError("%s: section %s does not match its checksum (damaged file)" % (self.path, name))
+        verify_rows(self.path, self.arrays, self.meta, self.row_nnz)
         self.release()
 
     def touched(self, nbytes):

@@ -11,6 +11,7 @@ from mpinn import __version__
 from mpinn.config import MpinnError
 from mpinn.process import follow_umask
 from mpinn.data.packed import FORMAT, MAGIC, _align, _nbytes, _section_specs
+from mpinn.data.packed_meta import meta_digest
 
 
 def _pwrite_all(fd, buf, offset):
@@ -28,7 +29,7 @@ def _layout(n_rows, n_columns, nnz, n_dense, y_dtype, meta, row_nnz):
     specs = _section_specs(n_rows, nnz, int(n_dense), y_dtype, sparse)
     header = {"format": FORMAT, "mpinn": __version__, "n_rows": n_rows, "n_columns": int(n_columns),
               "nnz": nnz if sparse else 0, "row_nnz": row_nnz, "n_dense": int(n_dense),
-              "meta": meta, "sections": {}, "file_size": 0}
+              "meta": meta, "meta_xxh64": "0" * 16, "sections": {}, "file_size": 0}
     for name, dtype, shape in specs:
         header["sections"][name] = {"offset": 0, "dtype": dtype, "shape": shape,
                                     "nbytes": _nbytes(dtype, shape), "xxh64": "0" * 16}
@@ -49,6 +50,7 @@ def _json(header):
 
 
 def _padded(header, header_len):
+    header["meta_xxh64"] = meta_digest(header["meta"])     # the meta as written: checked on every open
     b = _json(header)
     if len(b) > header_len:
         raise RuntimeError("packed header grew while writing")

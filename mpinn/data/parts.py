@@ -4,8 +4,9 @@ dataset: the parts' rows one after another, in the input files' order, under the
 
 The manifest is MANIFEST_MAGIC, a newline and UTF-8 JSON: {"format", "n_rows", "meta" (the whole dataset's, as
 one prepared file's: task, classes, hashing contract, numeric statistics and transform), "parts": [{"path"
-(relative to the manifest's folder), "n_rows", "file_size", "xxh64" (each section's checksum)}]}. A part that
-does not match its entry (replaced, truncated, from another run) is one error line when the dataset is opened."""
+(relative to the manifest's folder), "n_rows", "file_size", "xxh64" (each section's checksum)}], "meta_xxh64" (the
+meta's checksum: mpinn.data.packed_meta)}. A part that does not match its entry (replaced, truncated, from another
+run), or a meta that is not the one written or not its parts', is one error line when the dataset is opened."""
 import json
 import os
 
@@ -15,6 +16,7 @@ import scipy.sparse as sp
 from mpinn.config import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.packed import Columns, PackedDataset, check_packed
+from mpinn.data.packed_meta import PREPARE_AGAIN, check_meta, meta_digest
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -44,7 +46,8 @@ def manifest_bytes(meta, parts):
     """The manifest of parts [(relative path, PackedDataset of it)] under the whole dataset's meta."""
     entries = [{"path": rel, "n_rows": len(p), "file_size": p._file.header["file_size"],
                 "xxh64": {k: s["xxh64"] for k, s in p._file.header["sections"].items()}} for rel, p in parts]
-    body = {"format": FORMAT, "n_rows": sum(e["n_rows"] for e in entries), "meta": meta, "parts": entries}
+    body = {"format": FORMAT, "n_rows": sum(e["n_rows"] for e in entries), "meta": meta,
+            "meta_xxh64": meta_digest(meta), "parts": entries}
     return MANIFEST_MAGIC + b"\n" + json.dumps(body, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
@@ -209,7 +212,14 @@ def open_parts(path):
     body = read_manifest(path)
     here = os.path.dirname(os.path.abspath(path))
     parts = [open_part(os.path.join(here, e["path"]), e, path) for e in body["parts"]]
-    return PartsDataset(path, parts, body["meta"])
+    meta, first = body["meta"], parts[0]._file
+    check_meta(path, meta, body.get("meta_xxh64"), body["n_rows"], first.n_columns, first.n_dense, first.row_nnz)
+    for p in parts:         # every part was packed under the whole's task, classes and contract
+        for key in ("task", "classes", "hashing"):
+            if p.meta.get(key) != meta.get(key):
+                raise MpinnError("%s: its meta's %s (%s) is not that of its part %s (%s); %s" % (
+                    path, key, str(meta.get(key))[:60], p.path, str(p.meta.get(key))[:60], PREPARE_AGAIN))
+    return PartsDataset(path, parts, meta)
 
 
 def open_packed(path, spec=DataSpec(), hashing=HashSpec()):

@@ -11,8 +11,8 @@ from mpinn.hashing.collisions import collision_report, expected_colliding, forma
 from mpinn.hashing.columns import (default_buckets, feature_seed, feature_table, split_slices,  # noqa: F401
                                    token_columns)
 from mpinn.hashing.contract import (HASHING_VERSION, MAX_BITS, MAX_COLUMNS, MAX_K, MODES,  # noqa: F401
-                                    ContractFitter, auto_bits, check_contract, describe, fit_contract,
-                                    make_contract, max_buckets, parse_buckets)
+                                    ContractFitter, auto_bits, check_contract, contract_problem, describe,
+                                    fit_contract, make_contract, max_buckets, parse_buckets)
 from mpinn.hashing.encode import csr_from_indices, encode, encode_indices, hashed_csr, per_feature_nnz  # noqa: F401
 from mpinn.hashing.spec import HashSpec  # noqa: F401
 from mpinn.hashing.tokens import MISSING, arrow_available, factorize  # noqa: F401

@@ -219,6 +219,25 @@ def check_contract(stored, wanted):
                                  "data has %d" % (f, len(a), len(b)))
 
 
+def contract_problem(c):
+    """None when contract `c` (a model file's, a packed file's) is one make_contract gives for its own settings
+    (its columns, offsets and seeds follow from its mode, bits, k, buckets or vocabulary), else what is wrong: an
+    edited bits or bucket count would hash to columns the model or the rows do not have."""
+    try:
+        c = _normalized(c)
+        if int(c.get("version", 1)) > HASHING_VERSION:
+            return None         # check_contract names the version where the contract is used
+        made = make_contract(c["features"], c.get("bits", 18), c["seed"], c["mode"], c.get("k", 4), c.get("buckets"),
+                             c.get("vocab"), c.get("prefix", True))
+    except (KeyError, TypeError, ValueError, AttributeError, MpinnError) as e:
+        return "its hashing contract is not valid (%s: %s)" % (type(e).__name__, e)
+    for key in ("n_columns", "offsets", "feature_seeds"):
+        if c.get(key) != made.get(key):
+            return "its hashing contract's %s (%s) is not what its settings give (%s)" % (
+                key, _short(c.get(key)), _short(made.get(key)))
+    return None
+
+
 def _short(v):
     s = repr(v)
     return s if len(s) <= 80 else s[:77] + "..."

@@ -66,6 +66,17 @@ def prepare_parts_need_files(ranks):
             "by one process" % ranks)
 
 
+def prepare_packed_already(path):
+    """prepare --data X.mpinn --out Y: a packed file is checked, not packed again."""
+    return "%s is packed already: prepare --verify --data %s (without --out) checks it" % (path, path)
+
+
+def prepare_needs_out():
+    """prepare without --out: only a check of a packed file writes nothing."""
+    return ("prepare needs --out (the packed file to write), or --verify and one packed file to check: --verify "
+            "--data X.mpinn")
+
+
 def ensemble_member_differs(k):
     return ("--ensemble: member %d read the data differently from member 1 (its columns, numeric transform or "
             "hashing); the members of an ensemble share one" % k)

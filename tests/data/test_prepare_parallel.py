@@ -79,6 +79,17 @@ def test_the_parts_are_the_one_file(logs, tmp_path, n, launcher):
 
 
 @pytest.mark.mpi
+def test_the_lines_say_how_many_ranks_packed(logs, tmp_path, launcher):
+    """One file at np 2: one rank packs it, and the line says so (it said `in 1 parts ..., by 2 ranks`)."""
+    data, _ = logs
+    r = prepare_at(2, os.path.join(data, "day_1.tsv"), str(tmp_path / "one.mpinn"), "--hash-bits", "12")
+    assert r.returncode == 0, r.stderr
+    assert "%d rows in 1 part (one.mpinn.parts/, by 1 of the 2 ranks: a rank packs whole files, and there is only 1 " \
+           "file)" % ROWS in r.stdout and "one pass on each rank with files" in r.stdout, r.stdout
+    assert os.listdir(str(tmp_path / "one.mpinn.parts")) == ["part-00000.mpinn"]
+
+
+@pytest.mark.mpi
 def test_parts_of_many_blocks_fold_their_statistics_on_their_own_ranks(tmp_path, launcher):
     """Parts longer than the statistics' blocks of 4096 rows (each later rank folds the blocks wholly inside its
     part, rank 0 joins them in order), a numeric column whose first value comes in such a block: the statistics

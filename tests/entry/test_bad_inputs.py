@@ -182,6 +182,38 @@ def test_predict_checks_a_model_header_against_its_parameters_before_allocating(
     one_line(p, "parameters stored, the architecture in its header needs 20000700001")
 
 
+def test_a_model_header_that_disagrees_with_its_parameters_is_one_line(tmp_path):
+    """The header's columns, hashing contract and transform give the inputs the parameters take, or predict (and
+    mpinn.api.predict) refuses the file in one line (issue 60, item 8: an edited contract was `ValueError: matmul:
+    dimension mismatch`, rc 1; edited bits alone would hash to columns the model does not have)."""
+    import json
+    import mpinn.api
+    from mpinn.config import MpinnError
+    path = str(write_csv(tmp_path / "t.csv"))
+    r, model = train(["--data", path, "--label", "y", "--categorical", "a", "--numeric", "b", "--hash-bits", "10",
+                      "--epochs", "1", "--ensemble", "1"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert predict(["--model", model, "--data", path]).returncode == 0
+    with np.load(model) as z:
+        header, params = json.loads(str(z["header"][()])), z["params"]
+    edits = {"hashing.n_columns": (lambda m: m["hashing"].update(bits=9, n_columns=512),
+                                   "its hashing contract gives 512 input columns, its architecture has 1024"),
+             "hashing.bits": (lambda m: m["hashing"].update(bits=11),
+                              "its hashing contract's n_columns (1024) is not what its settings give (2048)"),
+             "numeric": (lambda m: m.update(numeric=["b", "a"]), "its numeric columns ['b', 'a'] are not its "
+                                                                 "transform's ['b']"),
+             "transform": (lambda m: m.update(transform=None, numeric=[]), "it names 0 numeric columns, its "
+                                                                           "architecture has 1")}
+    for name, (edit, why) in edits.items():
+        h = json.loads(json.dumps(header))
+        edit(h["meta"])
+        forged = str(tmp_path / ("%s.npz" % name))
+        np.savez(forged, header=np.array(json.dumps(h)), params=params)
+        one_line(predict(["--model", forged, "--data", path]), forged, "its header does not fit its parameters: " + why)
+        with pytest.raises(MpinnError, match="its header does not fit its parameters"):
+            mpinn.api.predict(forged, path)
+
+
 def test_predict_names_a_data_file_given_as_the_model_and_data_of_another_kind(tmp_path):
     path = write_csv(tmp_path / "good.csv")
     p = predict(["--model", path, "--data", path])
