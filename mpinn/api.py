@@ -92,7 +92,7 @@ def run(cfg, comm=None, params_everywhere=False):
         job = open_job(comm, cfg.device, nccl=cfg.comm == "nccl")      # the one probe of the job
         try:
             cfg = settings.resolve_device(cfg, job.topology)
-            claims = job.comm.root_call(lambda: _claim_outputs(cfg))      # none read; held by rank 0 to the end
+            claims = job.comm.root_call(lambda: settings.claim_outputs(cfg))      # none read; held by rank 0 to the end
             try:
                 stop = StopSignals().install()  # SIGTERM / SIGINT / SIGUSR1: a checkpoint and a clean stop at a step
                 try:                            # boundary
@@ -124,24 +124,6 @@ def _in_words(e):
     from mpinn.process import memory_limits
     from mpinn.settings.messages import out_of_memory
     return MpinnError(out_of_memory(str(e) if isinstance(e, MemoryError) else e.strerror, memory_limits()))
-
-
-def _claim_outputs(cfg):
-    """Rank 0, before anything is read: the outputs checked, then claimed for this run (mpinn.outputs.Claims: a
-    second run given the same file or checkpoint directory is refused now, not found out at the end), then a fresh
-    run's checkpoint directory emptied where asked (another run's files never)."""
-    from mpinn.outputs import Claims
-    settings.check_outputs(cfg)
-    files = [("--" + name.replace("_", "-"), getattr(cfg, name), False)
-             for name in ("model_out", "metrics_out", "curve", "plot", "timeline")]
-    claims = Claims(files + [("--checkpoint-dir" if cfg.checkpoint_dir else "--resume",
-                              cfg.checkpoint_dir or cfg.resume, True)])
-    try:
-        settings.own_checkpoint_dir(cfg)
-    except BaseException:
-        claims.release()
-        raise
-    return claims
 
 
 def _close_after(job, error):

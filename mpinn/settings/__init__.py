@@ -15,7 +15,7 @@ keywords, checked against the rule table before any data is read, and resolved o
 from mpinn.settings.agree import agree  # noqa: F401
 from mpinn.settings.parse import check_requirements, describe, from_argv, from_keywords  # noqa: F401
 from mpinn.settings.plan import Plan, device_line, make_plan, resolve_device  # noqa: F401
-from mpinn.settings.resume import check_outputs, own_checkpoint_dir  # noqa: F401
+from mpinn.settings.resume import check_outputs, claim_outputs, own_checkpoint_dir  # noqa: F401
 from mpinn.settings.resolve import fixed, resolve  # noqa: F401
 from mpinn.settings.rules import RULES, check  # noqa: F401
 from mpinn.settings.table import DATA, DEFAULT, GIVEN, RunConfig  # noqa: F401

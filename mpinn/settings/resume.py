@@ -141,3 +141,21 @@ def check_kept(header, has_best_params, keep):
         raise MpinnError("--resume %s: the checkpoint was written with --keep last and holds no copy of its best "
                          "epoch (epoch %s); resume with --keep last, or start afresh to keep the best"
                          % (header["path"], best["epoch"]))
+
+
+def claim_outputs(cfg):
+    """Rank 0, before anything is read: the outputs checked, then claimed for this run (mpinn.outputs.Claims: a
+    second run given the same file or checkpoint directory is refused now, not found out at the end), then a fresh
+    run's checkpoint directory emptied where asked (another run's files never)."""
+    from mpinn.outputs import Claims
+    check_outputs(cfg)
+    files = [("--" + name.replace("_", "-"), getattr(cfg, name), False)
+             for name in ("model_out", "metrics_out", "curve", "plot", "timeline")]
+    claims = Claims(files + [("--checkpoint-dir" if cfg.checkpoint_dir else "--resume",
+                              cfg.checkpoint_dir or cfg.resume, True)])
+    try:
+        own_checkpoint_dir(cfg)
+    except BaseException:
+        claims.release()
+        raise
+    return claims
