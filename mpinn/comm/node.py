@@ -27,8 +27,11 @@ def unwired_srun(world_size, env):
     `srun` with no MPI plugin (--mpi=none, Slurm's default MpiDefault) starts N copies that each see an
     MPI world of one: they would each train alone, side by side, and race to write the same model."""
     tasks = env.get("SLURM_STEP_NUM_TASKS", "")
-    if world_size != 1 or not tasks.isdigit() or int(tasks) < 2 or any(v in env for v in PMI_VARS):
+    if world_size != 1 or not tasks.isdigit() or int(tasks) < 2:
         return None
+    said = env.get("PMI_SIZE") or env.get("OMPI_COMM_WORLD_SIZE")      # the world a launcher wired, where it says
+    if said == "1" or said is None and any(v in env for v in PMI_VARS):
+        return None     # a launcher's own world of one (mpiexec -n 1 inside a step), or one that does not say
     return ("srun started %s tasks, but MPI sees a world of 1 in each: srun did not connect them to MPI "
             "(its MPI plugin is %r). Use `srun --mpi=pmi2` with MPICH (the mpich wheel) or `srun --mpi=pmix` "
             "with Open MPI; `srun --mpi=list` shows what this cluster has"

@@ -171,8 +171,8 @@ def test_srun_without_an_mpi_plugin_is_one_clear_error(cluster, tmp_path, comman
 
 
 # ---------------------------------------------------------------- failures under srun
-def _srun_long(cluster, tmp_path, name, extra=(), srun_opts=("--kill-on-bad-exit=1",)):
-    job = cluster.srun(list(srun_opts) + ["--job-name=" + name] + SRUN_MPICH + [sys.executable] + LONG_TRAIN
+def _srun_long(cluster, tmp_path, name, extra=(), srun_opts=("--kill-on-bad-exit=1",), step=SRUN_MPICH):
+    job = cluster.srun(list(srun_opts) + ["--job-name=" + name] + step + [sys.executable] + LONG_TRAIN
                        + list(extra) + ["--model-out", str(tmp_path / "never.npz")], name=name)
     assert job.wait_for_output("epoch 1/", 60), job.stdout + job.stderr       # inside the training loop
     return job, job_id_of(cluster, name)
@@ -369,7 +369,7 @@ def test_openmpi_through_pmix_matches_one_process(cluster, reference, openmpi, t
         got = params(model)
         assert np.allclose(got, reference, rtol=0, atol=1e-10), np.abs(got - reference).max()
 
-        job, job_id = _srun_long(cluster, tmp_path, "ompikill", srun_opts=("--kill-on-bad-exit=1", "--mpi=pmix"))
+        job, job_id = _srun_long(cluster, tmp_path, "ompikill", step=["--mpi=pmix", "-N", "2", "-n", "2"])
         victims = cluster.tasks(cluster.nodes[1], "mpinn.train")
         os.kill(victims[0], 9)
         rc, took = _gone_within(cluster, job, 10)

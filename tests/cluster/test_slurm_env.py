@@ -21,6 +21,12 @@ def test_srun_without_an_mpi_plugin_is_named():
     assert unwired_srun(1, {k: v for k, v in NONE.items() if k != "SLURM_MPI_TYPE"})
 
 
+def test_a_plugin_the_mpi_library_does_not_speak_is_named():
+    """srun --mpi=pmi2 with Open MPI (which speaks PMIx): the plugin says 2 ranks, each process sees a world of 1."""
+    message = unwired_srun(1, PMI2)
+    assert message.startswith("srun started 2 tasks, but MPI sees a world of 1 in each") and "'pmi2'" in message
+
+
 @pytest.mark.parametrize("world, env", [
     (2, PMI2), (2, PMIX),                               # wired: the world is the step
     (1, dict(NONE, SLURM_STEP_NUM_TASKS="1")),          # srun -n 1: one process is all there is
