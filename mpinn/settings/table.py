@@ -222,9 +222,9 @@ class RunConfig:
                                "many steps", type=nonneg_int)
     lr_decay: Optional[str] = option(
         None, "optimisation", "after warm-up, over the run's steps: cosine (from the rate down to 0 at the last "
-        "step), step (x0.1 at half-way, x0.01 at three quarters), plateau (x0.1 after each epoch whose held-out "
-        "metric is no better than the best, twice at most) or none (default: by model shape). With --resume, "
-        "a larger --epochs stretches what is left of it", choices=DECAYS)
+        "step), step (x0.1 at half-way, x0.01 at three quarters), plateau (x0.1 after every two epochs in a row "
+        "whose held-out metric is no better than the best, twice at most) or none (default: by model shape). With "
+        "--resume, a larger --epochs stretches what is left of it", choices=DECAYS)
     epochs: Optional[int] = option(None, "optimisation", "at most this many (default: by model shape)",
                                    resume=True, type=positive_int)
     early_stop: Optional[int] = option(

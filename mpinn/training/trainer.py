@@ -75,7 +75,7 @@ class Trainer:
         self.epoch, self.next_step, self.global_step = 1, 0, 0
         self.loss_sum, self.loss_n = 0.0, 0
         self.skipped, self.bad_streak = 0, 0
-        self.plateaus = 0             # epoch ends no better than the best so far (--lr-decay plateau cuts the rate)
+        self.plateaus, self.cut_epoch = 0, None     # --lr-decay plateau: the rate's cuts so far, the last one's epoch
         self.checkpoints = None       # mpinn.training.checkpoints.Checkpoints: where they go (None: nowhere)
 
     @property
@@ -229,10 +229,9 @@ class Trainer:
             self.epoch, self.next_step = epoch + 1, 0
             self.loss_sum, self.loss_n = 0.0, 0
             if self.rank0:
-                self.log("epoch %d/%d  train loss %.4f  valid: %s  (%.1f s)" % (
-                    epoch, epochs, record["train_loss"],
-                    format_metrics(record.get("valid", {})) or "-", record["seconds"]))
-                if self.best and self.best["bad_epochs"] and self.schedule.cuts(self.plateaus):
+                self.log("epoch %d/%d  train loss %.4f  valid: %s  (%.1f s)" % (epoch, epochs, record["train_loss"],
+                         format_metrics(record.get("valid", {})) or "-", record["seconds"]))
+                if self.cut_epoch == epoch:
                     self.log("  no better held-out %s: the rate is now %g (--lr-decay plateau)" % (
                         self.stop_metric, self.schedule(self.global_step, self.plateaus)))
             if self.on_epoch is not None:
@@ -303,7 +302,8 @@ class Trainer:
             return
         elif self.best is not None:
             self.best["bad_epochs"] += 1
-            self.plateaus += 1
+            if self.schedule.cuts(self.best["bad_epochs"], self.plateaus):     # --lr-decay plateau
+                self.plateaus, self.cut_epoch = self.plateaus + 1, record["epoch"]
         else:       # no finite metric yet: the first epoch stands in
             self.best = {"epoch": record["epoch"], "value": float("nan"), "bad_epochs": 1, "at": "epoch"}
             if self.keep_best:

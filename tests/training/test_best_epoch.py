@@ -5,6 +5,7 @@ import math
 import pytest
 
 from mpinn.metrics import better
+from mpinn.optim.schedule import make_schedule
 from mpinn.training.trainer import Trainer
 
 NAN = float("nan")
@@ -22,6 +23,7 @@ def scored(values, metric="logloss"):
     with only what track_best reads."""
     t = Trainer.__new__(Trainer)
     t.best, t.best_params, t.keep_best, t.stop_metric, t.plateaus = None, None, False, metric, 0
+    t.schedule = make_schedule(0.1)
     for epoch, v in enumerate(values, 1):
         t.track_best({"epoch": epoch, "valid": v if isinstance(v, dict) else {metric: v}, "step": epoch, "at": "epoch"})
     return t.best
