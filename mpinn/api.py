@@ -15,7 +15,8 @@ from mpinn.process import pin_threads
 
 pin_threads()       # before numpy loads its BLAS
 
-from mpinn.config import ModelSpec, MpinnError  # noqa: E402
+from mpinn.core.errors import MpinnError  # noqa: E402
+from mpinn.core.spec import ModelSpec
 from mpinn import settings  # noqa: E402
 
 

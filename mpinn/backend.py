@@ -362,7 +362,7 @@ def get_backend(name="numpy"):
             import cupy
             import cupyx.scipy.sparse
         except ImportError as e:  # pragma: no cover - depends on the machine
-            from mpinn.config import MpinnError
+            from mpinn.core.errors import MpinnError
             raise MpinnError("the GPU backend needs cupy (pip install -e \".[gpu]\"): %s" % e)
         return CupyBackend(cupy, cupyx.scipy.sparse, cupy.cuda.Device().id)
     raise ValueError("unknown backend %r" % name)

@@ -14,7 +14,8 @@ pin_threads()       # before numpy loads its BLAS: one policy for train, the API
 import numpy as np  # noqa: E402
 
 from mpinn import __version__  # noqa: E402
-from mpinn.config import ModelSpec, MpinnError  # noqa: E402
+from mpinn.core.errors import MpinnError  # noqa: E402
+from mpinn.core.spec import ModelSpec
 from mpinn.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
 from mpinn.settings.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
@@ -147,7 +148,7 @@ def time_step(job, args, spec, repeats):
     forward/backward, gradient exchange, an SGD update) on the embedded click log's first rows; per
     phase (the step's own timeline), the median over steps of the mean over ranks."""
     from mpinn import settings
-    from mpinn.batch import Layout
+    from mpinn.core.batch import Layout
     from mpinn.data import load_default
     from mpinn.data.info import DataInfo
     from mpinn.training import Run

@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from mpinn.backend import get_backend
-from mpinn.batch import SparseRows, densify_
+from mpinn.core.batch import SparseRows, densify_
 from mpinn.periodic import Periodic
 from mpinn.process import fresh_zeros, small_pages_at
 

@@ -6,7 +6,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 
 def writes_fail_not_kill():

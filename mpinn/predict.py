@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.stream import STREAM_FROM
 from mpinn.outputs import Claims, written_whole
 from mpinn.settings import messages

@@ -3,7 +3,7 @@ import argparse
 import os
 import sys
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.outputs import Claims
 from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's

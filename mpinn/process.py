@@ -4,7 +4,7 @@ import os
 import re
 import sys
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 

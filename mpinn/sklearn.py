@@ -9,7 +9,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d, validate_data
 
 from mpinn import api, settings
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings.table import OPTIONS
 
 # options about the data file and its label, which fit(X, y) replaces, and tower mode (a model per rank: not one

@@ -20,7 +20,7 @@ def run(cfg):
 
 def main(argv=None):
     from mpinn.comm.guard import run_guarded
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     from mpinn.process import launched_ranks
     from mpinn.settings import from_argv
     try:        # one rank of several: a bad option is told to the others, which may have read theirs and wait

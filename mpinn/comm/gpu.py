@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 from mpi4py import MPI
 
-from mpinn.batch import SparseRows
+from mpinn.core.batch import SparseRows
 from mpinn.comm.allreduce import AllreduceCommunicator
 from mpinn.comm.buffers import check_buffer, check_device_buffer, displs
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo

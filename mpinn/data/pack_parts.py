@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
 from mpinn.data.packed import PackedDataset
 from mpinn.data.packer import Progress, finished_meta, known_up_front, prepare

@@ -4,7 +4,7 @@ reproduced from its model."""
 import difflib
 import re
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings.table import DATA, GIVEN, OPTIONS
 
 try:

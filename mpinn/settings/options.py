@@ -2,7 +2,7 @@
 one line, and the argument types. The training options themselves are a table: mpinn.settings."""
 import argparse
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.process import launched_ranks
 
 

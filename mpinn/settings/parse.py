@@ -6,7 +6,7 @@ import re
 import sys
 from types import MappingProxyType
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings.config_file import config_toml, model_config_toml, read_config
 from mpinn.settings.helptext import HelpAction, short_help
 from mpinn.settings.options import Parser

@@ -5,7 +5,7 @@ import hashlib
 import json
 import os
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.files import named
 from mpinn.outputs import check_apart, check_dir, check_file
 from mpinn.settings.table import OPTIONS

@@ -2,7 +2,7 @@
 import math
 
 from mpinn import periodic
-from mpinn.config import ModelSpec
+from mpinn.core.spec import ModelSpec
 
 # model shape -> the training defaults for it (what --help lists); measured on real data sets, see
 # docs and scripts/real_data.py

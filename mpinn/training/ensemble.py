@@ -17,7 +17,7 @@ from types import MappingProxyType
 import numpy as np
 
 from mpinn.comm.guard import START_KNOB
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.metrics import better, format_metrics
 
 

@@ -6,7 +6,7 @@ import tempfile
 import time
 
 from mpinn.checkpoint import save_model
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.metrics import format_metrics
 from mpinn.outputs import why_not_written, written_whole
 from mpinn.settings import messages

@@ -5,7 +5,7 @@ restored, the trainer started (Run.start); then the loop (Run.fit) and its end (
 import math
 import numpy as np
 
-from mpinn.batch import Layout
+from mpinn.core.batch import Layout
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule

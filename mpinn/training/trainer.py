@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from mpinn import __version__
 from mpinn.comm.guard import NoWatchdog
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.metrics import better, format_metrics, stop_value
 from mpinn.process import reusing_heap
 from mpinn.settings import messages

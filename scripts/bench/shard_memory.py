@@ -43,10 +43,10 @@ def w2_rows(bits, n):
 def probe(args):
     import numpy as np
     import scipy.sparse as sp
-    from mpinn.batch import Batch, Layout
+    from mpinn.core.batch import Batch, Layout
     from mpinn.comm import Communicator
     from mpinn.comm.topology import probe as probe_job
-    from mpinn.config import ModelSpec
+    from mpinn.core.spec import ModelSpec
     from mpinn.model import MLP
     from mpinn.optim import REGISTRY, create_optimizer
     from mpinn.optim.schedule import make_schedule

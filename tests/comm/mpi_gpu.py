@@ -10,8 +10,9 @@ from fake_device import FakeBackend, canonical_csr
 from mpinn.backend import gpu_probe, to_host
 from mpinn.comm.gpu import DeviceAllreduceCommunicator
 from mpinn.comm.topology import cuda_aware_mpi
-from mpinn.config import ModelSpec, MpinnError
-from mpinn.batch import Layout
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Layout
 from mpinn.data import Dataset
 from mpinn.model import MLP
 from mpinn.optim import create_optimizer

@@ -13,12 +13,13 @@ from fake_device import FakeBackend, ListFeed, canonical_csr, messy_csr
 from mpinn.backend import gpu_probe, select_backend
 from mpinn.comm.buffers import check_buffer, check_device_buffer
 from mpinn.comm.topology import Topology
-from mpinn.config import ModelSpec, MpinnError
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
 from mpinn.settings import fixed, from_keywords
 from mpinn.settings.plan import choose_gpu_transport
 from mpinn.settings.job_rules import check_job
 from mpinn.training.staging import DeviceFeed
-from mpinn.batch import Batch
+from mpinn.core.batch import Batch
 
 GPUS, NO_GPU = gpu_probe()
 needs_gpu = pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU: %s" % NO_GPU)
@@ -381,7 +382,7 @@ def test_a_batch_without_labels_goes_to_the_device():
     """Predicting on unlabelled rows: the inputs still move to the GPU (the decision is not taken
     from the labels alone)."""
     from mpinn.backend import CupyBackend
-    from mpinn.batch import Batch
+    from mpinn.core.batch import Batch
 
     class Moved(np.ndarray):
         pass

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 from fake_device import messy_csr
 from mpinn.backend import gpu_probe, to_host
-from mpinn.batch import Batch
+from mpinn.core.batch import Batch
 
 GPUS, NO_GPU = gpu_probe()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU: %s" % NO_GPU)]

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import mpinn.data.stats as stats_module
 from conftest import mpirun, run
-from mpinn.batch import Batch
-from mpinn.config import ModelSpec, MpinnError
+from mpinn.core.batch import Batch
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
 from mpinn.data.bins import AUTO_BINS, AUTO_MAX_COLUMNS, AUTO_MAX_ROWS, AUTO_MIN_ROWS, fit_edges, parse
 from mpinn.data.stats import BLOCK, ColumnStats, column_stats
 from mpinn.data.transform import NumericTransform

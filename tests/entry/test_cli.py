@@ -264,7 +264,7 @@ def test_data_is_given_as_an_option_or_positionally():
     assert p.parse_args(["a.csv", "--data", "a.csv"]).data == "a.csv"
     assert p.parse_args([]).data is None and not hasattr(p.parse_args([]), "data_positional")
     p.raise_errors = True
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     with pytest.raises(MpinnError, match="given twice"):
         p.parse_args(["a.csv", "--data", "b.csv"])
 

@@ -103,7 +103,8 @@ def test_a_file_size_limit_is_one_line_not_a_kill_by_sigxfsz(tmp_path, launcher)
 
 def test_enospc_in_process_leaves_the_old_file_and_writes_the_fallback(tmp_path, monkeypatch):
     """The same, where no disk can be filled: the first write fails as a full disk would, mid-file."""
-    from mpinn.config import ModelSpec, MpinnError
+    from mpinn.core.errors import MpinnError
+    from mpinn.core.spec import ModelSpec
     from mpinn.training import results
 
     real = np.savez
@@ -141,7 +142,7 @@ def test_enospc_in_process_leaves_the_old_file_and_writes_the_fallback(tmp_path,
 def test_enospc_for_a_checkpoint_names_the_last_one(tmp_path, monkeypatch):
     from mpinn.checkpoint import list_checkpoints
     from mpinn.comm.guard import NoWatchdog
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     from mpinn.training.checkpoints import Checkpoints
 
     class Comm:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.files import named
 from mpinn.outputs import check_apart as apart
 

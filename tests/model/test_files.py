@@ -5,7 +5,7 @@ import stat
 import numpy as np
 
 from mpinn.checkpoint import load_checkpoint, load_model, save_checkpoint, save_model
-from mpinn.config import ModelSpec
+from mpinn.core.spec import ModelSpec
 
 
 def mode_of(path):

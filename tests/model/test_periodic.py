@@ -11,7 +11,8 @@ import pytest
 from conftest import mpirun, run
 from mpinn import periodic
 from mpinn.checkpoint import load_model
-from mpinn.config import ModelSpec, MpinnError
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
 from mpinn.model import MLP
 from mpinn.predict import load_for_model
 

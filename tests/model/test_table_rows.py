@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mpinn.batch import Batch
-from mpinn.config import ModelSpec
+from mpinn.core.batch import Batch
+from mpinn.core.spec import ModelSpec
 from mpinn.model import MLP
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from ranks import COMM, OPTIMIZERS, agree, toy_data
 from reference import Reference, lr_at
-from mpinn.batch import Layout
+from mpinn.core.batch import Layout
 from mpinn.data import Dataset
 from mpinn.data.info import DataInfo
 from mpinn.model import MLP

@@ -11,9 +11,9 @@ import scipy.sparse as sp
 
 from ranks import COMM, LR, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data, write_checkpoint
 from ranks import make_trainer as trainer_of
-from mpinn.batch import Batch, Layout
+from mpinn.core.batch import Batch, Layout
 from mpinn.process import resident_bytes
-from mpinn.config import ModelSpec
+from mpinn.core.spec import ModelSpec
 from mpinn.model import MLP
 from mpinn.training.evaluate import evaluate
 from mpinn.training.sharded import own_rows

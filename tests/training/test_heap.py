@@ -1,4 +1,4 @@
-"""The process-wide heap settings (mpinn.config): the training loop's temporaries reuse warm pages."""
+"""The process-wide heap settings (mpinn.host.heap): the training loop's temporaries reuse warm pages."""
 import subprocess
 import sys
 
