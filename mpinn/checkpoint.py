@@ -7,7 +7,7 @@ import tempfile
 import numpy as np
 
 from mpinn import __version__
-from mpinn.backend import to_host
+from mpinn.device.backend import to_host
 from mpinn.outputs import made_parent, writes_fail_not_kill
 from mpinn.process import follow_umask
 from mpinn.core.errors import MpinnError

@@ -43,7 +43,7 @@ def gpu_for(local_rank):
     """(cupy version, the GPU this rank would use): device = local rank mod the devices this host shows."""
     if importlib.util.find_spec("cupy") is None:
         return "not installed", "none (cupy not installed)"
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
     try:
         xp = get_backend("cupy").xp
     except MpinnError as e:

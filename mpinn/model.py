@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from mpinn.backend import get_backend
+from mpinn.device.backend import get_backend
 from mpinn.core.batch import SparseRows, densify_
 from mpinn.periodic import Periodic
 from mpinn.process import fresh_zeros, small_pages_at

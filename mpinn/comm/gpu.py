@@ -1,5 +1,5 @@
 """GPU buffers (--device gpu): the device allreduce communicator and its transports (nccl, cuda-aware, staged).
-A CPU run never executes any of this; cupy and NCCL come through mpinn.backend."""
+A CPU run never executes any of this; cupy and NCCL come through mpinn.device.backend."""
 import dataclasses
 
 import numpy as np

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from mpinn.backend import compact_csr
+from mpinn.device.backend import compact_csr
 from mpinn.core.batch import Batch
 from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.core.errors import MpinnError

@@ -1,4 +1,4 @@
-"""Leaf module: the GPU's own kernels, for mpinn.backend's CupyBackend (given the cupy module: nothing here imports
+"""Leaf module: the GPU's own kernels, for mpinn.device.backend's CupyBackend (given the cupy module: nothing here imports
 cupy). A GPU step is bound by the host: on an H200 each cupy call costs the host 9 to 50 microseconds, the
 device microseconds at these sizes, so these kernels do in one launch what took several calls. Each is written
 to do, element by element, the arithmetic of the numpy code it replaces (mpinn.model's head, activations and
