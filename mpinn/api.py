@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-from mpinn.process import pin_threads
+from mpinn.host.launch import pin_threads
 
 pin_threads()       # before numpy loads its BLAS
 
@@ -122,7 +122,7 @@ def _in_words(e):
     import errno
     if not (isinstance(e, MemoryError) or isinstance(e, OSError) and e.errno == errno.ENOMEM):
         return e
-    from mpinn.process import memory_limits
+    from mpinn.host.memory import memory_limits
     from mpinn.settings.messages import out_of_memory
     return MpinnError(out_of_memory(str(e) if isinstance(e, MemoryError) else e.strerror, memory_limits()))
 

@@ -7,7 +7,7 @@ import re
 import sys
 import time
 
-from mpinn.process import pin_threads
+from mpinn.host.launch import pin_threads
 
 pin_threads()       # before numpy loads its BLAS: one policy for train, the API and the doctor
 
@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 from mpinn import __version__  # noqa: E402
 from mpinn.core.errors import MpinnError  # noqa: E402
 from mpinn.core.spec import ModelSpec
-from mpinn.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
+from mpinn.host.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
 from mpinn.settings.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
 

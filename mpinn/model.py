@@ -6,7 +6,7 @@ import numpy as np
 from mpinn.device.backend import get_backend
 from mpinn.core.batch import SparseRows, densify_
 from mpinn.periodic import Periodic
-from mpinn.process import fresh_zeros, small_pages_at
+from mpinn.host.heap import fresh_zeros, small_pages_at
 
 
 def _act(name, xp, z):

@@ -374,7 +374,8 @@ class Predictions:
 
 
 def main(argv=None):
-    from mpinn.process import launched_ranks, run_one_process
+    from mpinn.host.exits import run_one_process
+    from mpinn.host.launch import launched_ranks
     args = build_parser().parse_args(argv)
     rank, size = launched_ranks()
     if size is not None and size > 1:        # each rank would predict the whole file and write the same --out

@@ -121,7 +121,7 @@ def _inputs(args):
 
 
 def run(args):
-    from mpinn.process import steady_heap
+    from mpinn.host.heap import steady_heap
     steady_heap()       # memory flat in the number of rows, whatever the input's size
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     paths, formats, columns, spec, hashing, like = _inputs(args)
@@ -210,7 +210,7 @@ def _drop_old_parts(out):
 
 def run_ranks(args, comm):
     """Every rank packs its share of the files into a part of a multi-part dataset (mpinn.data.pack_parts)."""
-    from mpinn.process import steady_heap
+    from mpinn.host.heap import steady_heap
     from mpinn.data.pack_parts import prepare_parts
     from mpinn.hashing import describe
     from mpinn.comm.heartbeat import Heartbeat, folder_for
@@ -291,14 +291,15 @@ def _threads_per_rank(size):
 
 
 def main(argv=None):
-    from mpinn.process import launched_ranks, run_one_process
+    from mpinn.host.exits import run_one_process
+    from mpinn.host.launch import launched_ranks
     args = build_parser().parse_args(argv)
     if launched_ranks()[1] != 1:        # started by an MPI launcher with other ranks (or PMIx: MPI will tell)
         from mpinn.comm import Communicator
         from mpinn.comm.guard import run_guarded
         comm = Communicator()
         if comm.size > 1:
-            from mpinn.process import terminate_as_interrupt
+            from mpinn.host.exits import terminate_as_interrupt
             terminate_as_interrupt()        # every rank removes its temporary files before the job ends
             return run_guarded(run_ranks, args, comm)
     return run_one_process(run if args.out else check, args)

@@ -8,7 +8,7 @@ import numpy as np
 from mpinn import __version__
 from mpinn.bench.measure import LoadWindow, peak_rss_mb, thread_info, write_result
 from mpinn.bench.workloads import WORKLOADS
-from mpinn.process import memory_mb
+from mpinn.host.memory import memory_mb
 
 
 def workload_config(args, wl):

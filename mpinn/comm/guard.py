@@ -296,7 +296,7 @@ def end_on(e):
     if isinstance(e, MpinnError):
         fail(str(e), e.code, e.collective)
     if isinstance(e, KeyboardInterrupt):      # Ctrl-C, or SIGTERM where a command made it one (process.Terminated)
-        from mpinn.process import stopped_line
+        from mpinn.host.exits import stopped_line
         fail(*stopped_line(e))
     rank, size = world_rank_size()
     say_error("".join(traceback.format_exception(e)).rstrip("\n"))

@@ -162,7 +162,7 @@ def probe(comm, device="cpu", node=None, nccl=False):
     is allocated there (mpinn.device.backend.select_backend) and says whether it could, and every rank's MPI library
     is asked whether it is CUDA-aware (nccl: and whether NCCL loads). node: an mpi4py communicator to take as this rank's node (tests that cut
     one machine into nodes); MPI's shared-memory split otherwise."""
-    from mpinn.process import address_space_limit, mem_available
+    from mpinn.host.memory import address_space_limit, mem_available
     raw = getattr(comm, "comm", comm)
     mine = node if node is not None else raw.Split_type(MPI.COMM_TYPE_SHARED)
     try:

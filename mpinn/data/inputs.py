@@ -179,7 +179,7 @@ def load_everywhere(args, comm, say, resplit=None):
         if transform is not None:
             say("preprocessing: %s" % transform.describe())
         if isinstance(args.data, str) and args.data.endswith(".mpinn"):
-            from mpinn.process import memory_for_job
+            from mpinn.host.memory import memory_for_job
             note = larger_than_memory_note(args.data, os.path.getsize(args.data), memory_for_job(), args.shuffle_block)
             if note:
                 say(note)

@@ -3,7 +3,7 @@ import numpy as np
 
 from mpinn.core.batch import SparseRows, put_rows, take_rows
 from mpinn.core.errors import MpinnError
-from mpinn.process import fresh_zeros
+from mpinn.host.heap import fresh_zeros
 from mpinn.optim import fused
 
 HASHED_UPDATES = ("lazy", "dense")

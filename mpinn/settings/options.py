@@ -3,7 +3,7 @@ one line, and the argument types. The training options themselves are a table: m
 import argparse
 
 from mpinn.core.errors import MpinnError
-from mpinn.process import launched_ranks
+from mpinn.host.launch import launched_ranks
 
 
 def _files(given):

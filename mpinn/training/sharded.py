@@ -9,7 +9,7 @@ from mpinn.device.backend import compact_csr
 from mpinn.core.batch import Batch
 from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.core.errors import MpinnError
-from mpinn.process import small_pages_at
+from mpinn.host.heap import small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
 
 

@@ -53,7 +53,7 @@ def probe(args):
     from mpinn.settings import fixed, make_plan
     from mpinn.training import Trainer
     from mpinn.training.build import build_step, communicator
-    from mpinn.process import memory_mb, resident_bytes
+    from mpinn.host.memory import memory_mb, resident_bytes
     from mpinn.training.sharded import own_rows
     job = Communicator()
     n_rows, width, B = 1 << args.bits[0], 64, 1024

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, mpirun
 from mpinn.core.errors import MpinnError
 from mpinn.doctor import differences, format_report, short_library
-from mpinn.hostfile import EITHER, MPICH, OPENMPI, check_hostfile_against_job, parse_hostfile
+from mpinn.host.hostfile import EITHER, MPICH, OPENMPI, check_hostfile_against_job, parse_hostfile
 
 
 def hostfile(tmp_path, text, name="hosts"):

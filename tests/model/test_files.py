@@ -47,7 +47,7 @@ def test_sigterm_in_a_one_process_command_removes_its_temporary_file_and_is_one_
     the writer's cleanup runs: no temporary file, no output, one line, exit 143 (Python's default left them)."""
     import signal
     from mpinn.outputs import written_whole
-    from mpinn.process import run_one_process
+    from mpinn.host.exits import run_one_process
     out = tmp_path / "p.csv"
 
     def run(args):
