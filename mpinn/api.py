@@ -160,7 +160,7 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     #                         the imports below (a 200k-row log: rank 0's peak 395 MiB when they came after, 383 here)
     # training's modules load once the data is read: their imports (scipy.stats among them) would add tens of MiB
     # to rank 0's peak while it reads (a file three times a 250 MiB limit ran out of memory: tests/data)
-    from mpinn.report import Curve
+    from mpinn.files.report import Curve
     from mpinn.training import Faults, Hooks, Run
     from mpinn.training.ensemble import kept_metrics
     from mpinn.training.results import describe_run, write_results

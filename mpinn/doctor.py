@@ -317,7 +317,7 @@ def run(args):
     if rank0:
         print(format_report(rep), flush=True)
         if args.json:
-            from mpinn.outputs import written_whole
+            from mpinn.files.outputs import written_whole
             with written_whole(args.json, "the report") as f:
                 json.dump(rep, f, indent=1)
     return 1 if problems else 0

@@ -7,7 +7,7 @@ import numpy as np
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.stream import STREAM_FROM
-from mpinn.outputs import Claims, written_whole
+from mpinn.files.outputs import Claims, written_whole
 from mpinn.settings import messages
 
 
@@ -116,7 +116,7 @@ def _read_for_model(meta, path):
 def load_checked(model_path):
     """(model, towers, meta) of a model file, checked: its task, classes and parameters fit its header. towers:
     one parameter vector a replica (tower mode keeps every one)."""
-    from mpinn.checkpoint import load_model
+    from mpinn.files.checkpoint import load_model
     from mpinn.model import MLP
     params, spec, meta = load_model(model_path)
     if meta.get("task") not in ("binary", "multiclass", "regression"):
@@ -225,7 +225,7 @@ def _relabel(rows, meta):
 
 def run(args):
     from mpinn.data.files import named
-    from mpinn.outputs import check_apart, check_file
+    from mpinn.files.outputs import check_apart, check_file
     outputs = [("--out", args.out, False), ("--metrics-out", args.metrics_out, False)]
     for what, path, _ in outputs:
         if path:
@@ -233,7 +233,7 @@ def run(args):
     check_apart(outputs, named([("--model", args.model), ("--data", args.data)]))
     if args.id and not args.out:
         raise MpinnError(messages.predict_id_needs_out())
-    with Claims(outputs):       # another command given one of them is refused (mpinn.outputs.Claims)
+    with Claims(outputs):       # another command given one of them is refused (mpinn.files.outputs.Claims)
         return _predict(args)
 
 

@@ -4,7 +4,7 @@ import os
 import sys
 
 from mpinn.core.errors import MpinnError
-from mpinn.outputs import Claims
+from mpinn.files.outputs import Claims
 from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
 from mpinn.settings.options import Parser, add_data_argument, nonneg_float, nonneg_int, positive_int
@@ -79,7 +79,7 @@ def _like(path):
     if path.lower().endswith(".mpinn"):
         from mpinn.data.parts import open_packed
         return open_packed(path).meta
-    from mpinn.checkpoint import load_model
+    from mpinn.files.checkpoint import load_model
     return load_model(path)[2]
 
 
@@ -88,7 +88,7 @@ def _inputs(args):
     like): the files (none: the embedded click log) and their formats, the label and columns as given (a
     DataSpec), the task, classes and positive class (a DataSpec), the HashSpec, and the --like file's meta."""
     from mpinn.data import DataSpec
-    from mpinn.outputs import check_file
+    from mpinn.files.outputs import check_file
     from mpinn.settings.hashing import hash_spec
     check_file(args.out, "--out")       # one line now, not a traceback after the reading
     hashing = None if args.like else hash_spec(args)       # the options' rules, before any file is opened

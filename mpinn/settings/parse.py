@@ -187,7 +187,7 @@ def describe(cfg):
 def check_requirements(cfg):
     """What the options need from this machine, before anything is read (a missing plotting library)."""
     if cfg.plot:
-        from mpinn.report import plotting_missing
+        from mpinn.files.report import plotting_missing
         missing = plotting_missing()
         if missing:
             raise MpinnError("--plot needs matplotlib: %s" % missing)

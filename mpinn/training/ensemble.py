@@ -78,7 +78,7 @@ def member_checkpoints(cfg, given, k, comm):
     below the run's directory (the first member writes there; k None: the first member's periodic trial, into
     trial-periodic), and a resume of the run resumes the members that had begun (a finished one ends at once, its
     kept parameters restored) and starts the others afresh."""
-    from mpinn.checkpoint import TRIAL_DIR, list_checkpoints, member_dir
+    from mpinn.files.checkpoint import TRIAL_DIR, list_checkpoints, member_dir
     home = given.checkpoint_dir or given.resume
     if not home:
         return cfg, None

@@ -161,7 +161,7 @@ def test_trick_without_prefix_is_the_peers_reference():
 
 
 def test_contract_round_trips_through_a_model_file_and_mismatch_is_refused(tmp_path):
-    from mpinn.checkpoint import load_model, save_model
+    from mpinn.files.checkpoint import load_model, save_model
     from mpinn.core.spec import ModelSpec
     cols = [np.arange(500) % 40, np.array(["u", "v"] * 250, dtype=object)]
     for mode in ("trick", "split", "onehot"):

@@ -140,7 +140,7 @@ def test_an_all_missing_column_is_one_error():
 
 
 def test_the_transform_round_trips_through_json_the_model_file_and_a_packed_file(tmp_path):
-    from mpinn.checkpoint import load_model, save_model
+    from mpinn.files.checkpoint import load_model, save_model
     from mpinn.core.spec import ModelSpec
     from mpinn.data.packed import PackedDataset
     from mpinn.data.tables import TableSource

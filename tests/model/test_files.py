@@ -4,7 +4,7 @@ import stat
 
 import numpy as np
 
-from mpinn.checkpoint import load_checkpoint, load_model, save_checkpoint, save_model
+from mpinn.files.checkpoint import load_checkpoint, load_model, save_checkpoint, save_model
 from mpinn.core.spec import ModelSpec
 
 
@@ -46,7 +46,7 @@ def test_sigterm_in_a_one_process_command_removes_its_temporary_file_and_is_one_
     """predict and prepare (run_one_process): SIGTERM (scancel, kill) becomes an exception where the process is, so
     the writer's cleanup runs: no temporary file, no output, one line, exit 143 (Python's default left them)."""
     import signal
-    from mpinn.outputs import written_whole
+    from mpinn.files.outputs import written_whole
     from mpinn.host.exits import run_one_process
     out = tmp_path / "p.csv"
 

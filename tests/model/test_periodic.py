@@ -10,7 +10,7 @@ import pytest
 
 from conftest import mpirun, run
 from mpinn import periodic
-from mpinn.checkpoint import load_model
+from mpinn.files.checkpoint import load_model
 from mpinn.core.errors import MpinnError
 from mpinn.core.spec import ModelSpec
 from mpinn.model import MLP
