@@ -27,7 +27,7 @@ class TrainResult:
     metrics: dict          # the kept epoch's held-out metrics ({} without held-out rows); --ensemble: the averaged
     #                        model's (meta["ensemble"]["held_out"] says "averaged", or "member 1" for a stream's)
     summary: dict          # samples/s, time split, steps, skipped steps
-    model: object          # the trained mpinn.model.MLP (on every rank; tower mode: this rank's tower; --ensemble:
+    model: object          # the trained mpinn.model.mlp.MLP (on every rank; tower mode: this rank's tower; --ensemble:
     #                        the first member; history and summary are the first member's too)
     model_path: str        # where the model file was written (by rank 0); None: none was asked for
     spec: ModelSpec
@@ -226,7 +226,7 @@ def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):
     """(An ensemble's held-out metrics, whose they are): its averaged predictions' on the held-out rows (every
     member's), "averaged", where they are scored (mpinn.training.ensemble.scores_averaged), else the first member's
     (`first`), "member 1"."""
-    from mpinn.metrics import format_metrics
+    from mpinn.model.metrics import format_metrics
     from mpinn.training.ensemble import held_out_metrics, scores_averaged
     if not (scores_averaged(cfg, info.streamed) and job.comm.bcast_obj(valid is not None if job.rank == 0 else None)):
         return first, "member 1"

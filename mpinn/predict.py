@@ -117,7 +117,7 @@ def load_checked(model_path):
     """(model, towers, meta) of a model file, checked: its task, classes and parameters fit its header. towers:
     one parameter vector a replica (tower mode keeps every one)."""
     from mpinn.files.checkpoint import load_model
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     params, spec, meta = load_model(model_path)
     if meta.get("task") not in ("binary", "multiclass", "regression"):
         from mpinn import __version__
@@ -145,7 +145,7 @@ def load_checked(model_path):
 
 def predict_with(model, towers, meta, rows):
     """The predictions for every row of `rows` (read for the model: its transform set), in the label's units."""
-    from mpinn.model import predict_rows
+    from mpinn.model.mlp import predict_rows
     from mpinn.training.towers import mix
     preds = []
     for p in towers:            # tower mode keeps every replica: mix their predictions
@@ -163,7 +163,7 @@ def predict_file(model_path, data=None, loaded=None):
     file's load_checked(), where it was loaded already."""
     from mpinn.data import Rows
     from mpinn.data.labels import labelled
-    from mpinn.metrics import compute_metrics
+    from mpinn.model.metrics import compute_metrics
     model, towers, meta = loaded or load_checked(model_path)
     rows = data if isinstance(data, Rows) else load_for_model(meta, data)
     if isinstance(data, Rows):
@@ -203,7 +203,7 @@ def predict_stream(model, towers, meta, paths, formats):
     the predictions the same bits."""
     from mpinn.data import HashSpec
     from mpinn.data.many import blocks_of
-    from mpinn.model import PREDICT_ROWS
+    from mpinn.model.mlp import PREDICT_ROWS
     for rows in blocks_of(paths, formats, model_columns(meta), HashSpec().using(meta.get("hashing")), PREDICT_ROWS):
         use_transform(rows, meta, paths[0])
         yield predict_with(model, towers, meta, rows), rows
@@ -238,7 +238,7 @@ def run(args):
 
 
 def _predict(args):
-    from mpinn.metrics import format_metrics
+    from mpinn.model.metrics import format_metrics
     ids = row_ids(args.id, args.data) if args.id else None
     model, towers, meta = load_checked(args.model)
     streamed = streamed_files(args.stream, meta, args.data)
@@ -265,7 +265,7 @@ def _predict(args):
         print("predictions written to %s" % args.out)
     if streamed:
         import resource
-        from mpinn.model import PREDICT_ROWS
+        from mpinn.model.mlp import PREDICT_ROWS
         print("streamed a block of %d rows at a time; peak memory (RSS) %.0f MiB"
               % (PREDICT_ROWS, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), flush=True)
     if args.metrics_out:
@@ -283,7 +283,7 @@ def run_stream(args, model, towers, meta, streamed, ids):
     from mpinn.data.files import describe
     from mpinn.data.progress import reading
     from mpinn.data.labels import labelled
-    from mpinn.metrics import auc, metric_sums, metrics_from_sums
+    from mpinn.model.metrics import auc, metric_sums, metrics_from_sums
     paths, formats = streamed
     task = meta["task"]
     k = len(meta["classes"]) if task == "multiclass" else 2

@@ -168,7 +168,7 @@ class _MpinnEstimator(BaseEstimator):
 
     def _outputs(self, X):
         """The network's outputs for X: P(positive class) (binary), (n, classes) probabilities, or values."""
-        from mpinn.model import MLP
+        from mpinn.model.mlp import MLP
         from mpinn.predict import predict_with, use_transform
         check_is_fitted(self, "params_")
         try:

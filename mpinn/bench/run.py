@@ -56,7 +56,7 @@ class BenchOrder:
 def run(args):
     from mpinn import settings
     from mpinn.comm.node import mpi_library_version
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     from mpinn.optim import fused
     from mpinn.training import Run, open_job
     from mpinn.training.feed import Feed

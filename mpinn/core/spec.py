@@ -21,7 +21,7 @@ class ModelSpec:
     extra: dict = field(default_factory=dict)  # free-form notes kept in the model file
     wide: bool = False            # wide and deep: the inputs also feed the output directly (a linear model
                                   # beside the hidden layers, trained jointly; Cheng et al. 2016)
-    periodic: dict = None         # periodic embeddings of the first `columns` dense inputs (mpinn.periodic): their
+    periodic: dict = None         # periodic embeddings of the first `columns` dense inputs (mpinn.model.periodic): their
                                   # m*d outputs are the first layer's last inputs; None: none
 
     def __post_init__(self):
@@ -73,7 +73,7 @@ class ModelSpec:
 
     @property
     def n_params(self):
-        """The parameters' count: every layer's weights and biases (the MLP's flat buffer, mpinn.model)."""
+        """The parameters' count: every layer's weights and biases (the MLP's flat buffer, mpinn.model.mlp)."""
         sizes = self.layer_sizes
         outs = (self.first_width,) + sizes[2:]
         return sum(fin * fout + fout for fin, fout in zip(sizes[:-1], outs)) + self.periodic_size

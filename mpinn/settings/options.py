@@ -150,7 +150,7 @@ def class_list(s):
 
 def numeric_embedding(s):
     """--numeric-embedding: auto, off, periodic or periodic:SIGMA (a positive number), normalised."""
-    from mpinn.periodic import parse
+    from mpinn.model.periodic import parse
     choice = parse(s)
     if choice is None:
         raise argparse.ArgumentTypeError("wants auto, off, periodic or periodic:SIGMA (a positive number), not %r"

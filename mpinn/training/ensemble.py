@@ -18,7 +18,7 @@ import numpy as np
 
 from mpinn.comm.guard import START_KNOB
 from mpinn.core.errors import MpinnError
-from mpinn.metrics import better, format_metrics
+from mpinn.model.metrics import better, format_metrics
 
 
 def kept_metrics(history, summary):
@@ -55,7 +55,7 @@ def scores_averaged(cfg, streamed):
 def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
     """The held-out metrics of the members' averaged predictions (stacked: their parameters, on rank 0; valid: the
     held-out rows, on rank 0), scored as one model's are (mpinn.training.evaluate). Collective."""
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     from mpinn.training.evaluate import evaluate
     from mpinn.training.towers import mix
     members = job.comm.bcast_array(stacked, what="the ensemble's parameters")

@@ -7,7 +7,7 @@ import time
 
 from mpinn.files.checkpoint import save_model
 from mpinn.core.errors import MpinnError
-from mpinn.metrics import format_metrics
+from mpinn.model.metrics import format_metrics
 from mpinn.files.outputs import why_not_written, written_whole
 from mpinn.settings import messages
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from mpinn.core.batch import Layout
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 from mpinn.settings.plan import make_plan

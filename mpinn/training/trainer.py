@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from mpinn import __version__
 from mpinn.comm.guard import NoWatchdog
 from mpinn.core.errors import MpinnError
-from mpinn.metrics import better, format_metrics, stop_value
+from mpinn.model.metrics import better, format_metrics, stop_value
 from mpinn.host.heap import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked

@@ -47,7 +47,7 @@ def probe(args):
     from mpinn.comm import Communicator
     from mpinn.comm.topology import probe as probe_job
     from mpinn.core.spec import ModelSpec
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     from mpinn.optim import REGISTRY, create_optimizer
     from mpinn.optim.schedule import make_schedule
     from mpinn.settings import fixed, make_plan

@@ -11,7 +11,7 @@ from mpinn.core.spec import ModelSpec
 from mpinn.core.batch import Layout
 from mpinn.data import Dataset
 from mpinn.core.batch import Batch
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.training import Faults, Hooks
 from mpinn.training.timeline import PHASES

@@ -14,7 +14,7 @@ from mpinn.core.errors import MpinnError
 from mpinn.core.spec import ModelSpec
 from mpinn.core.batch import Layout
 from mpinn.data import Dataset
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 
 GPUS, NO_GPU = gpu_probe()

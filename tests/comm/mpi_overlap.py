@@ -9,7 +9,7 @@ from mpinn.core.errors import MpinnError
 from mpinn.core.spec import ModelSpec
 from mpinn.core.batch import Layout
 from mpinn.core.batch import Batch
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.training import Faults, Hooks
 

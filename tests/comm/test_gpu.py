@@ -181,7 +181,7 @@ def backend_of(kind):
 
 def _pair(spec, kind, seed=3):
     """The model on the host and on the device, the same parameters."""
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     return MLP(spec).init_(seed), MLP(spec, backend_of(kind)).init_(seed)
 
 

@@ -17,7 +17,7 @@ from mpinn.core.spec import ModelSpec
 from mpinn.data.bins import AUTO_BINS, AUTO_MAX_COLUMNS, AUTO_MAX_ROWS, AUTO_MIN_ROWS, fit_edges, parse
 from mpinn.data.stats import BLOCK, ColumnStats, column_stats
 from mpinn.data.transform import NumericTransform
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 
 NAMES = ["normal", "money", "small", "flag"]
 
@@ -200,7 +200,7 @@ SCRIPT = """
 import json, sys
 import numpy as np
 import mpinn.api as mp
-from mpinn.model import predict_rows
+from mpinn.model.mlp import predict_rows
 from mpinn.predict import load_for_model
 data, model_out = sys.argv[1], sys.argv[2]
 r = mp.train(data, label="y", numeric="normal,money,small,flag", categorical="kind", numeric_bins="8", epochs=2, ensemble=1,

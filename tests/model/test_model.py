@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from mpinn.core.errors import MpinnError
 from mpinn.core.spec import ModelSpec
 from mpinn.core.batch import Batch
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 
 

@@ -7,7 +7,7 @@ import scipy.sparse as sp
 
 from mpinn.core.batch import Batch
 from mpinn.core.spec import ModelSpec
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 
 
 def spec(dtype="float32", n_dense=3):

@@ -11,7 +11,7 @@ from ranks import (COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, restor
                    write_checkpoint)
 from mpinn.core.batch import Batch, Layout
 from mpinn.core.spec import ModelSpec
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 
 SPEC = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5, wide=True)   # wide and deep, as trained by default
 BATCH, FIRST, TOTAL = 12, 3, 6

@@ -10,7 +10,7 @@ from reference import Reference, lr_at
 from mpinn.core.batch import Layout
 from mpinn.data import Dataset
 from mpinn.data.info import DataInfo
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.settings import fixed
 from mpinn.training import Run, open_job
 from mpinn.training.run import model_spec

@@ -7,7 +7,7 @@ from ranks import COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, toy_dat
 from mpinn.core.spec import ModelSpec
 from mpinn.core.batch import Layout
 from mpinn.core.batch import Batch
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.training import Faults, Hooks
 
 

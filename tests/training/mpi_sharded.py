@@ -14,7 +14,7 @@ from ranks import make_trainer as trainer_of
 from mpinn.core.batch import Batch, Layout
 from mpinn.host.memory import resident_bytes
 from mpinn.core.spec import ModelSpec
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.training.evaluate import evaluate
 from mpinn.training.sharded import own_rows
 

@@ -7,7 +7,7 @@ from mpinn.comm import create_communicator, split_counts
 from mpinn.core.spec import ModelSpec
 from mpinn.core.batch import Layout
 from mpinn.core.batch import Batch
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 
 
