@@ -51,7 +51,7 @@ def train(data=None, comm=None, **options):
 def predict(model_path, data=None):
     """(predictions, metrics) of a model file on a data path, in-memory data (arrays()), or None
     for a model trained on the embedded data (its held-out rows). One process, no MPI."""
-    from mpinn.predict import predict_file
+    from mpinn.inference.score import predict_file
     pred, metrics, _, _ = predict_file(model_path, data)
     return pred, metrics
 

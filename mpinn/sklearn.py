@@ -169,7 +169,8 @@ class _MpinnEstimator(BaseEstimator):
     def _outputs(self, X):
         """The network's outputs for X: P(positive class) (binary), (n, classes) probabilities, or values."""
         from mpinn.model.mlp import MLP
-        from mpinn.predict import predict_with, use_transform
+        from mpinn.inference.load import use_transform
+        from mpinn.inference.score import predict_with
         check_is_fitted(self, "params_")
         try:
             rows = self._rows(X)

@@ -14,7 +14,7 @@ from mpinn.files.checkpoint import load_model
 from mpinn.core.errors import MpinnError
 from mpinn.core.spec import ModelSpec
 from mpinn.model.mlp import MLP
-from mpinn.predict import load_for_model
+from mpinn.inference.load import load_for_model
 
 from test_model import analytic, make_batch, numeric
 
