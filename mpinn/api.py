@@ -16,7 +16,7 @@ from mpinn.host.launch import pin_threads
 pin_threads()       # before numpy loads its BLAS
 
 from mpinn.core.errors import MpinnError  # noqa: E402
-from mpinn.core.spec import ModelSpec
+from mpinn.core.spec import ModelSpec  # noqa: E402
 from mpinn import settings  # noqa: E402
 
 

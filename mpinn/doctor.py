@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 from mpinn import __version__  # noqa: E402
 from mpinn.core.errors import MpinnError  # noqa: E402
-from mpinn.core.spec import ModelSpec
+from mpinn.core.spec import ModelSpec  # noqa: E402
 from mpinn.host.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
 from mpinn.settings.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
