@@ -382,7 +382,6 @@ def test_a_batch_without_labels_goes_to_the_device():
     """Predicting on unlabelled rows: the inputs still move to the GPU (the decision is not taken
     from the labels alone)."""
     from mpinn.device.backend import CupyBackend
-    from mpinn.core.batch import Batch
 
     class Moved(np.ndarray):
         pass
