@@ -2,4 +2,5 @@
 
 __version__ = "0.1.0"
 
-from mpinn.config import MpinnError, ModelSpec  # noqa: E402,F401
+from mpinn.core.errors import MpinnError  # noqa: E402,F401
+from mpinn.core.spec import ModelSpec  # noqa: E402,F401

@@ -11,11 +11,12 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-from mpinn.process import pin_threads
+from mpinn.host.launch import pin_threads
 
 pin_threads()       # before numpy loads its BLAS
 
-from mpinn.config import ModelSpec, MpinnError  # noqa: E402
+from mpinn.core.errors import MpinnError  # noqa: E402
+from mpinn.core.spec import ModelSpec  # noqa: E402
 from mpinn import settings  # noqa: E402
 
 
@@ -26,7 +27,7 @@ class TrainResult:
     metrics: dict          # the kept epoch's held-out metrics ({} without held-out rows); --ensemble: the averaged
     #                        model's (meta["ensemble"]["held_out"] says "averaged", or "member 1" for a stream's)
     summary: dict          # samples/s, time split, steps, skipped steps
-    model: object          # the trained mpinn.model.MLP (on every rank; tower mode: this rank's tower; --ensemble:
+    model: object          # the trained mpinn.model.mlp.MLP (on every rank; tower mode: this rank's tower; --ensemble:
     #                        the first member; history and summary are the first member's too)
     model_path: str        # where the model file was written (by rank 0); None: none was asked for
     spec: ModelSpec
@@ -50,7 +51,7 @@ def train(data=None, comm=None, **options):
 def predict(model_path, data=None):
     """(predictions, metrics) of a model file on a data path, in-memory data (arrays()), or None
     for a model trained on the embedded data (its held-out rows). One process, no MPI."""
-    from mpinn.predict import predict_file
+    from mpinn.inference.score import predict_file
     pred, metrics, _, _ = predict_file(model_path, data)
     return pred, metrics
 
@@ -121,7 +122,7 @@ def _in_words(e):
     import errno
     if not (isinstance(e, MemoryError) or isinstance(e, OSError) and e.errno == errno.ENOMEM):
         return e
-    from mpinn.process import memory_limits
+    from mpinn.host.memory import memory_limits
     from mpinn.settings.messages import out_of_memory
     return MpinnError(out_of_memory(str(e) if isinstance(e, MemoryError) else e.strerror, memory_limits()))
 
@@ -159,7 +160,7 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     #                         the imports below (a 200k-row log: rank 0's peak 395 MiB when they came after, 383 here)
     # training's modules load once the data is read: their imports (scipy.stats among them) would add tens of MiB
     # to rank 0's peak while it reads (a file three times a 250 MiB limit ran out of memory: tests/data)
-    from mpinn.report import Curve
+    from mpinn.files.report import Curve
     from mpinn.training import Faults, Hooks, Run
     from mpinn.training.ensemble import kept_metrics
     from mpinn.training.results import describe_run, write_results
@@ -225,7 +226,7 @@ def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):
     """(An ensemble's held-out metrics, whose they are): its averaged predictions' on the held-out rows (every
     member's), "averaged", where they are scored (mpinn.training.ensemble.scores_averaged), else the first member's
     (`first`), "member 1"."""
-    from mpinn.metrics import format_metrics
+    from mpinn.model.metrics import format_metrics
     from mpinn.training.ensemble import held_out_metrics, scores_averaged
     if not (scores_averaged(cfg, info.streamed) and job.comm.bcast_obj(valid is not None if job.rank == 0 else None)):
         return first, "member 1"

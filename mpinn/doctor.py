@@ -7,15 +7,16 @@ import re
 import sys
 import time
 
-from mpinn.process import pin_threads
+from mpinn.host.launch import pin_threads
 
 pin_threads()       # before numpy loads its BLAS: one policy for train, the API and the doctor
 
 import numpy as np  # noqa: E402
 
 from mpinn import __version__  # noqa: E402
-from mpinn.config import ModelSpec, MpinnError  # noqa: E402
-from mpinn.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
+from mpinn.core.errors import MpinnError  # noqa: E402
+from mpinn.core.spec import ModelSpec  # noqa: E402
+from mpinn.host.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
 from mpinn.settings.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
 
@@ -42,7 +43,7 @@ def gpu_for(local_rank):
     """(cupy version, the GPU this rank would use): device = local rank mod the devices this host shows."""
     if importlib.util.find_spec("cupy") is None:
         return "not installed", "none (cupy not installed)"
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
     try:
         xp = get_backend("cupy").xp
     except MpinnError as e:
@@ -147,7 +148,7 @@ def time_step(job, args, spec, repeats):
     forward/backward, gradient exchange, an SGD update) on the embedded click log's first rows; per
     phase (the step's own timeline), the median over steps of the mean over ranks."""
     from mpinn import settings
-    from mpinn.batch import Layout
+    from mpinn.core.batch import Layout
     from mpinn.data import load_default
     from mpinn.data.info import DataInfo
     from mpinn.training import Run
@@ -316,7 +317,7 @@ def run(args):
     if rank0:
         print(format_report(rep), flush=True)
         if args.json:
-            from mpinn.outputs import written_whole
+            from mpinn.files.outputs import written_whole
             with written_whole(args.json, "the report") as f:
                 json.dump(rep, f, indent=1)
     return 1 if problems else 0

@@ -5,9 +5,11 @@ import sys
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.stream import STREAM_FROM
-from mpinn.outputs import Claims, written_whole
+from mpinn.files.outputs import Claims, written_whole
+from mpinn.inference.load import load_checked
+from mpinn.inference.score import predict_file, predict_stream, streamed_files
 from mpinn.settings import messages
 
 
@@ -41,191 +43,9 @@ def build_parser():
     return p
 
 
-def load_for_model(meta, path):
-    """Read `path` exactly as the model's training data was read (columns, classes, hashing), through
-    the model's numeric transform."""
-    data = _read_for_model(meta, path)
-    use_transform(data, meta, path or "the held-out rows")
-    return data
-
-
-def use_transform(data, meta, where):
-    """The model's numeric transform on `data` (its columns checked); a model written before the transform
-    existed (no "transform" in its header) reads numbers as they are."""
-    if "transform" not in meta:
-        data.transform = None
-        return
-    from mpinn.data.inputs import set_transform
-    from mpinn.data.transform import NumericTransform
-    set_transform(data, NumericTransform.from_dict(meta["transform"]), where)
-
-
-def model_columns(meta):
-    """The DataSpec a model's training data was read with: its columns, label (optional here), task and classes,
-    and the click-log format for a model trained on click-log text."""
-    from mpinn.data import DataSpec
-    return DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, missing_labels="keep",
-                    categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
-                    label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
-
-
-def _read_for_model(meta, path):
-    from mpinn.data import TABLE_EXTS, DataSpec, HashSpec, extension, load_data
-    from mpinn.hashing import check_contract
-    # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
-    hashing = HashSpec().using(meta.get("hashing"))
-    if path is None:
-        if meta.get("source") != "default":
-            raise MpinnError(messages.predict_needs_data("the model was not trained on the embedded data"))
-        from mpinn.data import load_default
-        data = load_default(meta["default_rows"], meta["default_seed"], hashing)
-        last = (meta.get("config") or {}).get("holdout_by") == "last"      # random or last (rules: a table's alone)
-        _, valid = data.split(meta["holdout"], meta["default_seed"], *(("time", np.arange(len(data))) if last else ()))
-        if valid is None:
-            raise MpinnError(messages.predict_needs_data("the model was trained without held-out rows"))
-        return valid
-    labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, missing_labels="keep")
-    columns = model_columns(meta)
-    from mpinn.data import files
-    paths = files.expand(path) if files.is_many(path) else [path]     # several files are read as one, in order
-    path = paths[0] if len(paths) == 1 else paths
-    if paths[0].lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
-        data = load_data(path, labels, hashing)
-    elif meta.get("source") == "criteo":       # click-log text, with or without the label field
-        data = load_data(path, columns, hashing)
-    elif meta.get("source") in ("csv", "default", "parquet", "dataframe"):    # named columns (an estimator's frame)
-        if not all(extension(p) in TABLE_EXTS for p in paths):
-            raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .tsv, .parquet or .mpinn "
-                             "file")
-        data = load_data(path, columns, hashing)
-        if meta.get("hashing"):
-            check_contract(meta["hashing"], data.meta["hashing"])
-    else:
-        if len(paths) > 1 or not paths[0].lower().endswith((".npz", ".mat")):
-            raise MpinnError("the model was trained on dense arrays (%s features, from %s file); give an .npz (X, y) "
-                             "or .mat file with %s columns" % (meta.get("n_features"), "an .npz" if meta.get("source")
-                                                               == "npz" else "a ." + str(meta.get("source")),
-                                                               meta.get("n_features")))
-        data = load_data(path, labels)
-        if data.Xd.shape[1] != meta.get("n_features"):
-            raise MpinnError("%s has %d features, the model expects %d"
-                             % (path, data.Xd.shape[1], meta.get("n_features")))
-    return data
-
-
-def load_checked(model_path):
-    """(model, towers, meta) of a model file, checked: its task, classes and parameters fit its header. towers:
-    one parameter vector a replica (tower mode keeps every one)."""
-    from mpinn.checkpoint import load_model
-    from mpinn.model import MLP
-    params, spec, meta = load_model(model_path)
-    if meta.get("task") not in ("binary", "multiclass", "regression"):
-        from mpinn import __version__
-        raise MpinnError("%s (written by mpinn %s) has no task in its header: not a model file this mpinn %s can "
-                         "predict with" % (model_path, meta.get("written_by", "?"), __version__))
-    classes = meta.get("classes")
-    if meta["task"] != "regression" and not (isinstance(classes, list) and len(classes) == (
-            2 if meta["task"] == "binary" else spec.n_out)):
-        raise MpinnError("%s: the classes in its header (%s) do not fit its %s head of %d outputs"
-                         % (model_path, str(classes)[:60], meta["task"], spec.n_out))
-    if params.dtype.kind != "f" or params.ndim not in (1, 2):
-        raise MpinnError("%s: its parameters are not a vector of numbers (%s, shape %s)"
-                         % (model_path, params.dtype, params.shape))
-    towers = params.reshape(-1, params.shape[-1]) if params.ndim == 2 else params[None]
-    if towers.shape[1] != spec.n_params:        # checked before the model is allocated from the header's sizes
-        raise MpinnError("%s: %d parameters stored, the architecture in its header needs %d"
-                         % (model_path, towers.shape[1], spec.n_params))
-    from mpinn.data.model_header import inputs_problem
-    why = inputs_problem(meta, spec)
-    if why:
-        raise MpinnError("%s: its header does not fit its parameters: %s (an edited or damaged model file: train it "
-                         "again)" % (model_path, why))
-    return MLP(spec), towers, meta
-
-
-def predict_with(model, towers, meta, rows):
-    """The predictions for every row of `rows` (read for the model: its transform set), in the label's units."""
-    from mpinn.model import predict_rows
-    from mpinn.training.towers import mix
-    preds = []
-    for p in towers:            # tower mode keeps every replica: mix their predictions
-        model.params[...] = p
-        preds.append(predict_rows(model, rows))
-    pred = preds[0] if len(preds) == 1 else mix(preds, meta.get("towers", {}).get("weights"))
-    if rows.transform is not None:
-        pred = rows.transform.unscale_target(pred)      # regression: back in the label's units
-    return pred
-
-
-def predict_file(model_path, data=None, loaded=None):
-    """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
-    None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
-    file's load_checked(), where it was loaded already."""
-    from mpinn.data import Rows
-    from mpinn.data.labels import labelled
-    from mpinn.metrics import compute_metrics
-    model, towers, meta = loaded or load_checked(model_path)
-    rows = data if isinstance(data, Rows) else load_for_model(meta, data)
-    if isinstance(data, Rows):
-        if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
-            rows = _relabel(rows, meta)
-        use_transform(rows, meta, "the data")
-    pred = predict_with(model, towers, meta, rows)
-    metrics = {"n": len(rows)}
-    if rows.meta.get("has_label", True):
-        known = labelled(rows.y)
-        metrics = compute_metrics(meta["task"], rows.y[known], pred[known]) if known.any() else {"n": 0}
-        metrics["unlabelled"] = int((~known).sum())
-    return pred, metrics, meta, rows
-
-
-def streamed_files(choice, meta, path):
-    """(paths, formats) when `path`'s rows are predicted a chunk at a time (--stream), else None."""
-    from mpinn.data import data_format, files
-    from mpinn.data.stream import estimate_rows
-    if choice == "off" or path is None or meta.get("source") not in ("csv", "default", "parquet", "criteo"):
-        why = None if choice == "off" or path is None else "the model was trained on arrays, read whole"
-    else:
-        paths = files.expand(path) if files.is_many(path) else [path]
-        formats = [data_format(p, "criteo" if meta.get("source") == "criteo" else None) for p in paths]
-        odd = next((p for p, f in zip(paths, formats) if f not in ("csv", "parquet", "criteo")), None)
-        why = "%s is not a table file (CSV, Parquet, click-log text)" % odd if odd else None
-        if not why and (choice == "on" or estimate_rows(paths, formats) > STREAM_FROM):
-            return paths, formats
-    if choice == "on":
-        raise MpinnError(messages.predict_cannot_stream(why or "no data file given"))
-    return None
-
-
-def predict_stream(model, towers, meta, paths, formats):
-    """(predictions, rows) of the files' rows in turn, read as the model's training data was, PREDICT_ROWS at a
-    time: predict_rows's blocks, so that every product has the shape it has when the files are read whole, and
-    the predictions the same bits."""
-    from mpinn.data import HashSpec
-    from mpinn.data.many import blocks_of
-    from mpinn.model import PREDICT_ROWS
-    for rows in blocks_of(paths, formats, model_columns(meta), HashSpec().using(meta.get("hashing")), PREDICT_ROWS):
-        use_transform(rows, meta, paths[0])
-        yield predict_with(model, towers, meta, rows), rows
-
-
-def _relabel(rows, meta):
-    """In-memory rows encoded with their own classes: re-express their label ids in the model's."""
-    from mpinn.data import Dataset
-    theirs, ours = list(rows.meta.get("classes") or []), list(meta.get("classes") or [])
-    unknown = sorted(set(theirs) - set(ours))
-    if unknown:
-        raise MpinnError("labels %s are not among the model's classes %s" % (unknown[:5], ours[:10]))
-    to_ours = np.array([ours.index(c) for c in theirs], dtype=np.int64)
-    y = to_ours[np.asarray(rows.y, dtype=np.int64)]
-    if meta["task"] == "binary":
-        y = y.astype(np.float64)
-    return Dataset(rows.Xs, rows.Xd, y, dict(rows.meta, classes=ours), rows.transform)
-
-
 def run(args):
     from mpinn.data.files import named
-    from mpinn.outputs import check_apart, check_file
+    from mpinn.files.outputs import check_apart, check_file
     outputs = [("--out", args.out, False), ("--metrics-out", args.metrics_out, False)]
     for what, path, _ in outputs:
         if path:
@@ -233,12 +53,12 @@ def run(args):
     check_apart(outputs, named([("--model", args.model), ("--data", args.data)]))
     if args.id and not args.out:
         raise MpinnError(messages.predict_id_needs_out())
-    with Claims(outputs):       # another command given one of them is refused (mpinn.outputs.Claims)
+    with Claims(outputs):       # another command given one of them is refused (mpinn.files.outputs.Claims)
         return _predict(args)
 
 
 def _predict(args):
-    from mpinn.metrics import format_metrics
+    from mpinn.model.metrics import format_metrics
     ids = row_ids(args.id, args.data) if args.id else None
     model, towers, meta = load_checked(args.model)
     streamed = streamed_files(args.stream, meta, args.data)
@@ -265,7 +85,7 @@ def _predict(args):
         print("predictions written to %s" % args.out)
     if streamed:
         import resource
-        from mpinn.model import PREDICT_ROWS
+        from mpinn.model.mlp import PREDICT_ROWS
         print("streamed a block of %d rows at a time; peak memory (RSS) %.0f MiB"
               % (PREDICT_ROWS, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), flush=True)
     if args.metrics_out:
@@ -283,7 +103,7 @@ def run_stream(args, model, towers, meta, streamed, ids):
     from mpinn.data.files import describe
     from mpinn.data.progress import reading
     from mpinn.data.labels import labelled
-    from mpinn.metrics import auc, metric_sums, metrics_from_sums
+    from mpinn.model.metrics import auc, metric_sums, metrics_from_sums
     paths, formats = streamed
     task = meta["task"]
     k = len(meta["classes"]) if task == "multiclass" else 2
@@ -374,7 +194,8 @@ class Predictions:
 
 
 def main(argv=None):
-    from mpinn.process import launched_ranks, run_one_process
+    from mpinn.host.exits import run_one_process
+    from mpinn.host.launch import launched_ranks
     args = build_parser().parse_args(argv)
     rank, size = launched_ranks()
     if size is not None and size > 1:        # each rank would predict the whole file and write the same --out

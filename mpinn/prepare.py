@@ -3,8 +3,8 @@ import argparse
 import os
 import sys
 
-from mpinn.config import MpinnError
-from mpinn.outputs import Claims
+from mpinn.core.errors import MpinnError
+from mpinn.files.outputs import Claims
 from mpinn.settings import messages
 from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
 from mpinn.settings.options import Parser, add_data_argument, nonneg_float, nonneg_int, positive_int
@@ -79,7 +79,7 @@ def _like(path):
     if path.lower().endswith(".mpinn"):
         from mpinn.data.parts import open_packed
         return open_packed(path).meta
-    from mpinn.checkpoint import load_model
+    from mpinn.files.checkpoint import load_model
     return load_model(path)[2]
 
 
@@ -88,7 +88,7 @@ def _inputs(args):
     like): the files (none: the embedded click log) and their formats, the label and columns as given (a
     DataSpec), the task, classes and positive class (a DataSpec), the HashSpec, and the --like file's meta."""
     from mpinn.data import DataSpec
-    from mpinn.outputs import check_file
+    from mpinn.files.outputs import check_file
     from mpinn.settings.hashing import hash_spec
     check_file(args.out, "--out")       # one line now, not a traceback after the reading
     hashing = None if args.like else hash_spec(args)       # the options' rules, before any file is opened
@@ -121,7 +121,7 @@ def _inputs(args):
 
 
 def run(args):
-    from mpinn.process import steady_heap
+    from mpinn.host.heap import steady_heap
     steady_heap()       # memory flat in the number of rows, whatever the input's size
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     paths, formats, columns, spec, hashing, like = _inputs(args)
@@ -210,7 +210,7 @@ def _drop_old_parts(out):
 
 def run_ranks(args, comm):
     """Every rank packs its share of the files into a part of a multi-part dataset (mpinn.data.pack_parts)."""
-    from mpinn.process import steady_heap
+    from mpinn.host.heap import steady_heap
     from mpinn.data.pack_parts import prepare_parts
     from mpinn.hashing import describe
     from mpinn.comm.heartbeat import Heartbeat, folder_for
@@ -291,14 +291,15 @@ def _threads_per_rank(size):
 
 
 def main(argv=None):
-    from mpinn.process import launched_ranks, run_one_process
+    from mpinn.host.exits import run_one_process
+    from mpinn.host.launch import launched_ranks
     args = build_parser().parse_args(argv)
     if launched_ranks()[1] != 1:        # started by an MPI launcher with other ranks (or PMIx: MPI will tell)
         from mpinn.comm import Communicator
         from mpinn.comm.guard import run_guarded
         comm = Communicator()
         if comm.size > 1:
-            from mpinn.process import terminate_as_interrupt
+            from mpinn.host.exits import terminate_as_interrupt
             terminate_as_interrupt()        # every rank removes its temporary files before the job ends
             return run_guarded(run_ranks, args, comm)
     return run_one_process(run if args.out else check, args)

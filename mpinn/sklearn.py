@@ -9,7 +9,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d, validate_data
 
 from mpinn import api, settings
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings.table import OPTIONS
 
 # options about the data file and its label, which fit(X, y) replaces, and tower mode (a model per rank: not one
@@ -168,8 +168,9 @@ class _MpinnEstimator(BaseEstimator):
 
     def _outputs(self, X):
         """The network's outputs for X: P(positive class) (binary), (n, classes) probabilities, or values."""
-        from mpinn.model import MLP
-        from mpinn.predict import predict_with, use_transform
+        from mpinn.model.mlp import MLP
+        from mpinn.inference.load import use_transform
+        from mpinn.inference.score import predict_with
         check_is_fitted(self, "params_")
         try:
             rows = self._rows(X)

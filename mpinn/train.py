@@ -1,7 +1,7 @@
 """Entry point: mpirun -np N python -m mpinn.train [--data FILE] [options]."""
 import sys
 
-from mpinn.process import pin_threads
+from mpinn.host.launch import pin_threads
 
 pin_threads()       # first: before numpy loads its BLAS
 
@@ -20,8 +20,8 @@ def run(cfg):
 
 def main(argv=None):
     from mpinn.comm.guard import run_guarded
-    from mpinn.config import MpinnError
-    from mpinn.process import launched_ranks
+    from mpinn.core.errors import MpinnError
+    from mpinn.host.launch import launched_ranks
     from mpinn.settings import from_argv
     try:        # one rank of several: a bad option is told to the others, which may have read theirs and wait
         cfg = from_argv(argv, raise_errors=launched_ranks()[1] != 1)

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import scipy.sparse
 
-from mpinn.backend import Backend
+from mpinn.device.backend import Backend
 
 
 class FakeStream:

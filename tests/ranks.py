@@ -78,7 +78,7 @@ def restore_then_start(trainer, directory, optimizer):
     directory/b: the arrays written must be the ones read, bit for bit (the optimizer's state as well,
     whatever rank count wrote it and however this one holds it)."""
     import os
-    from mpinn.checkpoint import load_checkpoint
+    from mpinn.files.checkpoint import load_checkpoint
     from mpinn.training.checkpoints import Checkpoints, restore
     loaded = load_checkpoint(os.path.join(directory, "a")) if trainer.rank0 else (None, None)
     restore(trainer, *loaded)

@@ -59,7 +59,8 @@ def test_modules_stay_small():
 @pytest.mark.launch
 def test_import_mpinn_needs_no_mpi_and_no_gpu():
     """import mpinn and the single-process modules start neither MPI nor cupy."""
-    code = ("import sys, mpinn, mpinn.model, mpinn.optim, mpinn.data, mpinn.hashing, mpinn.predict; "
+    code = ("import sys, mpinn, mpinn.model.mlp, mpinn.optim, mpinn.data, mpinn.hashing, mpinn.inference.score, "
+            "mpinn.predict; "
             "print(sorted(m for m in ('mpi4py.MPI', 'cupy') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr

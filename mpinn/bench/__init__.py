@@ -7,7 +7,7 @@ records (python -m mpinn.bench).
     table      the side-by-side table of mpinn's and the peers' records
     cli        the command line
 """
-from mpinn.process import pin_threads
+from mpinn.host.launch import pin_threads
 
 pin_threads(1)      # one BLAS thread per rank, as every peer runs (before numpy loads)
 

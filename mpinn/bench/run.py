@@ -8,7 +8,7 @@ import numpy as np
 from mpinn import __version__
 from mpinn.bench.measure import LoadWindow, peak_rss_mb, thread_info, write_result
 from mpinn.bench.workloads import WORKLOADS
-from mpinn.process import memory_mb
+from mpinn.host.memory import memory_mb
 
 
 def workload_config(args, wl):
@@ -56,7 +56,7 @@ class BenchOrder:
 def run(args):
     from mpinn import settings
     from mpinn.comm.node import mpi_library_version
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     from mpinn.optim import fused
     from mpinn.training import Run, open_job
     from mpinn.training.feed import Feed

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpinn.batch import Batch, Layout
-from mpinn.config import ModelSpec
+from mpinn.core.batch import Batch, Layout
+from mpinn.core.spec import ModelSpec
 from mpinn.hashing import token_columns
 
 

@@ -28,7 +28,7 @@ def create_communicator(name="allreduce", comm=None, transport="mpi", sparse_thr
     none for one rank's GPU (nothing travels).
     dup=False: comm is mpinn's own already (a job's duplicate), used as it is. Nothing is decided here:
     mpinn.settings.plan decides, and mpinn.training.build asks for what it decided."""
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
     if name not in STRATEGIES:
         raise ValueError("no communicator %r (one of %s)" % (name, ", ".join(STRATEGIES)))
     if transport in ("nccl", "cuda-aware", "staged") or (name == "allreduce" and transport == "none"

@@ -5,10 +5,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from mpinn.batch import SparseRows, densify_
+from mpinn.core.batch import SparseRows, densify_
 from mpinn.comm.batches import PendingBatch, ReadyBatch
 from mpinn.comm.buffers import INDEX, check_buffer, displs, split_counts
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 
 class Communicator:

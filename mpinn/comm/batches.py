@@ -3,7 +3,7 @@ import numpy as np
 import scipy.sparse as sp
 from mpi4py import MPI
 
-from mpinn.batch import Batch
+from mpinn.core.batch import Batch
 from mpinn.comm.buffers import INDEX, check_buffer, displs
 
 

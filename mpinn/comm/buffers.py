@@ -1,7 +1,7 @@
 """The boundary every buffer passes before MPI reads or writes it, and how a batch's rows split over ranks."""
 import numpy as np
 
-from mpinn.backend import synchronize_array
+from mpinn.device.backend import synchronize_array
 
 INDEX = np.int32     # CSR column ids and row lengths on the wire
 

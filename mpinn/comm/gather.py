@@ -2,7 +2,7 @@
 import numpy as np
 
 from mpinn.comm.base import Communicator
-from mpinn.batch import SparseRows
+from mpinn.core.batch import SparseRows
 from mpinn.comm.buffers import check_buffer, displs
 
 

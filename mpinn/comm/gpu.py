@@ -1,11 +1,11 @@
 """GPU buffers (--device gpu): the device allreduce communicator and its transports (nccl, cuda-aware, staged).
-A CPU run never executes any of this; cupy and NCCL come through mpinn.backend."""
+A CPU run never executes any of this; cupy and NCCL come through mpinn.device.backend."""
 import dataclasses
 
 import numpy as np
 from mpi4py import MPI
 
-from mpinn.batch import SparseRows
+from mpinn.core.batch import SparseRows
 from mpinn.comm.allreduce import AllreduceCommunicator
 from mpinn.comm.buffers import check_buffer, check_device_buffer, displs
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from mpinn.config import STOPPED_EXIT, MpinnError, Stopped
+from mpinn.core.errors import STOPPED_EXIT, MpinnError, Stopped
 
 
 def say_error(line):
@@ -112,7 +112,7 @@ class StopSignals:
     """SIGTERM (Slurm's, before the time limit and on preemption; a launcher's, when it is told to stop), SIGUSR1
     (what `sbatch --signal=USR1@120` sends ahead of the limit) and SIGINT (Ctrl-C; mpiexec passes it on to the
     ranks) are remembered, not obeyed at once: the trainer asks every rank at its next step boundary
-    (stop_agreed), writes a checkpoint and ends with code(signal): mpinn.config.STOPPED_EXIT, or 130 after a
+    (stop_agreed), writes a checkpoint and ends with code(signal): mpinn.core.errors.STOPPED_EXIT, or 130 after a
     Ctrl-C, as a shell expects. A second SIGTERM or SIGUSR1 changes nothing: the first already asked for a stop; a
     second Ctrl-C ends the process at once (KeyboardInterrupt), as without mpinn. A SIGINT the process was started
     ignoring (a background job's) stays ignored.
@@ -296,7 +296,7 @@ def end_on(e):
     if isinstance(e, MpinnError):
         fail(str(e), e.code, e.collective)
     if isinstance(e, KeyboardInterrupt):      # Ctrl-C, or SIGTERM where a command made it one (process.Terminated)
-        from mpinn.process import stopped_line
+        from mpinn.host.exits import stopped_line
         fail(*stopped_line(e))
     rank, size = world_rank_size()
     say_error("".join(traceback.format_exception(e)).rstrip("\n"))

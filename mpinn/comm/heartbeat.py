@@ -15,7 +15,7 @@ import threading
 import time
 
 from mpinn.comm.guard import DEADLINE_EXIT, abort_job, say_error
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 KNOB = "--peer-timeout"
 

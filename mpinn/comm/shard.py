@@ -3,7 +3,7 @@ Alltoallv exchange (TableShards) that brings a batch's rows from their owners an
 rows back to them. The node-aware exchange with the same methods is mpinn.comm.shard_node."""
 import numpy as np
 
-from mpinn.batch import SparseRows
+from mpinn.core.batch import SparseRows
 from mpinn.comm.buffers import displs, split_counts
 
 ID = np.int64       # row ids on the wire (a table may outgrow int32 one day; ids are ~3% of the bytes)

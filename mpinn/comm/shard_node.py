@@ -23,7 +23,7 @@ they do not."""
 import numpy as np
 from mpi4py import MPI
 
-from mpinn.batch import SparseRows
+from mpinn.core.batch import SparseRows
 from mpinn.comm.base import Communicator
 from mpinn.comm.buffers import displs
 from mpinn.comm.shard import ID, TableShards, check_owned, segment_sums, sorted_unique

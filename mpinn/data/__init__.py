@@ -17,7 +17,7 @@
 """
 import os
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import files
 from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
 from mpinn.data.clicktext import is_click_log, load_click_text

@@ -3,8 +3,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mpinn.batch import Batch, Layout
-from mpinn.config import MpinnError
+from mpinn.core.batch import Batch, Layout
+from mpinn.core.errors import MpinnError
 
 TASKS = ("multiclass", "binary", "regression")
 CHUNK_ROWS = 262_144        # rows per chunk when reading tables: bounds memory while streaming

@@ -2,7 +2,7 @@
 from ColumnStats' quantiles, stored in the model with the numeric transform."""
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.stats import QUANTILES
 
 MAX_BINS = QUANTILES    # edges are picked from the statistics' quantile grid

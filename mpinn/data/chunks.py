@@ -1,7 +1,7 @@
 """TablePass: a table read chunk by chunk under a DataSpec and a HashSpec, as training reads it and prepare packs it."""
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.labels import LabelScan, encode_labels
 from mpinn.data.stats import ColumnStats
 from mpinn.hashing import encode_indices

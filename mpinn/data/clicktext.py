@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
 from mpinn.data.csvtext import bounded_lines
 from mpinn.data.spec import DataSpec

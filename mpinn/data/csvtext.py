@@ -6,7 +6,7 @@ import csv
 import gzip
 import zlib
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 MAX_LINE = 1 << 24      # characters in one line of a CSV file (16 Mi): the header, and every data line
 ENCODING = "utf-8-sig"  # UTF-8; a byte-order mark at the start is not part of the first column's name

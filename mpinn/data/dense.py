@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import Dataset
 from mpinn.data.labels import encode_labels, missing_labels as missing_labels_of
 from mpinn.data.spec import DataSpec

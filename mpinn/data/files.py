@@ -5,7 +5,7 @@ import glob
 import os
 import re
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 GLOB_CHARS = "*?["
 

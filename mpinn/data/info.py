@@ -2,7 +2,7 @@
 contract and the numeric transform), for the configuration's resolution, the plan and the model."""
 from dataclasses import dataclass
 
-from mpinn.batch import Layout
+from mpinn.core.batch import Layout
 
 
 @dataclass(frozen=True)

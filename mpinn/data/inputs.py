@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo
@@ -179,7 +179,7 @@ def load_everywhere(args, comm, say, resplit=None):
         if transform is not None:
             say("preprocessing: %s" % transform.describe())
         if isinstance(args.data, str) and args.data.endswith(".mpinn"):
-            from mpinn.process import memory_for_job
+            from mpinn.host.memory import memory_for_job
             note = larger_than_memory_note(args.data, os.path.getsize(args.data), memory_for_job(), args.shuffle_block)
             if note:
                 say(note)

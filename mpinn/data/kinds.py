@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import csvtext, times
 
 SAMPLE_ROWS = 10_000     # rows looked at

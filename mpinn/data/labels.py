@@ -1,7 +1,7 @@
 """Labels: the task (binary, multiclass, regression) and the classes, from raw label values."""
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.hashing import factorize
 
 # cells that mean "missing" (after stripping spaces): a numeric input's are imputed and flagged, a label's

@@ -4,7 +4,7 @@ one. Hashed, labelled and counted through the same TablePass as one file, so the
 them all, bit for bit."""
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.files import describe, file_state, unchanged_parts
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec

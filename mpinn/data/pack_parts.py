@@ -23,12 +23,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
 from mpinn.data.packed import PackedDataset
 from mpinn.data.packer import Progress, finished_meta, known_up_front, prepare
 from mpinn.data.parts import manifest_bytes, part_name, parts_dir
-from mpinn.process import follow_umask
+from mpinn.host.launch import follow_umask
 
 
 def shares(sizes, n):
@@ -217,7 +217,7 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
         summary = _on_every_rank(comm, pack, asleep=True)
         rows = comm.allgather_obj(summary["rows"] if summary else 0)
         stats = _fold_in_parallel(comm, path, decided["numeric"], rows) if folds else decided["stats"]
-    except BaseException:       # an error, or SIGTERM (mpinn.process.Terminated): the parts so far go
+    except BaseException:       # an error, or SIGTERM (mpinn.host.exits.Terminated): the parts so far go
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise

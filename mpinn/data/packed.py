@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 import xxhash
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.packed_meta import check_meta, verify_rows
 from mpinn.data.spec import DataSpec

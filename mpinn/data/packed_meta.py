@@ -6,7 +6,7 @@ import json
 import numpy as np
 import xxhash
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.hashing import contract_problem, per_feature_nnz
 
 PREPARE_AGAIN = "prepare it again"

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 

@@ -8,8 +8,8 @@ import numpy as np
 import xxhash
 
 from mpinn import __version__
-from mpinn.config import MpinnError
-from mpinn.process import follow_umask
+from mpinn.core.errors import MpinnError
+from mpinn.host.launch import follow_umask
 from mpinn.data.packed import FORMAT, MAGIC, _align, _nbytes, _section_specs
 from mpinn.data.packed_meta import meta_digest
 

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.packed import Columns, PackedDataset, check_packed
 from mpinn.data.packed_meta import PREPARE_AGAIN, check_meta, meta_digest

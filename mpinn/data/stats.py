@@ -1,7 +1,7 @@
 """Per-column statistics of numeric inputs in one streaming pass, with the same bits whatever the chunking."""
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 BLOCK = 4096        # rows per block: the unit the statistics are folded in, counted from the first row
 FIELDS = ("count", "missing", "mean", "std", "min", "max", "skew", "log_mean", "log_std", "log_skew", "quantiles")

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.base import Dataset, Rows
 from mpinn.data.chunks import TablePass
 from mpinn.data.files import unchanged_parts

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.files import describe as describe_files, file_state
 from mpinn.data.progress import expect
 

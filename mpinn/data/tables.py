@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import csvtext, kinds
 from mpinn.data.base import CHUNK_ROWS, Dataset
 from mpinn.data.chunks import TablePass

@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.labels import MISSING_TEXT
 
 MISSING = frozenset(MISSING_TEXT)

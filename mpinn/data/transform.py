@@ -2,7 +2,7 @@
 them, fitted from ColumnStats and stored in the model file; the same arithmetic in training and predict."""
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.bins import Bins, fit_edges
 
 TRANSFORM_VERSION = 2       # 2: quantile bins ("bins"); a transform without bins is still written as 1

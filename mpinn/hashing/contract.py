@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.hashing.collisions import _collisions_of_digests, _report_row
 from mpinn.hashing.columns import _digests, _trick_tokens, default_buckets, feature_seed
 from mpinn.hashing.tokens import _map, _n_rows, _ordered, factorize

@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 MISSING = ""                # the token of a missing value: empty string, None and NaN all become it
 _ARROW_MIN_ROWS = 4096      # below this, converting a str column to arrow costs more than it saves

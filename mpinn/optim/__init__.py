@@ -14,7 +14,7 @@ in REGISTRY below; the command line, the defaults and the API read it from there
 from dataclasses import dataclass
 from importlib import import_module
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """What every optimizer shares: its state arrays, the flat buffer's regions, L2 decay, the lazy row update."""
 import numpy as np
 
-from mpinn.batch import SparseRows, put_rows, take_rows
-from mpinn.config import MpinnError
-from mpinn.process import fresh_zeros
+from mpinn.core.batch import SparseRows, put_rows, take_rows
+from mpinn.core.errors import MpinnError
+from mpinn.host.heap import fresh_zeros
 from mpinn.optim import fused
 
 HASHED_UPDATES = ("lazy", "dense")

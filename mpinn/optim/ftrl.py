@@ -1,7 +1,7 @@
 """FTRL-Proximal (McMahan et al. 2013, Algorithm 1), per coordinate."""
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.optim import fused
 from mpinn.optim.base import Optimizer
 

@@ -3,7 +3,7 @@ small collective, and where they differ one line naming the option and its value
 import hashlib
 import json
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings.table import OPTIONS
 
 # not compared: --config names a file whose options are compared themselves

@@ -5,7 +5,7 @@ options' own rules are mpinn.settings.rules."""
 from dataclasses import dataclass
 from typing import Callable
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 
 @dataclass(frozen=True)

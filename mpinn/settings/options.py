@@ -2,8 +2,8 @@
 one line, and the argument types. The training options themselves are a table: mpinn.settings."""
 import argparse
 
-from mpinn.config import MpinnError
-from mpinn.process import launched_ranks
+from mpinn.core.errors import MpinnError
+from mpinn.host.launch import launched_ranks
 
 
 def _files(given):
@@ -150,7 +150,7 @@ def class_list(s):
 
 def numeric_embedding(s):
     """--numeric-embedding: auto, off, periodic or periodic:SIGMA (a positive number), normalised."""
-    from mpinn.periodic import parse
+    from mpinn.model.periodic import parse
     choice = parse(s)
     if choice is None:
         raise argparse.ArgumentTypeError("wants auto, off, periodic or periodic:SIGMA (a positive number), not %r"

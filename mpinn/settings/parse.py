@@ -6,7 +6,7 @@ import re
 import sys
 from types import MappingProxyType
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings.config_file import config_toml, model_config_toml, read_config
 from mpinn.settings.helptext import HelpAction, short_help
 from mpinn.settings.options import Parser
@@ -187,7 +187,7 @@ def describe(cfg):
 def check_requirements(cfg):
     """What the options need from this machine, before anything is read (a missing plotting library)."""
     if cfg.plot:
-        from mpinn.report import plotting_missing
+        from mpinn.files.report import plotting_missing
         missing = plotting_missing()
         if missing:
             raise MpinnError("--plot needs matplotlib: %s" % missing)

@@ -75,7 +75,7 @@ class Plan:
 
 
 def make_plan(cfg, topo, spec, optimizer):
-    """The Plan of a resolved configuration on a job (topo) for a model (spec: mpinn.config.ModelSpec) stepped by
+    """The Plan of a resolved configuration on a job (topo) for a model (spec: mpinn.core.spec.ModelSpec) stepped by
     `optimizer` (made, not yet allocated: its properties say what state it keeps and whether it needs the
     touched rows). Raises the rule's MpinnError for a combination this job refuses."""
     check_job(cfg, topo, spec)

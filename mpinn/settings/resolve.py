@@ -5,7 +5,7 @@ import math
 from dataclasses import replace
 from types import MappingProxyType
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.optim import REGISTRY
 from mpinn.settings.parse import from_keywords
 from mpinn.settings.rules import check, check_data

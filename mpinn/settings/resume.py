@@ -5,9 +5,9 @@ import hashlib
 import json
 import os
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.files import named
-from mpinn.outputs import check_apart, check_dir, check_file
+from mpinn.files.outputs import check_apart, check_dir, check_file
 from mpinn.settings.table import OPTIONS
 
 
@@ -26,7 +26,7 @@ def check_outputs(cfg):
     check_apart(written, read)
     check_valid_apart(read)
     if cfg.resume:
-        from mpinn.checkpoint import list_checkpoints
+        from mpinn.files.checkpoint import list_checkpoints
         if not os.path.isdir(cfg.resume):
             raise MpinnError("--resume: checkpoint directory %s does not exist" % cfg.resume)
         if not list_checkpoints(cfg.resume):
@@ -50,7 +50,7 @@ def check_valid_apart(read):
 def own_checkpoint_dir(cfg):
     """A fresh run (no --resume) starts in a --checkpoint-dir that holds no checkpoint, or with
     --overwrite-checkpoints, which removes them now: another run's files are never mistaken for this one's."""
-    from mpinn.checkpoint import list_checkpoints, member_dirs, remove_stale_temporaries
+    from mpinn.files.checkpoint import list_checkpoints, member_dirs, remove_stale_temporaries
     if not cfg.checkpoint_dir or cfg.resume:
         return
     places = [cfg.checkpoint_dir] + member_dirs(cfg.checkpoint_dir)      # an ensemble's members' too
@@ -144,10 +144,10 @@ def check_kept(header, has_best_params, keep):
 
 
 def claim_outputs(cfg):
-    """Rank 0, before anything is read: the outputs checked, then claimed for this run (mpinn.outputs.Claims: a
+    """Rank 0, before anything is read: the outputs checked, then claimed for this run (mpinn.files.outputs.Claims: a
     second run given the same file or checkpoint directory is refused now, not found out at the end), then a fresh
     run's checkpoint directory emptied where asked (another run's files never)."""
-    from mpinn.outputs import Claims
+    from mpinn.files.outputs import Claims
     check_outputs(cfg)
     files = [("--" + name.replace("_", "-"), getattr(cfg, name), False)
              for name in ("model_out", "metrics_out", "curve", "plot", "timeline")]

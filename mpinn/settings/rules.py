@@ -8,7 +8,7 @@ whose options are not decided yet (None, auto) does not fire until they are."""
 from dataclasses import dataclass
 from typing import Callable
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import files
 from mpinn.hashing import max_buckets, parse_buckets
 from mpinn.optim import REGISTRY

@@ -1,8 +1,8 @@
 """The defaults that depend on what the model looks like: one table, by model shape, and the automatic batch."""
 import math
 
-from mpinn import periodic
-from mpinn.config import ModelSpec
+from mpinn.model import periodic
+from mpinn.core.spec import ModelSpec
 
 # model shape -> the training defaults for it (what --help lists); measured on real data sets, see
 # docs and scripts/real_data.py
@@ -40,7 +40,7 @@ LOG_POINTS = 4
 SMALL_TABLE_VALUES = 10_000_000
 SMALL_TABLE_PARAMS = 2_000_000
 SMALL_TABLE_MEMBERS = 5
-# --numeric-embedding auto: an ensemble's first member is trained again with periodic embeddings (mpinn.periodic) and
+# --numeric-embedding auto: an ensemble's first member is trained again with periodic embeddings (mpinn.model.periodic) and
 # the better on its held-out rows is kept, where there are 2 to 64 numeric columns. No shape of the data told where
 # they help (label only, np 2, five models: census income +0.014 test AUC; cells -0.019, diamonds +1.5% RMSE,
 # movielens -0.018, fertility -0.005), the held-out rows did on every set with signal but movielens, whose one

@@ -14,7 +14,7 @@ def communicator(plan, comm=None, backend=None, dup=True):
     over comm itself, a job's own duplicate); backend: the array backend its buffers live on (default: the plan's
     device's, bound by the probe)."""
     if backend is None:
-        from mpinn.backend import get_backend
+        from mpinn.device.backend import get_backend
         backend = get_backend("cupy" if plan.device == "gpu" else "numpy")
     return create_communicator(plan.reduce, comm, plan.transport, plan.sparse_threshold, plan.cfg.compress,
                                plan.topology, backend, dup)

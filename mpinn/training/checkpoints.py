@@ -1,9 +1,9 @@
 """A run's checkpoints: where they go and what they record (Checkpoints), a run resumed from one (start), and the
 stop a signal asks for (a checkpoint of this exact position, then the run ends, resumable). The trainer's loop
 calls them at its step boundaries; this is the one seam of training that touches files."""
-from mpinn.checkpoint import clear_stopped, load_checkpoint, mark_stopped, save_checkpoint
-from mpinn.config import MpinnError, Stopped
-from mpinn.outputs import why_not_written
+from mpinn.files.checkpoint import clear_stopped, load_checkpoint, mark_stopped, save_checkpoint
+from mpinn.core.errors import MpinnError, Stopped
+from mpinn.files.outputs import why_not_written
 from mpinn.settings import messages
 from mpinn.settings.resume import check_kept, check_resume, resume_config, run_identity
 

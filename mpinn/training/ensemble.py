@@ -17,8 +17,8 @@ from types import MappingProxyType
 import numpy as np
 
 from mpinn.comm.guard import START_KNOB
-from mpinn.config import MpinnError
-from mpinn.metrics import better, format_metrics
+from mpinn.core.errors import MpinnError
+from mpinn.model.metrics import better, format_metrics
 
 
 def kept_metrics(history, summary):
@@ -55,7 +55,7 @@ def scores_averaged(cfg, streamed):
 def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
     """The held-out metrics of the members' averaged predictions (stacked: their parameters, on rank 0; valid: the
     held-out rows, on rank 0), scored as one model's are (mpinn.training.evaluate). Collective."""
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     from mpinn.training.evaluate import evaluate
     from mpinn.training.towers import mix
     members = job.comm.bcast_array(stacked, what="the ensemble's parameters")
@@ -78,7 +78,7 @@ def member_checkpoints(cfg, given, k, comm):
     below the run's directory (the first member writes there; k None: the first member's periodic trial, into
     trial-periodic), and a resume of the run resumes the members that had begun (a finished one ends at once, its
     kept parameters restored) and starts the others afresh."""
-    from mpinn.checkpoint import TRIAL_DIR, list_checkpoints, member_dir
+    from mpinn.files.checkpoint import TRIAL_DIR, list_checkpoints, member_dir
     home = given.checkpoint_dir or given.resume
     if not home:
         return cfg, None

@@ -3,7 +3,7 @@
 import numpy as np
 
 from mpinn.comm import split_counts
-from mpinn.metrics import auc, compute_metrics, metric_sums, metrics_from_sums, sums_length
+from mpinn.model.metrics import auc, compute_metrics, metric_sums, metrics_from_sums, sums_length
 from mpinn.training.towers import fit_weights, mix
 
 

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 
 class Faults:

@@ -223,7 +223,7 @@ class ReaderGroup:
 def empty_batch(layout):
     """A batch of no rows (a reader whose files are done)."""
     import scipy.sparse as sp
-    from mpinn.batch import Batch
+    from mpinn.core.batch import Batch
     return Batch(sp.csr_matrix((0, layout.n_sparse), dtype=layout.dtype) if layout.n_sparse else None,
                  np.zeros((0, layout.n_dense), layout.dtype) if layout.n_dense else None, np.zeros(0, layout.y_dtype))
 

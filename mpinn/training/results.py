@@ -5,10 +5,10 @@ import os
 import tempfile
 import time
 
-from mpinn.checkpoint import save_model
-from mpinn.config import MpinnError
-from mpinn.metrics import format_metrics
-from mpinn.outputs import why_not_written, written_whole
+from mpinn.files.checkpoint import save_model
+from mpinn.core.errors import MpinnError
+from mpinn.model.metrics import format_metrics
+from mpinn.files.outputs import why_not_written, written_whole
 from mpinn.settings import messages
 
 

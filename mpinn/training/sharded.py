@@ -5,11 +5,11 @@ import time
 
 import numpy as np
 
-from mpinn.backend import compact_csr
-from mpinn.batch import Batch
+from mpinn.device.backend import compact_csr
+from mpinn.core.batch import Batch
 from mpinn.comm.shard import RowOwners, TableShards
-from mpinn.config import MpinnError
-from mpinn.process import small_pages_at
+from mpinn.core.errors import MpinnError
+from mpinn.host.heap import small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
 
 

@@ -2,9 +2,9 @@
 the timeline, and the parameters' way in and out (start, checkpoints, the model file)."""
 import numpy as np
 
-from mpinn.batch import coalesce
+from mpinn.core.batch import coalesce
 from mpinn.comm import split_counts
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 
 def all_finite(a):

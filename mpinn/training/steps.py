@@ -13,7 +13,7 @@ run takes is its plan's (mpinn.settings.plan); mpinn.training.build makes it."""
 
 import numpy as np
 
-from mpinn.batch import RowParts
+from mpinn.core.batch import RowParts
 from mpinn.training.step_base import Step, agree_on, all_finite  # noqa: F401 (all_finite: for the step modules)
 
 

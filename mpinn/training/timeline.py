@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from mpinn.outputs import made_parent
+from mpinn.files.outputs import made_parent
 
 PHASES = ("data", "compute", "comm", "update")   # data wait, forward+backward, communication, optimizer
 

@@ -1,7 +1,7 @@
 """Tower mode's mixture: one prediction from T replicas, a plain mean or weights fitted on held-out rows."""
 import numpy as np
 
-from mpinn.metrics import EPS
+from mpinn.model.metrics import EPS
 
 
 def mix(preds, weights=None):

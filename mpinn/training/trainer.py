@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from mpinn import __version__
 from mpinn.comm.guard import NoWatchdog
-from mpinn.config import MpinnError
-from mpinn.metrics import better, format_metrics, stop_value
-from mpinn.process import reusing_heap
+from mpinn.core.errors import MpinnError
+from mpinn.model.metrics import better, format_metrics, stop_value
+from mpinn.host.heap import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of

@@ -204,7 +204,7 @@ def main(argv=None):
     if set(parts) - set(PARTS):
         p.error("--parts: of %s" % ",".join(PARTS))
 
-    from mpinn.backend import get_backend, gpu_probe
+    from mpinn.device.backend import get_backend, gpu_probe
     count, why = gpu_probe()
     if not count:
         say("needs cupy and a GPU: %s" % why)

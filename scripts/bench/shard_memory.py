@@ -43,17 +43,17 @@ def w2_rows(bits, n):
 def probe(args):
     import numpy as np
     import scipy.sparse as sp
-    from mpinn.batch import Batch, Layout
+    from mpinn.core.batch import Batch, Layout
     from mpinn.comm import Communicator
     from mpinn.comm.topology import probe as probe_job
-    from mpinn.config import ModelSpec
-    from mpinn.model import MLP
+    from mpinn.core.spec import ModelSpec
+    from mpinn.model.mlp import MLP
     from mpinn.optim import REGISTRY, create_optimizer
     from mpinn.optim.schedule import make_schedule
     from mpinn.settings import fixed, make_plan
     from mpinn.training import Trainer
     from mpinn.training.build import build_step, communicator
-    from mpinn.process import memory_mb, resident_bytes
+    from mpinn.host.memory import memory_mb, resident_bytes
     from mpinn.training.sharded import own_rows
     job = Communicator()
     n_rows, width, B = 1 << args.bits[0], 64, 1024

@@ -86,7 +86,7 @@ def make_data(args):
 
 def hidden_auc(test, truth):
     import numpy as np
-    from mpinn.metrics import auc
+    from mpinn.model.metrics import auc
     with open(test, "rb") as f:
         y = np.array([line[:1] == b"1" for line in f], dtype=np.float64)
     return float(auc(y, np.load(truth).astype(np.float64)))

@@ -20,7 +20,7 @@ def main(argv=None):
     import cupy
     import cupyx.scipy.sparse as cs
     from cupyx import cusparse
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
 
     rng = np.random.default_rng(7)
     n, width = 1024, 20000

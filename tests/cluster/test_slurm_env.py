@@ -4,7 +4,7 @@ tests/cluster/test_slurm.py."""
 import pytest
 
 from mpinn.comm.node import slurm_step, unwired_srun
-from mpinn.process import blas_share, slurm_tasks_on_node
+from mpinn.host.launch import blas_share, slurm_tasks_on_node
 
 SRUN = {"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NODEID": "1",
         "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "n[1-2]",
@@ -77,5 +77,5 @@ def test_blas_threads_share_the_cores_the_job_has(env, cores, threads):
 def test_the_launchers_rank_and_size_without_starting_mpi(env, expected):
     """What predict (refused under several ranks), prepare (MPI only when launched with others) and the parser
     (rank 0 alone speaks) read."""
-    from mpinn.process import launched_ranks
+    from mpinn.host.launch import launched_ranks
     assert launched_ranks(env) == expected

@@ -5,7 +5,7 @@ import scipy.io
 
 from ranks import COMM, agree
 from mpinn.comm import check_buffer, create_communicator
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import load_mat
 
 

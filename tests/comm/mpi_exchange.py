@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from ranks import COMM, agree, make_trainer, toy_data
-from mpinn.config import ModelSpec
-from mpinn.batch import Layout
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Layout
 from mpinn.data import Dataset
-from mpinn.batch import Batch
-from mpinn.model import MLP
+from mpinn.core.batch import Batch
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.training import Faults, Hooks
 from mpinn.training.timeline import PHASES
@@ -158,7 +158,7 @@ def test_too_little_shared_memory_falls_back_or_is_refused(monkeypatch):
     """A small /dev/shm (a container's 64 MiB) would end in a SIGBUS: auto falls back to
     MPI_Allreduce and says why; an explicit --comm shm is one clear error on every rank."""
     import mpinn.comm.topology
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     monkeypatch.setattr(mpinn.comm.topology, "shm_room", lambda: 1 << 20)
     t = make(transport="auto")
     agree(t.comm.transport == "mpi" and t.comm.shared is None, t.comm.transport)

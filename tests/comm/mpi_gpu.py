@@ -7,13 +7,14 @@ import pytest
 
 from ranks import COMM, OPTIMIZERS, agree, make_trainer, toy_data
 from fake_device import FakeBackend, canonical_csr
-from mpinn.backend import gpu_probe, to_host
+from mpinn.device.backend import gpu_probe, to_host
 from mpinn.comm.gpu import DeviceAllreduceCommunicator
 from mpinn.comm.topology import cuda_aware_mpi
-from mpinn.config import ModelSpec, MpinnError
-from mpinn.batch import Layout
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Layout
 from mpinn.data import Dataset
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 
 GPUS, NO_GPU = gpu_probe()
@@ -45,7 +46,7 @@ def fit(backend, optimizer="sgd", epochs=2, batch=12, canonical=False, **options
 
 
 def cpu_fit(threshold, optimizer="sgd", canonical=False):     # MPI_Allreduce, as the staged transport sums
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
     return fit(get_backend("numpy"), optimizer, comm="mpi", sparse_threshold=threshold, canonical=canonical)
 
 
@@ -98,7 +99,7 @@ def test_one_rank_moves_nothing_through_the_host():
 # ---------------------------------------------------------------- on real GPUs
 def gpu_fit(transport, threshold=0.25, optimizer="sgd", batch=12, mpi_comm=None, canonical=False):
     """fit on this rank's GPU: the job probed first (which binds each rank to its GPU), then the model made there."""
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
     from mpinn.comm.topology import probe
     topo = probe(mpi_comm or COMM, "gpu", nccl=transport == "nccl")
     return fit(get_backend("cupy"), optimizer, batch=batch, device="gpu", comm=transport, sparse_threshold=threshold,

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 
 from ranks import COMM, agree, toy_data
-from mpinn.config import ModelSpec
-from mpinn.batch import Layout
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Layout
 from mpinn.data import Dataset
-from mpinn.metrics import compute_metrics
-from mpinn.batch import Batch
-from mpinn.model import MLP
+from mpinn.model.metrics import compute_metrics
+from mpinn.core.batch import Batch
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 from ranks import make_trainer as trainer_of

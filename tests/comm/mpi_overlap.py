@@ -5,10 +5,11 @@ import pytest
 from ranks import COMM, agree, make_trainer, toy_data
 from mpinn.comm import create_communicator
 from mpinn.comm.overlap import OverlappedReduce
-from mpinn.config import MpinnError, ModelSpec
-from mpinn.batch import Layout
-from mpinn.batch import Batch
-from mpinn.model import MLP
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Layout
+from mpinn.core.batch import Batch
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.training import Faults, Hooks
 

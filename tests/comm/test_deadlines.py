@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, mpirun
-from mpinn.backend import gpu_probe
+from mpinn.device.backend import gpu_probe
 
 PROBE = os.path.join(ROOT, "tests", "comm", "deadline_probe.py")
 GPUS, NO_GPU = gpu_probe()

@@ -10,15 +10,16 @@ import scipy.sparse as sp
 
 from conftest import in_process, run
 from fake_device import FakeBackend, ListFeed, canonical_csr, messy_csr
-from mpinn.backend import gpu_probe, select_backend
+from mpinn.device.backend import gpu_probe, select_backend
 from mpinn.comm.buffers import check_buffer, check_device_buffer
 from mpinn.comm.topology import Topology
-from mpinn.config import ModelSpec, MpinnError
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
 from mpinn.settings import fixed, from_keywords
 from mpinn.settings.plan import choose_gpu_transport
 from mpinn.settings.job_rules import check_job
 from mpinn.training.staging import DeviceFeed
-from mpinn.batch import Batch
+from mpinn.core.batch import Batch
 
 GPUS, NO_GPU = gpu_probe()
 needs_gpu = pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU: %s" % NO_GPU)
@@ -174,13 +175,13 @@ W2_SPEC = ModelSpec(1 << 18, 0, (64,), 1, "relu", "sigmoid", "float32", sparse_f
 
 
 def backend_of(kind):
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
     return FakeBackend() if kind == "fake" else get_backend("cupy")
 
 
 def _pair(spec, kind, seed=3):
     """The model on the host and on the device, the same parameters."""
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     return MLP(spec).init_(seed), MLP(spec, backend_of(kind)).init_(seed)
 
 
@@ -200,7 +201,7 @@ def staged(model, b):
 
 
 def close(got, want, dtype, what=""):
-    from mpinn.backend import to_host
+    from mpinn.device.backend import to_host
     tol = 1e-10 if np.dtype(dtype) == np.float64 else 2e-4
     np.testing.assert_allclose(to_host(got), want, rtol=tol, atol=tol, err_msg=what)
 
@@ -209,7 +210,7 @@ def close(got, want, dtype, what=""):
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: "%s-%s-%s-%d-%d%s" % (s.activation, s.loss, s.dtype, s.n_sparse,
                                                                             s.n_dense, "-wide" if s.wide else ""))
 def test_forward_and_backward_equal_numpy(spec, kind):
-    from mpinn.backend import to_host
+    from mpinn.device.backend import to_host
     cpu, dev = _pair(spec, kind)
     b = _batch(spec)
     on = staged(dev, b)
@@ -283,7 +284,7 @@ def test_the_backends_products_equal_scipys(kind, dtype):
 
 
 def rows_times_on_the_host(indptr, indices, data, B):
-    """The GPU kernel's arithmetic (mpinn.backend._rows_times_kernel) written out in numpy, one output row at a
+    """The GPU kernel's arithmetic (mpinn.device.backend._rows_times_kernel) written out in numpy, one output row at a
     time, each entry's product then sum rounded in turn."""
     out = np.zeros((len(indptr) - 1, B.shape[1]), np.result_type(data, B))
     for r in range(len(indptr) - 1):
@@ -296,7 +297,7 @@ def rows_times_on_the_host(indptr, indices, data, B):
 def test_the_kernels_order_is_scipys_so_a_transposed_product_is_bitwise(dtype):
     """transpose_csr orders X^T's rows by X's row (a unique sort key); summed in that order, as the GPU kernel
     does, X @ W and X^T @ D equal scipy's to the bit, duplicates and unsorted rows included."""
-    from mpinn.backend import transpose_csr
+    from mpinn.device.backend import transpose_csr
     rng = np.random.default_rng(3)
     X = messy_csr(40, 70, rng, dtype)
     W, D = rng.standard_normal((70, 5)).astype(dtype), rng.standard_normal((40, 5)).astype(dtype)
@@ -311,7 +312,7 @@ def test_the_hashed_gradient_is_the_same_bits_every_run(kind):
     """X^T @ D for a 1024-row batch of 20 Zipf ids a row (hot columns summing hundreds of rows), 20 times: the
     same bits each time, as a resumed run needs. cuSPARSE's SpMM with op(A) transposed sums with atomics and
     does not (its documentation; on the H200 a resumed run differed in the last bits)."""
-    from mpinn.backend import to_host
+    from mpinn.device.backend import to_host
     b = backend_of(kind)
     rng = np.random.default_rng(7)
     n, width = 1024, 20000
@@ -327,7 +328,7 @@ def test_the_hashed_gradient_is_the_same_bits_every_run(kind):
 @pytest.mark.gpu
 @needs_gpu
 def test_cupy_device_feed_matches_the_host_batches():
-    from mpinn.backend import get_backend, to_host
+    from mpinn.device.backend import get_backend, to_host
     rng = np.random.default_rng(4)
     host = [Batch(messy_csr(n, 50, rng), rng.standard_normal((n, 3)).astype(np.float32), rng.integers(0, 4, n))
             for n in (3, 9, 0, 5, 40, 2, 17)]
@@ -360,7 +361,7 @@ def test_a_missing_nccl_library_is_refused_not_imported_silently(monkeypatch):
     """cupy.cuda.nccl imports without libnccl and says so only in nccl.available."""
 
     import types
-    from mpinn.backend import CupyBackend
+    from mpinn.device.backend import CupyBackend
     fake = types.ModuleType("cupy.cuda.nccl")
     fake.available = False
     cuda = types.ModuleType("cupy.cuda")
@@ -380,8 +381,7 @@ def test_a_missing_nccl_library_is_refused_not_imported_silently(monkeypatch):
 def test_a_batch_without_labels_goes_to_the_device():
     """Predicting on unlabelled rows: the inputs still move to the GPU (the decision is not taken
     from the labels alone)."""
-    from mpinn.backend import CupyBackend
-    from mpinn.batch import Batch
+    from mpinn.device.backend import CupyBackend
 
     class Moved(np.ndarray):
         pass

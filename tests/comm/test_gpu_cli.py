@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.backend import gpu_probe
+from mpinn.device.backend import gpu_probe
 
 GPUS, NO_GPU = gpu_probe()
 DEVICES = [pytest.param("cpu"),

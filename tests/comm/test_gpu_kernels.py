@@ -1,4 +1,4 @@
-"""The GPU's fused kernels (mpinn.device_kernels, called through CupyBackend) against the numpy arithmetic they
+"""The GPU's fused kernels (mpinn.device.kernels, called through CupyBackend) against the numpy arithmetic they
 replace, written out plainly here: the softmax and sigmoid heads, bias + activation, the activations' gradients,
 the first layer's product with its dense part and bias, and the compact form of a batch's hashed rows with its
 transposed product. Non-finite values travel as numpy's do (a NaN loss is a skipped step). Marked gpu: skipped
@@ -8,8 +8,8 @@ import pytest
 import scipy.sparse as sp
 
 from fake_device import messy_csr
-from mpinn.backend import gpu_probe, to_host
-from mpinn.batch import Batch
+from mpinn.device.backend import gpu_probe, to_host
+from mpinn.core.batch import Batch
 
 GPUS, NO_GPU = gpu_probe()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="needs cupy and a GPU: %s" % NO_GPU)]
@@ -18,7 +18,7 @@ DTYPES = ["float32", "float64"]
 
 @pytest.fixture(scope="module")
 def gpu():
-    from mpinn.backend import get_backend
+    from mpinn.device.backend import get_backend
     return get_backend("cupy")
 
 

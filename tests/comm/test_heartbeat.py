@@ -61,7 +61,7 @@ def test_the_folder_is_beside_the_output_and_hidden(tmp_path):
 
 def test_a_folder_that_cannot_be_made_is_one_line(tmp_path):
     import pytest
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     (tmp_path / "file").write_text("x")
     with pytest.raises(MpinnError, match="^cannot write into %s: Not a directory$" % (tmp_path / "file")):
         Heartbeat(folder_for(str(tmp_path / "file" / "out.mpinn")), 0, 2, 5).start()

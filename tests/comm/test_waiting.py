@@ -10,7 +10,7 @@ from conftest import mpirun
 def test_the_other_ranks_sleep_while_rank_0_reads(n, launcher):
     """root_call (rank 0 reading the data, a checkpoint, the outputs' checks): the others use next to no CPU until it
     is done, and an error there is every rank's (a bug's too: no rank is left waiting)."""
-    code = ("import time; from mpinn.comm import Communicator; from mpinn.config import MpinnError; "
+    code = ("import time; from mpinn.comm import Communicator; from mpinn.core.errors import MpinnError; "
             "c = Communicator(); t = time.process_time(); x = c.root_call(lambda: time.sleep(1.5) or 7); "
             "cpu = time.process_time() - t\n"
             "try:\n    c.root_call(lambda: (_ for _ in ()).throw(MpinnError('bad file')))\n"

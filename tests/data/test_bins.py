@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 import mpinn.data.stats as stats_module
 from conftest import mpirun, run
-from mpinn.batch import Batch
-from mpinn.config import ModelSpec, MpinnError
+from mpinn.core.batch import Batch
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
 from mpinn.data.bins import AUTO_BINS, AUTO_MAX_COLUMNS, AUTO_MAX_ROWS, AUTO_MIN_ROWS, fit_edges, parse
 from mpinn.data.stats import BLOCK, ColumnStats, column_stats
 from mpinn.data.transform import NumericTransform
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 
 NAMES = ["normal", "money", "small", "flag"]
 
@@ -199,8 +200,8 @@ SCRIPT = """
 import json, sys
 import numpy as np
 import mpinn.api as mp
-from mpinn.model import predict_rows
-from mpinn.predict import load_for_model
+from mpinn.model.mlp import predict_rows
+from mpinn.inference.load import load_for_model
 data, model_out = sys.argv[1], sys.argv[2]
 r = mp.train(data, label="y", numeric="normal,money,small,flag", categorical="kind", numeric_bins="8", epochs=2, ensemble=1,
              hidden=(8,), model_out=model_out, quiet=True)
@@ -225,7 +226,7 @@ def test_a_model_file_with_bins_round_trips_through_predict(tmp_path):
     from_file = np.loadtxt(out, delimiter=",", skiprows=1, usecols=1)
     in_process = np.load(mine)
     np.testing.assert_allclose(from_file, in_process, rtol=1e-5, atol=1e-7)      # the CSV's 6 digits
-    from mpinn.predict import predict_file
+    from mpinn.inference.score import predict_file
     exact = predict_file(model, train)[0]
     assert np.array_equal(exact, in_process)
     r = run([sys.executable, "-m", "mpinn.predict", "--model", model, "--data", test, "--out", out], timeout=120)

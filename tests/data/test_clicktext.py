@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run
 from mpinn.bench.w4 import BLOCK, MISSING_INT, W4, write_text
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import HashSpec, load_data
 from mpinn.data.clicktext import CAT_NAMES, INT_NAMES, ClickTextSource
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, Dataset, load_csv
 from mpinn.data.many import read_column
 

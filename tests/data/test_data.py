@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.io
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, HashSpec, load_csv, load_data, load_default
 from mpinn.data.clicklog import make_clicklog
 from mpinn.data.labels import encode_labels

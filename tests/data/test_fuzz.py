@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, HashSpec, load_csv
 from mpinn.data.transform import NumericTransform
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xxhash
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.hashing import (ContractFitter, check_contract, collision_report, encode, expected_colliding, feature_seed,
                            fit_contract, hashed_csr, make_contract, parse_buckets, split_slices, token_columns)
 
@@ -161,8 +161,8 @@ def test_trick_without_prefix_is_the_peers_reference():
 
 
 def test_contract_round_trips_through_a_model_file_and_mismatch_is_refused(tmp_path):
-    from mpinn.checkpoint import load_model, save_model
-    from mpinn.config import ModelSpec
+    from mpinn.files.checkpoint import load_model, save_model
+    from mpinn.core.spec import ModelSpec
     cols = [np.arange(500) % 40, np.array(["u", "v"] * 250, dtype=object)]
     for mode in ("trick", "split", "onehot"):
         c = fit_contract(["a", "b"], cols, mode=mode)

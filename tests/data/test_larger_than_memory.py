@@ -70,7 +70,7 @@ def test_a_file_larger_than_the_jobs_memory_with_short_shuffled_runs_gets_a_note
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_the_cgroup_limit_is_read_from_this_process_group(tmp_path, version):
-    from mpinn.process import cgroup_limit
+    from mpinn.host.memory import cgroup_limit
     proc = tmp_path / "cgroup"
     if version == "v1":
         proc.write_text("12:cpu,cpuacct:/x\n9:memory:/jobs/42\n0::/\n")

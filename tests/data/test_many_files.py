@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, load_data
 from mpinn.data.files import expand, natural_key
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, load_csv, load_data, stats
 from mpinn.data.inputs import check_labels
 from mpinn.data.labels import encode_labels
@@ -140,8 +140,8 @@ def test_an_all_missing_column_is_one_error():
 
 
 def test_the_transform_round_trips_through_json_the_model_file_and_a_packed_file(tmp_path):
-    from mpinn.checkpoint import load_model, save_model
-    from mpinn.config import ModelSpec
+    from mpinn.files.checkpoint import load_model, save_model
+    from mpinn.core.spec import ModelSpec
     from mpinn.data.packed import PackedDataset
     from mpinn.data.tables import TableSource
     from mpinn.prepare import prepare

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import mpinn.data.packed as packed
 import mpinn.data.packing as packing
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, Dataset, HashSpec, load_csv, load_data, load_default
 from mpinn.data.tables import TableSource
 from mpinn.data.packed import PackedDataset

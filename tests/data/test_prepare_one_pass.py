@@ -11,7 +11,7 @@ import pytest
 import mpinn.data.packing as packing
 from conftest import run
 from mpinn.bench.w4 import W4, write_text
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, HashSpec
 from mpinn.data.clicktext import ClickTextSource
 from mpinn.data.labels import LabelScan

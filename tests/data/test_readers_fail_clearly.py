@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, load_data
 
 

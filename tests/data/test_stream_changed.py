@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, w4_text
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, data_format
 from mpinn.data.stream import estimate_rows, open_stream
 from mpinn.data.stream_setup import Recipe

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, w4_text
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings.resume import check_resume, readers_meant
 
 OPTS = ["--stream", "on", "--sample-rows", "1000", "--shuffle-window", "700", "--batch-size", "128", "--epochs", "2",

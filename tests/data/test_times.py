@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data import Dataset
 from mpinn.data.times import seconds, sort_keys
 

@@ -4,8 +4,8 @@ import os
 import pytest
 
 from conftest import ROOT, api_page_output, masked_rates, mpirun
-from mpinn.backend import gpu_probe
-from mpinn.config import MpinnError
+from mpinn.device.backend import gpu_probe
+from mpinn.core.errors import MpinnError
 from mpinn.settings import from_keywords
 from mpinn.settings.parse import options_to_argv
 

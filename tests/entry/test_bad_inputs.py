@@ -188,7 +188,7 @@ def test_a_model_header_that_disagrees_with_its_parameters_is_one_line(tmp_path)
     dimension mismatch`, rc 1; edited bits alone would hash to columns the model does not have)."""
     import json
     import mpinn.api
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     path = str(write_csv(tmp_path / "t.csv"))
     r, model = train(["--data", path, "--label", "y", "--categorical", "a", "--numeric", "b", "--hash-bits", "10",
                       "--epochs", "1", "--ensemble", "1"], tmp_path)

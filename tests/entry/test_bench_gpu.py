@@ -10,10 +10,10 @@ from scripts.bench import gpu as bench_gpu
 
 
 def test_every_part_runs_end_to_end_with_the_cpu_standing_in(tmp_path, monkeypatch, launcher):
-    import mpinn.backend
+    import mpinn.device.backend
     monkeypatch.setattr(bench_gpu, "DEVICE", "cpu")
-    monkeypatch.setattr(mpinn.backend, "gpu_probe", lambda: (1, None))
-    monkeypatch.setattr(mpinn.backend, "get_backend", lambda name="numpy": types.SimpleNamespace(
+    monkeypatch.setattr(mpinn.device.backend, "gpu_probe", lambda: (1, None))
+    monkeypatch.setattr(mpinn.device.backend, "get_backend", lambda name="numpy": types.SimpleNamespace(
         describe=lambda: "the CPU standing in"))
     stream = types.SimpleNamespace(synchronize=lambda: None)
     monkeypatch.setattr(bench_gpu, "gpu_arrays", lambda: types.SimpleNamespace(
@@ -35,9 +35,9 @@ def test_every_part_runs_end_to_end_with_the_cpu_standing_in(tmp_path, monkeypat
 
 
 def test_a_part_without_the_budget_to_start_is_recorded_as_skipped(tmp_path, monkeypatch):
-    import mpinn.backend
-    monkeypatch.setattr(mpinn.backend, "gpu_probe", lambda: (1, None))
-    monkeypatch.setattr(mpinn.backend, "get_backend", lambda name="numpy": types.SimpleNamespace(describe=lambda: "-"))
+    import mpinn.device.backend
+    monkeypatch.setattr(mpinn.device.backend, "gpu_probe", lambda: (1, None))
+    monkeypatch.setattr(mpinn.device.backend, "get_backend", lambda name="numpy": types.SimpleNamespace(describe=lambda: "-"))
     out = tmp_path / "b.json"
     assert bench_gpu.main(["--budget-s", "10", "--out", str(out), "--plot", str(tmp_path / "b.png")]) == 0
     rec = json.load(open(out))

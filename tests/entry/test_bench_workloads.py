@@ -67,7 +67,7 @@ def test_w3_data_and_init():
 
 def test_w3_initial_loss_is_ngs_cost():
     """mpinn's sigmoid head over 10 classes is Ng's one-vs-all cost (peers: 7.4351 at init)."""
-    from mpinn.model import MLP
+    from mpinn.model.mlp import MLP
     wl = workloads.WORKLOADS["w3"]
     model = MLP(wl.spec).set_params(wl.init())
     X, y = workloads.make_w3()

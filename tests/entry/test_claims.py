@@ -1,5 +1,5 @@
 """Two runs given one output (issue 60, item 3): both exited 0 and printed `model written to same.npz`, the file held
-the second run's model and the first's line was false. A run claims its outputs at its start (mpinn.outputs.Claims:
+the second run's model and the first's line was false. A run claims its outputs at its start (mpinn.files.outputs.Claims:
 the model file, the metrics, curve, plot and timeline files, the checkpoint directory; prepare's and predict's
 outputs): a second run given one of them is refused then, one line naming the first, exit 2, nothing written; the
 claim goes when the run ends however it ends, so the same command runs again afterwards, and a crashed run's claim
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, mpirun, run
-from mpinn.outputs import Claims
+from mpinn.files.outputs import Claims
 
 TRAIN = ["--label", "y", "--categorical", "c", "--numeric", "x", "--hash-bits", "8", "--epochs", "2", "--ensemble",
          "1", "--no-progress", "--quiet"]

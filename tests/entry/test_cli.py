@@ -264,7 +264,7 @@ def test_data_is_given_as_an_option_or_positionally():
     assert p.parse_args(["a.csv", "--data", "a.csv"]).data == "a.csv"
     assert p.parse_args([]).data is None and not hasattr(p.parse_args([]), "data_positional")
     p.raise_errors = True
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     with pytest.raises(MpinnError, match="given twice"):
         p.parse_args(["a.csv", "--data", "b.csv"])
 
@@ -309,7 +309,7 @@ def test_train_and_prepare_take_data_as_an_option(tmp_path, launcher):
 def test_a_one_process_command_whose_reader_goes_away_ends_quietly():
     """`python -m mpinn.predict ... | head -1`: stdout closed under it is exit code 141 (a shell's for SIGPIPE) and
     nothing on stderr, not a traceback."""
-    child = ("import sys\nfrom mpinn.process import run_one_process\n"
+    child = ("import sys\nfrom mpinn.host.exits import run_one_process\n"
              "def run(args):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
              "sys.exit(run_one_process(run, None))\n")
     r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, cwd=ROOT)

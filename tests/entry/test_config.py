@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from mpinn.batch import Layout
+from mpinn.core.batch import Layout
 from mpinn.data.info import DataInfo
 from mpinn.settings import from_keywords, resolve
 from mpinn.settings.shapes import SHAPES

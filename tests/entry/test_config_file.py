@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings import GIVEN, from_argv, from_keywords
 from mpinn.settings.config_file import OUTPUTS, PRINTING, config_toml
 from mpinn.settings.table import OPTIONS

@@ -5,9 +5,9 @@ import os
 import pytest
 
 from conftest import ROOT, mpirun
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.doctor import differences, format_report, short_library
-from mpinn.hostfile import EITHER, MPICH, OPENMPI, check_hostfile_against_job, parse_hostfile
+from mpinn.host.hostfile import EITHER, MPICH, OPENMPI, check_hostfile_against_job, parse_hostfile
 
 
 def hostfile(tmp_path, text, name="hosts"):

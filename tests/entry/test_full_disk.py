@@ -69,7 +69,7 @@ def test_a_checkpoint_directory_that_fills_mid_run_keeps_its_checkpoints(tiny_di
     line = one_line(r)
     assert "could not be written to %s (No space left on device): the earlier checkpoints are intact" % ck in line
     assert not leftovers(ck) and not (tmp_path / "m.npz").exists()
-    from mpinn.checkpoint import list_checkpoints, load_checkpoint
+    from mpinn.files.checkpoint import list_checkpoints, load_checkpoint
     found = list_checkpoints(str(ck))
     assert len(found) >= 2 and found[-1][1] in line
     arrays, header = load_checkpoint(str(ck))
@@ -103,7 +103,8 @@ def test_a_file_size_limit_is_one_line_not_a_kill_by_sigxfsz(tmp_path, launcher)
 
 def test_enospc_in_process_leaves_the_old_file_and_writes_the_fallback(tmp_path, monkeypatch):
     """The same, where no disk can be filled: the first write fails as a full disk would, mid-file."""
-    from mpinn.config import ModelSpec, MpinnError
+    from mpinn.core.errors import MpinnError
+    from mpinn.core.spec import ModelSpec
     from mpinn.training import results
 
     real = np.savez
@@ -116,7 +117,7 @@ def test_enospc_in_process_leaves_the_old_file_and_writes_the_fallback(tmp_path,
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(f, **arrays)
 
-    monkeypatch.setattr("mpinn.checkpoint.np.savez", savez)
+    monkeypatch.setattr("mpinn.files.checkpoint.np.savez", savez)
     monkeypatch.setenv("TMPDIR", str(tmp_path / "fallback"))
     (tmp_path / "fallback").mkdir()
     import tempfile
@@ -133,15 +134,15 @@ def test_enospc_in_process_leaves_the_old_file_and_writes_the_fallback(tmp_path,
     assert old.read_bytes() == b"old" and not leftovers(tmp_path)
     (fallback,) = os.listdir(tmp_path / "fallback")
     assert str(e.value).endswith("the trained model was written to %s instead" % (tmp_path / "fallback" / fallback))
-    from mpinn.checkpoint import load_model
+    from mpinn.files.checkpoint import load_model
     got, got_spec, _ = load_model(str(tmp_path / "fallback" / fallback))
     assert np.array_equal(got, params) and got_spec == spec
 
 
 def test_enospc_for_a_checkpoint_names_the_last_one(tmp_path, monkeypatch):
-    from mpinn.checkpoint import list_checkpoints
+    from mpinn.files.checkpoint import list_checkpoints
     from mpinn.comm.guard import NoWatchdog
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     from mpinn.training.checkpoints import Checkpoints
 
     class Comm:

@@ -66,7 +66,7 @@ def train_case(args, out, n, what, tmp_path):
     r = mpirun(n, cmd, 90, env, cwd=str(out)) if n > 1 else run([sys.executable] + cmd, 90, env, cwd=str(out))
 
     def ok():
-        from mpinn.checkpoint import load_model
+        from mpinn.files.checkpoint import load_model
         params, spec, _ = load_model(str(model))
         assert params.shape[-1] == spec.n_params, what
 

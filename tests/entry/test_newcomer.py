@@ -7,7 +7,7 @@ import sys
 
 import mpinn.api as mp
 from conftest import run
-from mpinn.batch import Layout
+from mpinn.core.batch import Layout
 from mpinn.bench.tour import write_tour_files
 from mpinn.data.info import DataInfo
 from mpinn.doctor import host_notes

@@ -9,7 +9,7 @@ import pytest
 from conftest import run
 from launch import launch
 from mpinn.comm.topology import Topology
-from mpinn.config import ModelSpec
+from mpinn.core.spec import ModelSpec
 from mpinn.settings import fixed
 from mpinn.settings.job_rules import ADDRESS_SPACE
 

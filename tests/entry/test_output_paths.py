@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from conftest import run
-from mpinn.config import MpinnError
-from mpinn.outputs import check_dir, check_file, made_parent
+from mpinn.core.errors import MpinnError
+from mpinn.files.outputs import check_dir, check_file, made_parent
 
 # /proc and /sys: os.access says writable (to root), then mkdir and open refuse (ENOENT, EPERM, EACCES)
 REFUSING = [p for p in ("/proc", "/sys") if os.path.isdir(p)]

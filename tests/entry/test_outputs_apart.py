@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from conftest import run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.data.files import named
-from mpinn.outputs import check_apart as apart
+from mpinn.files.outputs import check_apart as apart
 
 
 def check_apart(outputs, inputs):

@@ -11,8 +11,8 @@ import pytest
 from pytest import approx
 
 from conftest import mpirun
-from mpinn.batch import Layout
-from mpinn.config import MpinnError
+from mpinn.core.batch import Layout
+from mpinn.core.errors import MpinnError
 from mpinn.data.info import DataInfo
 from mpinn.optim.schedule import make_schedule
 from mpinn.settings import from_keywords, resolve

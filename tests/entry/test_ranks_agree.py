@@ -7,7 +7,7 @@ import pytest
 
 from conftest import mpirun
 from launch import launch
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings import agree, from_keywords
 from mpinn.settings.agree import compared, digest
 

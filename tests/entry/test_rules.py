@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from conftest import run
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 from mpinn.settings import RULES, check, from_argv
 from mpinn.settings.table import OPTIONS
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.events import EventWriter, crc32c
+from mpinn.files.events import EventWriter, crc32c
 
 
 def read_scalars(log_dir):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mpinn.optim import fused
-from mpinn.batch import RowParts, SparseRows, coalesce, put_rows, take_rows
+from mpinn.core.batch import RowParts, SparseRows, coalesce, put_rows, take_rows
 
 
 def parts_of(seed, n_parts=3, n_rows=40, width=5, dtype=np.float32, ordered=False):

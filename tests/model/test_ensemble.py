@@ -14,7 +14,7 @@ import pytest
 
 import mpinn.api as mp
 from conftest import ROOT, mpiexec_path, mpirun, run
-from mpinn.config import STOPPED_EXIT
+from mpinn.core.errors import STOPPED_EXIT
 
 
 def write_table(path, n, seed, regression=False):

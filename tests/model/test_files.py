@@ -4,8 +4,8 @@ import stat
 
 import numpy as np
 
-from mpinn.checkpoint import load_checkpoint, load_model, save_checkpoint, save_model
-from mpinn.config import ModelSpec
+from mpinn.files.checkpoint import load_checkpoint, load_model, save_checkpoint, save_model
+from mpinn.core.spec import ModelSpec
 
 
 def mode_of(path):
@@ -46,8 +46,8 @@ def test_sigterm_in_a_one_process_command_removes_its_temporary_file_and_is_one_
     """predict and prepare (run_one_process): SIGTERM (scancel, kill) becomes an exception where the process is, so
     the writer's cleanup runs: no temporary file, no output, one line, exit 143 (Python's default left them)."""
     import signal
-    from mpinn.outputs import written_whole
-    from mpinn.process import run_one_process
+    from mpinn.files.outputs import written_whole
+    from mpinn.host.exits import run_one_process
     out = tmp_path / "p.csv"
 
     def run(args):

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mpinn.batch import SparseRows
+from mpinn.core.batch import SparseRows
 from mpinn.optim import fused
 from mpinn.optim import create_optimizer
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk
 
-from mpinn.metrics import auc, average_ranks, compute_metrics, metric_sums, metrics_from_sums
+from mpinn.model.metrics import auc, average_ranks, compute_metrics, metric_sums, metrics_from_sums
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -79,7 +79,7 @@ def test_sums_over_shards_equal_sklearn_on_the_whole():
 def test_many_classes_keep_accuracy_and_logloss_without_a_k_squared_confusion():
     """Past MAX_CONFUSION classes the k x k counts are left out of the rank sums and the metrics (10,000 classes:
     10^8 counts, once in the model file's header as text); accuracy and log-loss still equal sklearn's."""
-    from mpinn.metrics import MAX_CONFUSION
+    from mpinn.model.metrics import MAX_CONFUSION
     rng = np.random.default_rng(7)
     n, k = 600, MAX_CONFUSION + 50
     y = rng.integers(0, k, n)

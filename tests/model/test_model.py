@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mpinn.config import ModelSpec, MpinnError
-from mpinn.batch import Batch
-from mpinn.model import MLP
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Batch
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 
 

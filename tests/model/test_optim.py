@@ -6,7 +6,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from mpinn.batch import SparseRows, densify_
+from mpinn.core.batch import SparseRows, densify_
 from mpinn.optim import create_optimizer
 
 N_ROWS, WIDTH, N_DENSE = 50, 4, 30           # a hashed block of 50 x 4, then 30 dense elements

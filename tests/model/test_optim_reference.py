@@ -7,9 +7,9 @@ import pytest
 import scipy.sparse as sp
 
 from reference import Reference, lr_at
-from mpinn.batch import Batch, densify_
-from mpinn.config import ModelSpec
-from mpinn.model import MLP
+from mpinn.core.batch import Batch, densify_
+from mpinn.core.spec import ModelSpec
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 

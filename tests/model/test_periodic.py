@@ -1,4 +1,4 @@
-"""Periodic embeddings of numeric inputs (mpinn.periodic; Gorishniy et al. 2022's PLR): the forward pass against
+"""Periodic embeddings of numeric inputs (mpinn.model.periodic; Gorishniy et al. 2022's PLR): the forward pass against
 the published formula written plainly, the gradients of every parameter against central finite differences, and
 the model's other paths (sparse rows, chunked prediction) unchanged by them."""
 import json
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn import periodic
-from mpinn.checkpoint import load_model
-from mpinn.config import ModelSpec, MpinnError
-from mpinn.model import MLP
-from mpinn.predict import load_for_model
+from mpinn.model import periodic
+from mpinn.files.checkpoint import load_model
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
+from mpinn.model.mlp import MLP
+from mpinn.inference.load import load_for_model
 
 from test_model import analytic, make_batch, numeric
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mpinn.batch import Batch
-from mpinn.config import ModelSpec
-from mpinn.model import MLP
+from mpinn.core.batch import Batch
+from mpinn.core.spec import ModelSpec
+from mpinn.model.mlp import MLP
 
 
 def spec(dtype="float32", n_dense=3):

@@ -9,9 +9,9 @@ import pytest
 
 from ranks import (COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, restore_then_start, shared_dir, toy_data,
                    write_checkpoint)
-from mpinn.batch import Batch, Layout
-from mpinn.config import ModelSpec
-from mpinn.model import MLP
+from mpinn.core.batch import Batch, Layout
+from mpinn.core.spec import ModelSpec
+from mpinn.model.mlp import MLP
 
 SPEC = ModelSpec(64, 3, (8,), 3, "tanh", "softmax", "float64", sparse_fan_in=2.5, wide=True)   # wide and deep, as trained by default
 BATCH, FIRST, TOTAL = 12, 3, 6

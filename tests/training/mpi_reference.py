@@ -7,10 +7,10 @@ import pytest
 
 from ranks import COMM, OPTIMIZERS, agree, toy_data
 from reference import Reference, lr_at
-from mpinn.batch import Layout
+from mpinn.core.batch import Layout
 from mpinn.data import Dataset
 from mpinn.data.info import DataInfo
-from mpinn.model import MLP
+from mpinn.model.mlp import MLP
 from mpinn.settings import fixed
 from mpinn.training import Run, open_job
 from mpinn.training.run import model_spec

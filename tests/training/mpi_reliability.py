@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from ranks import COMM, OPTIMIZERS, agree, make_optimizer, make_trainer, toy_data
-from mpinn.config import ModelSpec
-from mpinn.batch import Layout
-from mpinn.batch import Batch
-from mpinn.model import MLP
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Layout
+from mpinn.core.batch import Batch
+from mpinn.model.mlp import MLP
 from mpinn.training import Faults, Hooks
 
 

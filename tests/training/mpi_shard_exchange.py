@@ -122,7 +122,7 @@ def test_evaluation_through_the_node_exchange_and_the_replica():
 
 
 def test_uneven_nodes_are_refused_with_a_reason():
-    from mpinn.config import MpinnError
+    from mpinn.core.errors import MpinnError
     if COMM.size < 3:
         pytest.skip("needs 3 ranks to cut unevenly")
     topo = Topology.of_nodes([0 if r < 2 else 1 for r in range(COMM.size)])     # 2 + 1 (+ 1 at np 4: 2, 2 is even)
@@ -198,7 +198,7 @@ def test_the_node_exchange_sends_fewer_messages_and_bytes_between_nodes():
         pytest.skip("needs 2 nodes of 2 ranks (np 4)")
     R, N, P, n = 2, 2, 4, 5
     Xs, Xd, y = data_for()
-    from mpinn.batch import Batch
+    from mpinn.core.batch import Batch
     got = {}
     for exchange in ("flat", "node"):
         t = trainer("sgd", exchange=exchange, R=R)

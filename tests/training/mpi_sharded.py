@@ -11,10 +11,10 @@ import scipy.sparse as sp
 
 from ranks import COMM, LR, OPTIMIZERS, agree, make_optimizer, restore_then_start, shared_dir, toy_data, write_checkpoint
 from ranks import make_trainer as trainer_of
-from mpinn.batch import Batch, Layout
-from mpinn.process import resident_bytes
-from mpinn.config import ModelSpec
-from mpinn.model import MLP
+from mpinn.core.batch import Batch, Layout
+from mpinn.host.memory import resident_bytes
+from mpinn.core.spec import ModelSpec
+from mpinn.model.mlp import MLP
 from mpinn.training.evaluate import evaluate
 from mpinn.training.sharded import own_rows
 

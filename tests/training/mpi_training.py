@@ -4,10 +4,10 @@ import pytest
 
 from ranks import COMM, LR, OPTIMIZERS, agree, make_optimizer, make_trainer, toy_data
 from mpinn.comm import create_communicator, split_counts
-from mpinn.config import ModelSpec
-from mpinn.batch import Layout
-from mpinn.batch import Batch
-from mpinn.model import MLP
+from mpinn.core.spec import ModelSpec
+from mpinn.core.batch import Layout
+from mpinn.core.batch import Batch
+from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mpinn.metrics import better
+from mpinn.model.metrics import better
 from mpinn.optim.schedule import make_schedule
 from mpinn.training.trainer import Trainer
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mpinn.training.feed as feed_module
-from mpinn.batch import Batch, Layout
+from mpinn.core.batch import Batch, Layout
 from mpinn.comm.batches import ReadyBatch
 from mpinn.training.feed import Feed
 

@@ -1,4 +1,4 @@
-"""The process-wide heap settings (mpinn.config): the training loop's temporaries reuse warm pages."""
+"""The process-wide heap settings (mpinn.host.heap): the training loop's temporaries reuse warm pages."""
 import subprocess
 import sys
 
@@ -7,7 +7,7 @@ import pytest
 SCRIPT = r"""
 import resource, sys
 import numpy as np
-from mpinn.process import reusing_heap
+from mpinn.host.heap import reusing_heap
 if sys.argv[1] == "reuse":
     assert reusing_heap()
 def step():                      # one step's temporaries: eight of 1 MiB alive at once, then freed

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from mpinn.comm.topology import Topology
-from mpinn.config import ModelSpec, MpinnError
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
 from mpinn.optim import create_optimizer
 from mpinn.settings import fixed, make_plan
 

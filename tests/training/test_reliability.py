@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, mpiexec_path, mpirun
-from mpinn.config import STOPPED_EXIT
+from mpinn.core.errors import STOPPED_EXIT
 
 # small enough that a checkpoint takes milliseconds: 2**12 hashed columns, 5400 training rows,
 # global batch 256 -> 22 steps per epoch

@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from fake_device import FakeBackend, ListFeed, canonical_csr, messy_csr
-from mpinn.backend import get_backend
-from mpinn.batch import Batch
+from mpinn.device.backend import get_backend
+from mpinn.core.batch import Batch
 from mpinn.training.staging import DeviceFeed, _Slot, device_feed
 from mpinn.training.timeline import Timeline
 

@@ -47,7 +47,7 @@ def evict(path):
 def cached_share(path):
     """The share of the file's pages in the page cache (mincore; a directory: of its files' pages)."""
     import numpy as np
-    from mpinn.process import resident_bytes
+    from mpinn.host.memory import resident_bytes
     files = _files(path)
     size = sum(os.path.getsize(f) for f in files)
     return sum(resident_bytes(np.memmap(f, dtype=np.uint8, mode="r")) for f in files if os.path.getsize(f)) / size \

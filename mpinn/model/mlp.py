@@ -3,10 +3,10 @@ import math
 
 import numpy as np
 
-from mpinn.backend import get_backend
-from mpinn.batch import SparseRows, densify_
-from mpinn.periodic import Periodic
-from mpinn.process import fresh_zeros, small_pages_at
+from mpinn.device.backend import get_backend
+from mpinn.core.batch import SparseRows, densify_
+from mpinn.model.periodic import Periodic
+from mpinn.host.heap import fresh_zeros, small_pages_at
 
 
 def _act(name, xp, z):
@@ -39,7 +39,7 @@ class MLP:
     of the same table rows, so the hashed table's row machinery (sparse rows, their exchange, sharding,
     lazy updates, checkpoints, the fused kernels) serves both parts unchanged; they start at zero.
 
-    Periodic embeddings (spec.periodic, mpinn.periodic): the first `columns` dense inputs also enter through
+    Periodic embeddings (spec.periodic, mpinn.model.periodic): the first `columns` dense inputs also enter through
     them, as the first layer's last inputs; their parameters sit between b0 and W1.
 
     Buffer layout: W0, b0, [periodic], W1, b1, ..., W0 first so that its sparse block W0[:n_sparse] is a prefix.

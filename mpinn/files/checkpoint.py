@@ -7,10 +7,11 @@ import tempfile
 import numpy as np
 
 from mpinn import __version__
-from mpinn.backend import to_host
-from mpinn.outputs import made_parent, writes_fail_not_kill
-from mpinn.process import follow_umask
-from mpinn.config import ModelSpec, MpinnError
+from mpinn.device.backend import to_host
+from mpinn.files.outputs import made_parent, writes_fail_not_kill
+from mpinn.host.launch import follow_umask
+from mpinn.core.errors import MpinnError
+from mpinn.core.spec import ModelSpec
 
 FORMAT = "mpinn-model-1"
 

@@ -2,7 +2,7 @@
 import re
 from dataclasses import dataclass, field
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 # hostfile options each launcher accepts besides the host name (tested against hydra 5.0.2 and PRRTE 5.0.11)
 MPICH_KEYS = ("user", "ifhn")

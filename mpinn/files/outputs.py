@@ -6,7 +6,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 
-from mpinn.config import MpinnError
+from mpinn.core.errors import MpinnError
 
 
 def writes_fail_not_kill():
@@ -123,7 +123,7 @@ def made_parent(path):
 def written_whole(path, what):
     """A text file written through a temporary file in its directory and renamed into place: a write that fails (a
     full disk) leaves the file that was there and no partial one, and is one line naming `what`."""
-    from mpinn.process import follow_umask
+    from mpinn.host.launch import follow_umask
     writes_fail_not_kill()
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(made_parent(path))))
     try:

@@ -1,10 +1,10 @@
-"""Leaf module: array backends. The only code that imports cupy / cupyx (mpinn.device_kernels is given it)."""
+"""Leaf module: array backends. The only code that imports cupy / cupyx (mpinn.device.kernels is given it)."""
 import dataclasses
 
 import numpy
 import scipy.sparse
 
-from mpinn.device_kernels import kernel
+from mpinn.device.kernels import kernel
 
 
 class Backend:
@@ -63,7 +63,7 @@ class CupyBackend(Backend):
     """cupy on the GPU this process was bound to (see select_backend). The hashed rows live there as DeviceCSR
     (the arrays alone: cupyx's csr_matrix checks its arrays with host reads when it is made), in the order they
     came: the products sum a row's duplicate ids as scipy does, one after the other. The model's elementwise
-    steps are one kernel each (mpinn.device_kernels). Besides the array module, the staging primitives
+    steps are one kernel each (mpinn.device.kernels). Besides the array module, the staging primitives
     mpinn.training.staging and the communicator use: pinned host memory, streams, events, asynchronous copies."""
 
     fused = True
@@ -362,7 +362,7 @@ def get_backend(name="numpy"):
             import cupy
             import cupyx.scipy.sparse
         except ImportError as e:  # pragma: no cover - depends on the machine
-            from mpinn.config import MpinnError
+            from mpinn.core.errors import MpinnError
             raise MpinnError("the GPU backend needs cupy (pip install -e \".[gpu]\"): %s" % e)
         return CupyBackend(cupy, cupyx.scipy.sparse, cupy.cuda.Device().id)
     raise ValueError("unknown backend %r" % name)

@@ -1,7 +1,7 @@
-"""Leaf module: the GPU's own kernels, for mpinn.backend's CupyBackend (given the cupy module: nothing here imports
+"""Leaf module: the GPU's own kernels, for mpinn.device.backend's CupyBackend (given the cupy module: nothing here imports
 cupy). A GPU step is bound by the host: on an H200 each cupy call costs the host 9 to 50 microseconds, the
 device microseconds at these sizes, so these kernels do in one launch what took several calls. Each is written
-to do, element by element, the arithmetic of the numpy code it replaces (mpinn.model's head, activations and
+to do, element by element, the arithmetic of the numpy code it replaces (mpinn.model.mlp's head, activations and
 gradients; scipy's products), and the GPU tests compare them with that code."""
 
 _KERNELS = {}
@@ -43,7 +43,7 @@ def _rows_times(cp):
 
 def _softmax_head(cp):
     """One row a thread: loss[r] = log(sum_j exp(z_j - m)) + m - z_y (m the row's max, NaN if any z is NaN, as
-    numpy's max), and delta[r, j] = (exp(z_j - m) / s - [j == y]) * scale, mpinn.model.head_loss_delta's softmax
+    numpy's max), and delta[r, j] = (exp(z_j - m) / s - [j == y]) * scale, mpinn.model.mlp.head_loss_delta's softmax
     branch (with the caller's d *= scale). A class id outside 0..k-1 gives a NaN loss (the step is skipped)."""
     return cp.ElementwiseKernel(
         "raw T z, raw I y, int64 k, T scale", "T loss, raw T d",
@@ -71,7 +71,7 @@ def _softmax_head(cp):
 
 def _sigmoid_head(cp):
     """One output column: loss = max(z, 0) - t z + log1p(exp(-|z|)), delta = (sigmoid(z) - t) * scale, with t the
-    label in z's type; mpinn.model.head_loss_delta's sigmoid branch (sigmoid as mpinn.model._act writes it)."""
+    label in z's type; mpinn.model.mlp.head_loss_delta's sigmoid branch (sigmoid as mpinn.model.mlp._act writes it)."""
     return cp.ElementwiseKernel(
         "T z, Y y, T scale", "T loss, T d",
         """
@@ -90,7 +90,7 @@ _ACTS = {
     "sigmoid": "const T e = exp(-fabs(v)); z = v >= 0 ? (T) 1 / ((T) 1 + e) : e / ((T) 1 + e);",
 }
 
-_ACT_GRADS = {      # d *= f'(z) in terms of a = f(z), as mpinn.model._act_grad_ (relu: d * (a > 0), so NaN stays)
+_ACT_GRADS = {      # d *= f'(z) in terms of a = f(z), as mpinn.model.mlp._act_grad_ (relu: d * (a > 0), so NaN stays)
     "relu": "d = d * (a > 0 ? (T) 1 : (T) 0);",
     "tanh": "d = d * ((T) 1 - a * a);",
     "sigmoid": "d = d * (a * ((T) 1 - a));",

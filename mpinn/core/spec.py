@@ -1,32 +1,11 @@
-"""Leaf module: the user-facing error type and the model specification."""
+"""The model specification: the shape a model file records and every model is built from."""
 from dataclasses import asdict, dataclass, field
+
+from mpinn.core.errors import MpinnError
 
 ACTIVATIONS = ("sigmoid", "relu", "tanh")
 LOSSES = ("softmax", "sigmoid", "squared")
 DTYPES = ("float32", "float64")
-
-
-class MpinnError(Exception):
-    """A problem the user can fix (bad input, bad option): reported as one line, exit code 2
-    (or `code`, e.g. 4 when training diverged). `collective` means every rank raised it together
-    (so the job can end without MPI_Abort)."""
-
-    def __init__(self, message, collective=False, code=2):
-        super().__init__(message)
-        self.collective = collective
-        self.code = code
-
-
-STOPPED_EXIT = 75      # "stopped, resumable" (EX_TEMPFAIL): a signal ended the run at a step boundary
-
-
-class Stopped(MpinnError):
-    """A run stopped on a signal (SIGTERM, SIGUSR1, Ctrl-C) at a step boundary every rank agreed on, after its
-    checkpoint was written: not an error; exit code STOPPED_EXIT (130 after a Ctrl-C), and --resume continues it
-    exactly."""
-
-    def __init__(self, message, code=STOPPED_EXIT):
-        super().__init__(message, collective=True, code=code)
 
 
 @dataclass
@@ -42,7 +21,7 @@ class ModelSpec:
     extra: dict = field(default_factory=dict)  # free-form notes kept in the model file
     wide: bool = False            # wide and deep: the inputs also feed the output directly (a linear model
                                   # beside the hidden layers, trained jointly; Cheng et al. 2016)
-    periodic: dict = None         # periodic embeddings of the first `columns` dense inputs (mpinn.periodic): their
+    periodic: dict = None         # periodic embeddings of the first `columns` dense inputs (mpinn.model.periodic): their
                                   # m*d outputs are the first layer's last inputs; None: none
 
     def __post_init__(self):
@@ -94,7 +73,7 @@ class ModelSpec:
 
     @property
     def n_params(self):
-        """The parameters' count: every layer's weights and biases (the MLP's flat buffer, mpinn.model)."""
+        """The parameters' count: every layer's weights and biases (the MLP's flat buffer, mpinn.model.mlp)."""
         sizes = self.layer_sizes
         outs = (self.first_width,) + sizes[2:]
         return sum(fin * fout + fout for fin, fout in zip(sizes[:-1], outs)) + self.periodic_size

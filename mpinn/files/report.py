@@ -3,7 +3,7 @@
 import json
 import os
 
-from mpinn.outputs import made_dir, made_parent
+from mpinn.files.outputs import made_dir, made_parent
 
 METRICS = ("accuracy", "logloss", "auc", "rmse")
 
@@ -69,7 +69,7 @@ class Curve:
         self.path, self.plot, self.rows = path, plot, []
         self.events = None
         if log_dir:
-            from mpinn.events import EventWriter
+            from mpinn.files.events import EventWriter
             self.events = EventWriter(made_dir(log_dir))     # one line where it cannot be made
         self.since = None
         self.prefix, self.model = ("first_model/", "first") if ensemble > 1 else ("", None)

@@ -1,0 +1,88 @@
+"""Predictions of a loaded model: for rows in memory (predict_with), for a file or in-memory rows with their
+metrics (predict_file), and a chunk at a time for files too big to read whole (streamed_files, predict_stream)."""
+import numpy as np
+
+from mpinn.core.errors import MpinnError
+from mpinn.data.stream import STREAM_FROM
+from mpinn.inference.load import load_checked, load_for_model, model_columns, use_transform
+from mpinn.settings import messages
+
+
+def predict_with(model, towers, meta, rows):
+    """The predictions for every row of `rows` (read for the model: its transform set), in the label's units."""
+    from mpinn.model.mlp import predict_rows
+    from mpinn.training.towers import mix
+    preds = []
+    for p in towers:            # tower mode keeps every replica: mix their predictions
+        model.params[...] = p
+        preds.append(predict_rows(model, rows))
+    pred = preds[0] if len(preds) == 1 else mix(preds, meta.get("towers", {}).get("weights"))
+    if rows.transform is not None:
+        pred = rows.transform.unscale_target(pred)      # regression: back in the label's units
+    return pred
+
+
+def predict_file(model_path, data=None, loaded=None):
+    """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
+    None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
+    file's load_checked(), where it was loaded already."""
+    from mpinn.data import Rows
+    from mpinn.data.labels import labelled
+    from mpinn.model.metrics import compute_metrics
+    model, towers, meta = loaded or load_checked(model_path)
+    rows = data if isinstance(data, Rows) else load_for_model(meta, data)
+    if isinstance(data, Rows):
+        if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
+            rows = _relabel(rows, meta)
+        use_transform(rows, meta, "the data")
+    pred = predict_with(model, towers, meta, rows)
+    metrics = {"n": len(rows)}
+    if rows.meta.get("has_label", True):
+        known = labelled(rows.y)
+        metrics = compute_metrics(meta["task"], rows.y[known], pred[known]) if known.any() else {"n": 0}
+        metrics["unlabelled"] = int((~known).sum())
+    return pred, metrics, meta, rows
+
+
+def streamed_files(choice, meta, path):
+    """(paths, formats) when `path`'s rows are predicted a chunk at a time (--stream), else None."""
+    from mpinn.data import data_format, files
+    from mpinn.data.stream import estimate_rows
+    if choice == "off" or path is None or meta.get("source") not in ("csv", "default", "parquet", "criteo"):
+        why = None if choice == "off" or path is None else "the model was trained on arrays, read whole"
+    else:
+        paths = files.expand(path) if files.is_many(path) else [path]
+        formats = [data_format(p, "criteo" if meta.get("source") == "criteo" else None) for p in paths]
+        odd = next((p for p, f in zip(paths, formats) if f not in ("csv", "parquet", "criteo")), None)
+        why = "%s is not a table file (CSV, Parquet, click-log text)" % odd if odd else None
+        if not why and (choice == "on" or estimate_rows(paths, formats) > STREAM_FROM):
+            return paths, formats
+    if choice == "on":
+        raise MpinnError(messages.predict_cannot_stream(why or "no data file given"))
+    return None
+
+
+def predict_stream(model, towers, meta, paths, formats):
+    """(predictions, rows) of the files' rows in turn, read as the model's training data was, PREDICT_ROWS at a
+    time: predict_rows's blocks, so that every product has the shape it has when the files are read whole, and
+    the predictions the same bits."""
+    from mpinn.data import HashSpec
+    from mpinn.data.many import blocks_of
+    from mpinn.model.mlp import PREDICT_ROWS
+    for rows in blocks_of(paths, formats, model_columns(meta), HashSpec().using(meta.get("hashing")), PREDICT_ROWS):
+        use_transform(rows, meta, paths[0])
+        yield predict_with(model, towers, meta, rows), rows
+
+
+def _relabel(rows, meta):
+    """In-memory rows encoded with their own classes: re-express their label ids in the model's."""
+    from mpinn.data import Dataset
+    theirs, ours = list(rows.meta.get("classes") or []), list(meta.get("classes") or [])
+    unknown = sorted(set(theirs) - set(ours))
+    if unknown:
+        raise MpinnError("labels %s are not among the model's classes %s" % (unknown[:5], ours[:10]))
+    to_ours = np.array([ours.index(c) for c in theirs], dtype=np.int64)
+    y = to_ours[np.asarray(rows.y, dtype=np.int64)]
+    if meta["task"] == "binary":
+        y = y.astype(np.float64)
+    return Dataset(rows.Xs, rows.Xd, y, dict(rows.meta, classes=ours), rows.transform)
