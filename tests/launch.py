@@ -98,14 +98,17 @@ def launch(cmd, timeout=120, env=None, cwd=None):
 
 @contextlib.contextmanager
 def _environment(env):
-    """os.environ with `env` laid over it for the block, then as it was."""
-    before = dict(os.environ)
+    """os.environ with `env` laid over it for the block, then as it was; tempfile's directory read again from it (a
+    process reads TMPDIR once, at its first temporary file: a warm rank or this process had read another's)."""
+    before, before_tmp = dict(os.environ), tempfile.tempdir
     os.environ.update(env or {})
+    tempfile.tempdir = None
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(before)
+        tempfile.tempdir = before_tmp
 
 
 def _fd_stream(fd):
