@@ -106,8 +106,8 @@ def load_everywhere(args, comm, say, resplit=None):
     """Rank 0 reads the data (with --input local every rank reads the packed file); every rank learns
     the shapes it needs. Returns (train, valid, info): the data sets on the ranks that read, None elsewhere, and
     the DataInfo on every rank. resplit: a list, to which each rank that read data held in memory appends a
-    function of a seed giving (train, valid) as --seed SEED would split the same rows (an ensemble's members read
-    the data once; a stream, read anew each epoch, appends none)."""
+    function giving (train, valid) anew, the same rows split as they were here (an ensemble's members read the data
+    once and hold out the same rows; a stream, read anew each epoch, appends none)."""
     from mpinn.data import DataSpec, load_data
     rank0 = comm.rank == 0
     readers = reader_count(args.readers, comm.size) if args.readers != "1" else 1    # checked before reading
@@ -144,7 +144,7 @@ def load_everywhere(args, comm, say, resplit=None):
             set_transform(valid, transform, args.valid)
             train = data
             if resplit is not None:
-                resplit.append(lambda seed: (data, valid))
+                resplit.append(lambda: (data, valid))
         else:
             values = None
             if by == "last":        # a log written in time order: its last rows
@@ -155,7 +155,7 @@ def load_everywhere(args, comm, say, resplit=None):
                                         label=args.label if args.missing_labels == "drop" else None)
             train, valid = data.split(args.holdout, args.seed, by, values)
             if resplit is not None:
-                resplit.append(lambda seed: data.split(args.holdout, seed, by, values))
+                resplit.append(lambda: data.split(args.holdout, args.seed, by, values))
         if not train.streamed and len(train) < comm.size:
             raise MpinnError("%d training rows for %d ranks: every rank needs at least one row"
                              % (len(train), comm.size))

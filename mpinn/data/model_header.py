@@ -1,5 +1,6 @@
 """A model file's header against its architecture: the inputs its columns, hashing contract and numeric transform
 give the rows must be the inputs its parameters take."""
+from mpinn.data.transform import NumericTransform
 from mpinn.hashing import contract_problem
 
 TABLES = ("csv", "parquet", "criteo", "default", "dataframe")      # sources read by named columns
@@ -9,7 +10,6 @@ def inputs_problem(meta, spec):
     """None when the rows read as header `meta` says (the hashing contract's columns, the numeric columns through
     the transform) fit architecture `spec` (a ModelSpec, itself checked against the parameters' count), else what
     differs: predicting would fail in a product of mismatched shapes, or hash to columns the model does not have."""
-    from mpinn.data.transform import NumericTransform
     contract = meta.get("hashing")
     if contract is not None:
         why = contract_problem(contract) if isinstance(contract, dict) else "its hashing contract is not valid"

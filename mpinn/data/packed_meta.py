@@ -7,6 +7,7 @@ import numpy as np
 import xxhash
 
 from mpinn.core.errors import MpinnError
+from mpinn.data.transform import NumericTransform
 from mpinn.hashing import contract_problem, per_feature_nnz
 
 PREPARE_AGAIN = "prepare it again"
@@ -36,7 +37,6 @@ def check_meta(path, meta, digest, n_rows, n_columns, n_dense, row_nnz):
 def meta_problem(meta, n_rows, n_columns, n_dense, row_nnz):
     """What in `meta` contradicts the rows' layout (n_rows rows of n_columns hashed and n_dense numeric inputs,
     row_nnz entries each or None), else None."""
-    from mpinn.data.transform import NumericTransform
     task, classes = meta.get("task"), meta.get("classes")
     if task in ("binary", "multiclass") and not (
             isinstance(classes, list) and len(set(map(str, classes))) == len(classes) >= 2

@@ -121,7 +121,7 @@ class Recipe:
         text file (the lines that begin in it; mpinn.data.clicktext.LineSpan), and of the other files (gzip,
         CSV, Parquet: read whole) those of index rank, rank + size, ... Returns (make, what it reads)."""
         import os
-        split = [i for i, (p, f) in enumerate(zip(self.paths, self.formats)) if f == "criteo" and not _gzip(p)]
+        split = self.shared_files()
         whole = [i for i in range(len(self.paths)) if i not in split]
         mine = sorted(split + whole[rank::size])
         make_all = self.sources(mine)
@@ -137,11 +137,15 @@ class Recipe:
         return make, ["%s%s" % (self.paths[i], " (part %d of %d)" % (rank + 1, size) if i in split else "")
                       for i in mine]
 
+    def shared_files(self):
+        """The indices of the plain click-log text files: every reader reads a byte range of each (the others, gzip,
+        CSV, Parquet, are read whole by one reader)."""
+        return [i for i, (p, f) in enumerate(zip(self.paths, self.formats)) if f == "criteo" and not _gzip(p)]
+
     def reading(self, count):
-        """The readers (of `count`) that have rows to read: every one where a plain click-log text file is shared in
-        byte ranges; else those given a file whole (reader_sources), which with fewer files than readers is not all."""
-        shared = any(f == "criteo" and not _gzip(p) for p, f in zip(self.paths, self.formats))
-        return list(range(count if shared else min(count, len(self.paths))))
+        """The readers (of `count`) that have rows to read: every one where a file is shared in byte ranges; else
+        those given a file whole (reader_sources), which with fewer files than readers is not all."""
+        return list(range(count if self.shared_files() else min(count, len(self.paths))))
 
     def __getstate__(self):         # sent to the other readers: the files and the columns, not rank 0's sources
         return {"paths": self.paths, "formats": self.formats, "named": self.named}

@@ -1,9 +1,12 @@
 """The files a run will write, checked before it reads anything: a training run must not end, hours later,
 in a traceback because its model file's directory cannot be made."""
+import fcntl
 import os
 import signal
+import socket
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 
 from mpinn.core.errors import MpinnError
@@ -185,7 +188,6 @@ def claim_path(path, is_dir):
 def _claim(what, path, is_dir):
     """(fd, lock file, directories made) of a claim on one output; (None, None, made) where the file system has no
     locks (ENOLCK: the run goes on unclaimed, as before claims)."""
-    import fcntl
     lock = claim_path(path, is_dir)
     made = _made_dirs(path if is_dir else os.path.dirname(os.path.abspath(path)))
     for _ in range(100):
@@ -213,8 +215,6 @@ def _claim(what, path, is_dir):
         os.close(fd)        # its holder removed it between our open and our lock: claim the file there now
     else:
         raise MpinnError("%s %s: its claim %s keeps changing hands; try again" % (what, path, lock))
-    import socket
-    import time
     os.ftruncate(fd, 0)
     os.pwrite(fd, ("pid %d on %s, started %s UTC" % (os.getpid(), socket.gethostname(), time.strftime(
         "%Y-%m-%d %H:%M:%S", time.gmtime()))).encode(), 0)

@@ -3,7 +3,7 @@ holds out: its own initialisation and batch order, and every member the same hel
 model (the one written) has held-out metrics of its own, reported wherever one figure is shown. The data is read
 as --seed S reads it (the embedded click log's rows are drawn with the seed; a stream's held-out draw and window
 shuffle stay those of S): data held in memory is read and split once (mpinn.data.inputs.load_everywhere's
-resplit, given S), a stream is opened again. The members train one after another, each on every rank; the model
+resplit), a stream is opened again. The members train one after another, each on every rank; the model
 file holds their kept parameters stacked, as tower mode's replicas, and predict averages their predictions
 (mpinn.training.towers.mix, equal weights). With checkpoints, member k (k >= 1) writes its own into member-(k+1)
 below the run's directory (member_checkpoints), so that a resume of the run takes up each member where it stopped.
@@ -35,13 +35,13 @@ def _line(k, count, seed, summary, metrics, seconds):
 
 
 def member_data(given, job, resplit):
-    """(train, valid, info) of a member: the rows read once, split as --seed S (given.seed) splits them (resplit:
-    what load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
+    """(train, valid, info) of a member: the rows read once, split as --seed S split them (resplit: what
+    load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
     from mpinn.data.info import DataInfo
     from mpinn.data.inputs import load_everywhere
     if not job.comm.bcast_obj(bool(resplit) if job.rank == 0 else None):
         return load_everywhere(given, job.comm, lambda msg: None)
-    train, valid = resplit[0](given.seed) if resplit else (None, None)
+    train, valid = resplit[0]() if resplit else (None, None)
     info = job.comm.bcast_obj(DataInfo.of(train, valid, given.dtype) if job.rank == 0 else None)
     return train, valid, info
 
