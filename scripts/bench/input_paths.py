@@ -1,0 +1,132 @@
+"""Every way a training run reads its rows, at two git revisions: the same model and prediction bytes?
+
+    python -m scripts.bench.input_paths REV_A REV_B [--work DIR]
+
+For a change that must not change what is trained (a restructuring of the input, a check added on the way): the
+same small data is trained on through each input path once at REV_A and once at REV_B (a clean worktree of each,
+its own mpinn/ on PYTHONPATH), one model each (--ensemble 1, one epoch, --seed 0), then predicted on one file.
+Prints a table (path, ranks, parameters bitwise equal, predictions bitwise equal) and writes JSON.
+
+The paths: a CSV file; a directory of two CSV files; an .npz; click-log text read whole, streamed by rank 0, and
+streamed by every rank (--readers all); a packed .mpinn read by rank 0 and by every rank (--input local); a
+multi-part dataset packed by two ranks; the embedded click log."""
+import argparse
+import datetime
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+from scripts import RESULTS, ROOT
+from scripts.bench.common import mpiexec
+
+TRAIN = ["--epochs", "1", "--ensemble", "1", "--seed", "0", "--no-progress", "--hash-bits", "14"]
+CSV = ["--label", "clicked", "--categorical", "site,ad,device", "--numeric", "price,age"]
+
+
+def paths(d):
+    """(name, ranks, train arguments, the file predicted)."""
+    csv, text, mp = os.path.join(d, "clicks.csv"), os.path.join(d, "day.tsv"), os.path.join(d, "clicks.mpinn")
+    return [
+        ("csv", 2, ["--data", csv] + CSV, os.path.join(d, "clicks-test.csv")),
+        ("csv directory", 2, ["--data", os.path.join(d, "two")] + CSV, os.path.join(d, "clicks-test.csv")),
+        ("npz", 2, ["--data", os.path.join(d, "xy.npz")], os.path.join(d, "xy.npz")),
+        ("click text, in memory", 2, ["--data", text, "--stream", "off"], text),
+        ("click text, streamed by rank 0", 2, ["--data", text, "--stream", "on"], text),
+        ("click text, --readers all", 2, ["--data", text, "--stream", "on", "--readers", "all"], text),
+        ("packed, rank 0", 2, ["--data", mp], os.path.join(d, "clicks-test.csv")),
+        ("packed, --input local", 2, ["--data", mp, "--input", "local"], os.path.join(d, "clicks-test.csv")),
+        ("parts manifest", 2, ["--data", os.path.join(d, "parts.mpinn")], os.path.join(d, "clicks-test.csv")),
+        ("embedded click log", 2, ["--default-rows", "20000"], None),
+    ]
+
+
+def make_data(d, tree):
+    """The data, made once by REV_A's mpinn (the same files for both revisions)."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    run = lambda args, **kw: subprocess.run(args, cwd=d, env=env, check=True, capture_output=True, **kw)  # noqa: E731
+    run([sys.executable, "-m", "mpinn.bench.tour"])
+    os.makedirs(os.path.join(d, "two"), exist_ok=True)
+    lines = open(os.path.join(d, "clicks.csv")).read().splitlines(True)
+    half = (len(lines) + 1) // 2
+    for i, rows in enumerate((lines[1:half], lines[half:])):
+        with open(os.path.join(d, "two", "part%d.csv" % i), "w") as f:
+            f.writelines([lines[0]] + rows)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 12)).astype(np.float32)
+    np.savez(os.path.join(d, "xy.npz"), X=X, y=(X[:, 0] + 0.5 * X[:, 1] > 0).astype(np.int64))
+    run([sys.executable, "-m", "mpinn.bench.w4", "--rows", "20000", "--scale", "100", "--out",
+         os.path.join(d, "day.tsv")])
+    run([sys.executable, "-m", "mpinn.prepare", "--data", "clicks.csv", "--label", "clicked", "--categorical",
+         "site,ad,device", "--numeric", "price,age", "--hash-bits", "14", "--out", "clicks.mpinn"])
+    run([mpiexec(), "-n", "2", sys.executable, "-m", "mpinn.prepare", "--data", "two", "--label", "clicked",
+         "--categorical", "site,ad,device", "--numeric", "price,age", "--hash-bits", "14", "--out", "parts.mpinn"])
+
+
+def train_and_predict(tree, d, name, ranks, args, scored, out):
+    env = dict(os.environ, PYTHONPATH=tree, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    model, pred = out + ".npz", out + ".pred.csv"
+    r = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpinn.train"] + args + TRAIN
+                       + ["--model-out", model], cwd=d, env=env, capture_output=True, text=True)
+    if r.returncode:
+        return {"error": (r.stderr or r.stdout).strip().splitlines()[-1]}
+    p = subprocess.run([sys.executable, "-m", "mpinn.predict", "--model", model, "--out", pred]
+                       + (["--data", scored] if scored else []), cwd=d, env=env, capture_output=True, text=True)
+    params = np.load(model)["params"]
+    return {"params": hashlib.sha256(params.tobytes()).hexdigest(),
+            "predictions": hashlib.sha256(open(pred, "rb").read()).hexdigest() if p.returncode == 0 else
+            "error: " + (p.stderr or p.stdout).strip().splitlines()[-1]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("rev_a")
+    ap.add_argument("rev_b")
+    ap.add_argument("--work", default="/tmp/mpinn-input-paths", help="scratch directory (made anew)")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "input-paths-%s.json" % datetime.date.today()))
+    a = ap.parse_args(argv)
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(os.path.join(a.work, "data"))
+    trees = {}
+    for rev in (a.rev_a, a.rev_b):
+        tree = os.path.join(a.work, "tree-" + rev.replace("/", "_"))
+        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", tree, rev], check=True,
+                       capture_output=True)
+        for so in glob.glob(os.path.join(ROOT, "mpinn", "optim", "*.so")):     # the same compiled kernels
+            shutil.copy(so, os.path.join(tree, "mpinn", "optim"))
+        trees[rev] = tree
+    try:
+        d = os.path.join(a.work, "data")
+        make_data(d, trees[a.rev_a])
+        rows = []
+        print("| input path | ranks | parameters equal | predictions equal |\n|---|---|---|---|")
+        for i, (name, ranks, args, scored) in enumerate(paths(d)):
+            got = {rev: train_and_predict(trees[rev], d, name, ranks, args, scored,
+                                          os.path.join(a.work, "m%d-%s" % (i, k)))
+                   for k, rev in enumerate((a.rev_a, a.rev_b))}
+            ga, gb = got[a.rev_a], got[a.rev_b]
+            row = {"path": name, "ranks": ranks, "args": args, a.rev_a: ga, a.rev_b: gb,
+                   "params_equal": "params" in ga and ga.get("params") == gb.get("params"),
+                   "predictions_equal": "predictions" in ga and ga.get("predictions") == gb.get("predictions")}
+            rows.append(row)
+            print("| %s | %d | %s | %s |" % (name, ranks, row["params_equal"] or ga.get("error") or gb.get("error"),
+                                             row["predictions_equal"]), flush=True)
+        with open(a.out, "w") as f:
+            json.dump({"date": str(datetime.date.today()), "revs": [a.rev_a, a.rev_b],
+                       "command": "python -m scripts.bench.input_paths " + " ".join(argv or sys.argv[1:]),
+                       "rows": rows}, f, indent=1)
+        print("wrote", a.out)
+        return 0 if all(r["params_equal"] and r["predictions_equal"] for r in rows) else 1
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
