@@ -29,9 +29,9 @@ TRAIN = ["--epochs", "1", "--ensemble", "1", "--seed", "0", "--no-progress", "--
 CSV = ["--label", "clicked", "--categorical", "site,ad,device", "--numeric", "price,age"]
 
 
-def paths(d):
-    """(name, ranks, train arguments, the file predicted)."""
-    csv, text, mp = os.path.join(d, "clicks.csv"), os.path.join(d, "day.tsv"), os.path.join(d, "clicks.mpinn")
+def paths(d, k):
+    """(name, ranks, train arguments, the file predicted); k: the revision's packed files (packed by it)."""
+    csv, text, mp = os.path.join(d, "clicks.csv"), os.path.join(d, "day.tsv"), os.path.join(d, "clicks-%d.mpinn" % k)
     return [
         ("csv", 2, ["--data", csv] + CSV, os.path.join(d, "clicks-test.csv")),
         ("csv directory", 2, ["--data", os.path.join(d, "two")] + CSV, os.path.join(d, "clicks-test.csv")),
@@ -41,14 +41,14 @@ def paths(d):
         ("click text, --readers all", 2, ["--data", text, "--stream", "on", "--readers", "all"], text),
         ("packed, rank 0", 2, ["--data", mp], os.path.join(d, "clicks-test.csv")),
         ("packed, --input local", 2, ["--data", mp, "--input", "local"], os.path.join(d, "clicks-test.csv")),
-        ("parts manifest", 2, ["--data", os.path.join(d, "parts.mpinn")], os.path.join(d, "clicks-test.csv")),
+        ("parts manifest", 2, ["--data", os.path.join(d, "parts-%d.mpinn" % k)], os.path.join(d, "clicks-test.csv")),
         ("embedded click log", 2, ["--default-rows", "20000"], None),
     ]
 
 
-def make_data(d, tree):
-    """The data, made once by REV_A's mpinn (the same files for both revisions)."""
-    env = dict(os.environ, PYTHONPATH=tree)
+def make_data(d):
+    """The data, made once by this checkout's mpinn (the same files for both revisions)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
     run = lambda args, **kw: subprocess.run(args, cwd=d, env=env, check=True, capture_output=True, **kw)  # noqa: E731
     run([sys.executable, "-m", "mpinn.bench.tour"])
     os.makedirs(os.path.join(d, "two"), exist_ok=True)
@@ -62,10 +62,15 @@ def make_data(d, tree):
     np.savez(os.path.join(d, "xy.npz"), X=X, y=(X[:, 0] + 0.5 * X[:, 1] > 0).astype(np.int64))
     run([sys.executable, "-m", "mpinn.bench.w4", "--rows", "20000", "--scale", "100", "--out",
          os.path.join(d, "day.tsv")])
-    run([sys.executable, "-m", "mpinn.prepare", "--data", "clicks.csv", "--label", "clicked", "--categorical",
-         "site,ad,device", "--numeric", "price,age", "--hash-bits", "14", "--out", "clicks.mpinn"])
-    run([mpiexec(), "-n", "2", sys.executable, "-m", "mpinn.prepare", "--data", "two", "--label", "clicked",
-         "--categorical", "site,ad,device", "--numeric", "price,age", "--hash-bits", "14", "--out", "parts.mpinn"])
+
+
+def pack(d, tree, k):
+    """The packed file and the two-rank parts of revision k, packed by its own mpinn."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    columns = ["--label", "clicked", "--categorical", "site,ad,device", "--numeric", "price,age", "--hash-bits", "14"]
+    for launch, data, out in (([], "clicks.csv", "clicks-%d.mpinn"), ([mpiexec(), "-n", "2"], "two", "parts-%d.mpinn")):
+        subprocess.run(launch + [sys.executable, "-m", "mpinn.prepare", "--data", data, "--out", out % k] + columns,
+                       cwd=d, env=env, check=True, capture_output=True)
 
 
 def train_and_predict(tree, d, name, ranks, args, scored, out):
@@ -103,13 +108,17 @@ def main(argv=None):
         trees[rev] = tree
     try:
         d = os.path.join(a.work, "data")
-        make_data(d, trees[a.rev_a])
+        make_data(d)
+        for k, rev in enumerate((a.rev_a, a.rev_b)):
+            pack(d, trees[rev], k)
         rows = []
         print("| input path | ranks | parameters equal | predictions equal |\n|---|---|---|---|")
-        for i, (name, ranks, args, scored) in enumerate(paths(d)):
-            got = {rev: train_and_predict(trees[rev], d, name, ranks, args, scored,
-                                          os.path.join(a.work, "m%d-%s" % (i, k)))
-                   for k, rev in enumerate((a.rev_a, a.rev_b))}
+        for i in range(len(paths(d, 0))):
+            got = {}
+            for k, rev in enumerate((a.rev_a, a.rev_b)):
+                name, ranks, args, scored = paths(d, k)[i]
+                got[rev] = train_and_predict(trees[rev], d, name, ranks, args, scored,
+                                             os.path.join(a.work, "m%d-%d" % (i, k)))
             ga, gb = got[a.rev_a], got[a.rev_b]
             row = {"path": name, "ranks": ranks, "args": args, a.rev_a: ga, a.rev_b: gb,
                    "params_equal": "params" in ga and ga.get("params") == gb.get("params"),
