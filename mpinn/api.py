@@ -59,7 +59,7 @@ def predict(model_path, data=None):
 def arrays(X, y, task="auto"):
     """An in-memory data set from numpy arrays: features X (n, d), labels y (class labels of any
     type, or numbers for regression), checked as a .npz file's would be."""
-    from mpinn.data.dense import dense_xy
+    from mpinn.data.formats.dense import dense_xy
     return dense_xy(X, y, "arrays", task, None, True)
 
 

@@ -102,7 +102,7 @@ def run_stream(args, model, towers, meta, streamed, ids):
     from contextlib import nullcontext
     from mpinn.data.files import describe
     from mpinn.data.progress import reading
-    from mpinn.data.labels import labelled
+    from mpinn.data.fit.labels import labelled
     from mpinn.model.metrics import auc, metric_sums, metrics_from_sums
     paths, formats = streamed
     task = meta["task"]

@@ -6,7 +6,7 @@ import sys
 from mpinn.core.errors import MpinnError
 from mpinn.files.outputs import Claims
 from mpinn.settings import messages
-from mpinn.data.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
+from mpinn.data.packed.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
 from mpinn.settings.options import Parser, add_data_argument, nonneg_float, nonneg_int, positive_int
 from mpinn.settings.parse import add_options
 
@@ -77,7 +77,7 @@ def packed_name(s):
 def _like(path):
     """(meta) of a packed file or a model file."""
     if path.lower().endswith(".mpinn"):
-        from mpinn.data.parts import open_packed
+        from mpinn.data.packed.parts import open_packed
         return open_packed(path).meta
     from mpinn.files.checkpoint import load_model
     return load_model(path)[2]
@@ -130,7 +130,7 @@ def run(args):
 
 
 def _pack(args, say, paths, formats, columns, spec, hashing, like):
-    from mpinn.data.tables import TableSource
+    from mpinn.data.formats.tables import TableSource
     from mpinn.data import split_names
     from mpinn.hashing import describe
     label, categorical, numeric = columns.label, columns.categorical, columns.numeric
@@ -138,7 +138,7 @@ def _pack(args, say, paths, formats, columns, spec, hashing, like):
         from mpinn.data.many import chained_source
         source = chained_source(paths, formats, columns, args.chunk_rows)
     elif paths and formats[0] == "criteo":
-        from mpinn.data.clicktext import ClickTextSource
+        from mpinn.data.formats.clicktext import ClickTextSource
         source = ClickTextSource(paths[0], label, split_names(categorical), split_names(numeric),
                                  chunk_rows=args.chunk_rows)
     else:
@@ -148,7 +148,7 @@ def _pack(args, say, paths, formats, columns, spec, hashing, like):
     s = prepare(source, args.out, spec, hashing, like.get("transform") if like else None, args.numeric_transform,
                 args.threads or min(4, os.cpu_count() or 1), Progress(not args.quiet), args.report)
     if args.verify:
-        from mpinn.data.packed import PackedDataset
+        from mpinn.data.packed.format import PackedDataset
         PackedDataset(args.out, verify=True)
     _drop_old_parts(args.out)
     say("wrote %s: %d rows, %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s (%.0f rows/s, %s)%s" % (
@@ -162,7 +162,7 @@ def _done(s, args, say):
     """The lines after the written line: the transform, the collisions."""
     from mpinn.hashing import format_report
     if s["transform"] is not None:
-        from mpinn.data.transform import NumericTransform
+        from mpinn.data.fit.transform import NumericTransform
         say("numeric transform (stored in the file, applied as rows are read): %s"
             % NumericTransform.from_dict(s["transform"]).describe())
     if s.get("collisions"):
@@ -179,7 +179,7 @@ def check(args):
     """prepare --verify --data X.mpinn: a packed file or a multi-part dataset checked whole (opening it checks its
     parts against the manifest and its meta against its checksum and the rows' layout; verify(), every byte against
     its checksums and every row's label and column ids against the meta); one line either way."""
-    from mpinn.data.parts import open_packed, read_manifest
+    from mpinn.data.packed.parts import open_packed, read_manifest
     from mpinn.hashing import describe
     path = args.data
     if not isinstance(path, str) or not path.lower().endswith(".mpinn"):
@@ -201,7 +201,7 @@ def check(args):
 
 def _drop_old_parts(out):
     """A dataset written as one file where a multi-part one was: the old parts go."""
-    from mpinn.data.parts import parts_dir
+    from mpinn.data.packed.parts import parts_dir
     old = parts_dir(out)
     if os.path.isdir(old) and all(n.startswith("part-") and n.endswith(".mpinn") for n in os.listdir(old)):
         import shutil
@@ -209,9 +209,9 @@ def _drop_old_parts(out):
 
 
 def run_ranks(args, comm):
-    """Every rank packs its share of the files into a part of a multi-part dataset (mpinn.data.pack_parts)."""
+    """Every rank packs its share of the files into a part of a multi-part dataset (mpinn.data.packed.pack_parts)."""
     from mpinn.host.heap import steady_heap
-    from mpinn.data.pack_parts import prepare_parts
+    from mpinn.data.packed.pack_parts import prepare_parts
     from mpinn.hashing import describe
     from mpinn.comm.heartbeat import Heartbeat, folder_for
     steady_heap()

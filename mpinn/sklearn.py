@@ -46,14 +46,14 @@ def _category_text(column):
 
 
 class _FrameSource:
-    """A DataFrame as the table source mpinn.data.tables.load_table reads (TableSource's interface), in one part:
+    """A DataFrame as the table source mpinn.data.formats.tables.load_table reads (TableSource's interface), in one part:
     the categorical columns as text (a missing cell is the empty text, as in a CSV file), the numeric ones as
     float64 (a missing cell is NaN: imputed and flagged)."""
     path = "the DataFrame"
     dropped = 0         # rows without a label left out: none (fit's y has every row's)
 
     def __init__(self, X, categorical, numeric, labels):
-        from mpinn.data.tables import Part
+        from mpinn.data.formats.tables import Part
         self.categorical, self.numeric, self.has_label = categorical, numeric, labels is not None
         self.meta = {"source": "dataframe", "label": None, "categorical": categorical, "numeric": numeric}
         cats = [_category_text(X[c]) for c in categorical]
@@ -107,8 +107,8 @@ class _MpinnEstimator(BaseEstimator):
     def _rows(self, X, labels=None, fit=False, hashing=None):
         """An in-memory mpinn data set of X (labels: the encoded y, or None to predict)."""
         from mpinn.data import DataSpec, HashSpec
-        from mpinn.data.dense import dense_xy
-        from mpinn.data.tables import load_table
+        from mpinn.data.formats.dense import dense_xy
+        from mpinn.data.formats.tables import load_table
         task, classes = self._task()
         if _is_frame(X) and (fit or hasattr(self, "columns_")):      # fitted on arrays: a frame is read as one
             if len(X) == 0:
@@ -135,7 +135,7 @@ class _MpinnEstimator(BaseEstimator):
         meta = {"source": "sparse", "n_features": X.shape[1], "task": task, "classes": classes,
                 "has_label": labels is not None}
         if labels is not None and task != "regression":
-            from mpinn.data.labels import encode_labels
+            from mpinn.data.fit.labels import encode_labels
             y = encode_labels(labels, task, classes)[0]
         return Dataset(X, None, y, meta)
 
@@ -193,7 +193,7 @@ class MpinnClassifier(ClassifierMixin, _MpinnEstimator):
     def _file_meta(self):
         """The classes by the names y gave them, as mpinn.predict matches a file's labels (the rows carry their
         codes 0..k-1 in that order)."""
-        from mpinn.data.labels import _label_str
+        from mpinn.data.fit.labels import _label_str
         return {"classes": [_label_str(c) for c in self.classes_]}
 
     def _labels(self, y):

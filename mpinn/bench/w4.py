@@ -225,7 +225,7 @@ class W4Source:
                             "positive_rate": gen.positive_rate, "start": self.start}}
 
     def parts(self):
-        from mpinn.data.tables import Part
+        from mpinn.data.formats.tables import Part
         for ids, ints, y, _ in self.gen.rows(self.start, self.n_rows):
             hexes = self.gen.hex_codes(ids)
             Xd = np.where(ints == MISSING_INT, np.nan, ints.astype(np.float64))
@@ -296,7 +296,7 @@ def main(argv=None):
             say("  %d of %d rows (%.0f rows/s)" % (done, args.rows, done / max(now - t0, 1e-9)))
     if packed:
         from mpinn.data import DataSpec, HashSpec
-        from mpinn.data.packer import Progress, prepare
+        from mpinn.data.packed.packer import Progress, prepare
         summary = prepare(W4Source(gen, args.start, args.rows), args.out, DataSpec(task="binary"),
                           HashSpec(bits=args.hash_bits), progress=Progress(not args.quiet))
         n = summary["rows"]

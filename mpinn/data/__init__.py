@@ -20,11 +20,11 @@ import os
 from mpinn.core.errors import MpinnError
 from mpinn.data import files
 from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
-from mpinn.data.clicktext import is_click_log, load_click_text
-from mpinn.data.dense import load_mat, load_npz
-from mpinn.data.packed import load_packed  # noqa: F401 - one packed file (load_data also opens a manifest)
+from mpinn.data.formats.clicktext import is_click_log, load_click_text
+from mpinn.data.formats.dense import load_mat, load_npz
+from mpinn.data.packed.format import load_packed  # noqa: F401 - one packed file (load_data also opens a manifest)
 from mpinn.data.spec import DataSpec, split_names  # noqa: F401
-from mpinn.data.tables import load_csv, load_default, load_parquet  # noqa: F401
+from mpinn.data.formats.tables import load_csv, load_default, load_parquet  # noqa: F401
 from mpinn.hashing import HashSpec  # noqa: F401
 
 TABLE_EXTS = (".csv", ".txt", ".tsv", ".tab", ".parquet", ".pq")
@@ -82,7 +82,7 @@ def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_0
     if ext == ".mat":
         return load_mat(path, spec)
     if ext == ".mpinn":     # a packed file, or a multi-part dataset's manifest
-        from mpinn.data.parts import open_packed
+        from mpinn.data.packed.parts import open_packed
         return open_packed(path, spec, hashing)
     raise MpinnError("%s: unknown data format %r (use .csv or .csv.gz, .tsv, .parquet, .npz, .mat, .mpinn, or "
                      "click-log text: 40 tab-separated fields a line, maybe .gz)" % (path, ext))

@@ -12,7 +12,7 @@ CHUNK_ROWS = 262_144        # rows per chunk when reading tables: bounds memory 
 
 class Rows:
     """What the trainer uses of a data set, whether its rows are in memory (Dataset) or in a packed
-    file (mpinn.data.packed.PackedDataset): len(), meta, task, layout(dtype), take(rows, dtype) -> Batch,
+    file (mpinn.data.packed.format.PackedDataset): len(), meta, task, layout(dtype), take(rows, dtype) -> Batch,
     subset(rows), split(holdout, seed), y, n_sparse, n_dense, sparse_fan_in."""
 
     transform = None        # a NumericTransform applied to every batch taken, or None (inputs as stored)
@@ -35,7 +35,7 @@ class Rows:
     def numeric_stats(self):
         """ColumnStats of the stored numeric columns over every row (None without any): those the
         reader computed in its pass when it did, else one pass now, a chunk at a time."""
-        from mpinn.data.stats import ColumnStats
+        from mpinn.data.fit.stats import ColumnStats
         if not self.raw_dense:
             return None
         stats = self.meta.get("numeric_stats")
@@ -48,7 +48,7 @@ class Rows:
 
     def target_stats(self):
         """ColumnStats of a regression label (None for classification)."""
-        from mpinn.data.stats import column_stats
+        from mpinn.data.fit.stats import column_stats
         if self.task != "regression":
             return None
         return column_stats(np.asarray(self.y, dtype=np.float64).reshape(-1, 1), ["label"])
@@ -151,6 +151,6 @@ class Dataset(Rows):
 
 def _sort_keys(values, column=None):
     """Comparable times of a --holdout-by time column: numbers (epoch seconds, or any), or dates and times in one
-    format (mpinn.data.times), a missing value first; any other column is one line naming it."""
-    from mpinn.data.times import sort_keys
+    format (mpinn.data.formats.times), a missing value first; any other column is one line naming it."""
+    from mpinn.data.formats.times import sort_keys
     return sort_keys(values, column)

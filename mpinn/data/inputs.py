@@ -10,9 +10,9 @@ from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import describe as describe_files
 from mpinn.data.info import DataInfo
-from mpinn.data.labels import binary_classes, task_note
+from mpinn.data.fit.labels import binary_classes, task_note
 from mpinn.data.stream_setup import reader_count, reader_streams, stream_input
-from mpinn.data.transform import NumericTransform
+from mpinn.data.fit.transform import NumericTransform
 
 
 IN_RUNS = 65536        # --shuffle-block from which a file read from disk is read in runs long enough

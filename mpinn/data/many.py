@@ -47,8 +47,8 @@ def chained_source(paths, formats, spec, chunk_rows=None):
     chunks of chunk_rows rows (default: the readers')."""
     from mpinn.data.base import CHUNK_ROWS
     chunk_rows = chunk_rows or CHUNK_ROWS
-    from mpinn.data.clicktext import ClickTextSource
-    from mpinn.data.tables import TableSource
+    from mpinn.data.formats.clicktext import ClickTextSource
+    from mpinn.data.formats.tables import TableSource
     criteo = formats[0] == "criteo"
     if any((f == "criteo") != criteo for f in formats):
         raise MpinnError("%s and %s: click-log text and CSV or Parquet files cannot be read as one table"
@@ -76,7 +76,7 @@ def check_formats(paths, formats):
 def load_many(paths, formats, spec=DataSpec(), hashing=HashSpec()):
     """Table files `paths` (see mpinn.data.files.expand) of `formats` in memory as one Dataset, read in that
     order."""
-    from mpinn.data.tables import load_table
+    from mpinn.data.formats.tables import load_table
     check_formats(paths, formats)
     if formats[0] != "criteo" and not spec.label:
         raise MpinnError("%s: a %s file needs --label COLUMN" % (paths[0], formats[0].upper()))
@@ -95,11 +95,11 @@ def read_column(path, name, purpose="for --holdout-by", label=None):
     """Every data row's raw value of one column of a CSV, Parquet or click-log text file, in the readers' row order
     (the values --holdout-by splits on, predict's ids; one more pass over the file); label: see read_column_of."""
     import os
-    from mpinn.data import clicktext, csvtext
+    from mpinn.data.formats import clicktext, csvtext
     if clicktext.is_click_log(path):        # every row labelled: `label` drops none
         return clicktext.read_column(path, name, purpose)
-    from mpinn.data.labels import missing_labels
-    from mpinn.data.tables import TableSource
+    from mpinn.data.fit.labels import missing_labels
+    from mpinn.data.formats.tables import TableSource
     names = [name] + ([label] if label else [])
     if os.path.splitext(path)[1].lower() in (".parquet", ".pq"):
         source = TableSource.__new__(TableSource)
@@ -138,7 +138,7 @@ def chunks_of(paths, formats, spec, hashing, chunk_rows=None, states=None):
     memory holds a chunk, whatever the number of rows. states: the files as first seen (file_state; default: now),
     which they must still be as they are read (mpinn.data.files.unchanged_parts)."""
     from mpinn.data.base import Dataset
-    from mpinn.data.chunks import TablePass
+    from mpinn.data.fit.chunks import TablePass
     from mpinn.hashing import csr_from_indices
     from mpinn.data.progress import tick
     states = states or [file_state(p) for p in paths]

@@ -1,6 +1,6 @@
 """A model file's header against its architecture: the inputs its columns, hashing contract and numeric transform
 give the rows must be the inputs its parameters take."""
-from mpinn.data.transform import NumericTransform
+from mpinn.data.fit.transform import NumericTransform
 from mpinn.hashing import contract_problem
 
 TABLES = ("csv", "parquet", "criteo", "default", "dataframe")      # sources read by named columns

@@ -15,9 +15,9 @@ import scipy.sparse as sp
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import Dataset, Rows
-from mpinn.data.chunks import TablePass
+from mpinn.data.fit.chunks import TablePass
 from mpinn.data.files import unchanged_parts
-from mpinn.data.part import take_part
+from mpinn.data.formats.part import take_part
 from mpinn.data.progress import tick
 from mpinn.hashing import csr_from_indices, per_feature_nnz
 

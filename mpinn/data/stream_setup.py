@@ -118,7 +118,7 @@ class Recipe:
 
     def reader_sources(self, rank, size):
         """make_sources() of reader `rank` of `size` (--readers all): a 1/size byte range of every plain click-log
-        text file (the lines that begin in it; mpinn.data.clicktext.LineSpan), and of the other files (gzip,
+        text file (the lines that begin in it; mpinn.data.formats.clicktext.LineSpan), and of the other files (gzip,
         CSV, Parquet: read whole) those of index rank, rank + size, ... Returns (make, what it reads)."""
         import os
         split = self.shared_files()
@@ -174,7 +174,7 @@ def reader_streams(stream, comm, transform, readers):
     (Recipe.reader_sources), with the sample's contract, task and classes, held-out rows and numeric transform,
     its windows shuffled by (seed, epoch, window, reader + 1). Collective: `stream` on rank 0 (None elsewhere).
     Returns this rank's: a reader's (the first rank of its group, reading_group), None on the other ranks."""
-    from mpinn.data.chunks import TablePass
+    from mpinn.data.fit.chunks import TablePass
     from mpinn.data.stream import Stream
     from mpinn.hashing import HashSpec
     shared = comm.bcast_obj((stream.recipe, stream.meta, stream.held, len(stream), stream.fan_in, stream.window)

@@ -21,7 +21,7 @@ def use_transform(data, meta, where):
         data.transform = None
         return
     from mpinn.data.inputs import set_transform
-    from mpinn.data.transform import NumericTransform
+    from mpinn.data.fit.transform import NumericTransform
     set_transform(data, NumericTransform.from_dict(meta["transform"]), where)
 
 

@@ -27,7 +27,7 @@ def predict_file(model_path, data=None, loaded=None):
     None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
     file's load_checked(), where it was loaded already."""
     from mpinn.data import Rows
-    from mpinn.data.labels import labelled
+    from mpinn.data.fit.labels import labelled
     from mpinn.model.metrics import compute_metrics
     model, towers, meta = loaded or load_checked(model_path)
     rows = data if isinstance(data, Rows) else load_for_model(meta, data)

@@ -173,7 +173,7 @@ def readers_value(s):
 
 def numeric_bins(s):
     """--numeric-bins: auto, off or 2..64 bins per column; kept as the text given."""
-    from mpinn.data.bins import parse
+    from mpinn.data.fit.bins import parse
     try:
         return str(parse(s))
     except MpinnError as e:

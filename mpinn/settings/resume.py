@@ -116,7 +116,7 @@ def check_resume(header, config, spec, meta, n_train, batch):
     if header.get("spec") != spec.to_dict():
         raise MpinnError("--resume %s: the checkpoint's architecture %s does not match this run's %s"
                          % (path, header.get("spec"), spec.to_dict()))
-    from mpinn.data.transform import check_same
+    from mpinn.data.fit.transform import check_same
     check_same((header.get("meta") or {}).get("transform"), meta.get("transform"), "--resume %s" % path)
     stored, wanted = (header.get("meta") or {}).get("hashing"), meta.get("hashing")
     if stored != wanted:

@@ -84,7 +84,7 @@ def help_table():
 
 
 def numeric_columns(info):
-    """The data's numeric columns: the batches' first dense inputs (mpinn.data.transform: values, indicators, bins)."""
+    """The data's numeric columns: the batches' first dense inputs (mpinn.data.fit.transform: values, indicators, bins)."""
     return len((info.meta.get("transform") or {}).get("columns") or ())
 
 

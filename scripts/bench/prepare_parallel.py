@@ -64,7 +64,7 @@ def main(argv=None):
             t, c = prepare(data, n, os.path.join(args.workdir, "np%d.mpinn" % n), args.threads)
             times[n].append(t)
             cpus[n].append(c)
-    from mpinn.data.parts import open_packed
+    from mpinn.data.packed.parts import open_packed
     base_meta = open_packed(os.path.join(args.workdir, "np%d.mpinn" % nps[0])).meta
     base = statistics.median(times[nps[0]])
     rows_out, records = [], []

@@ -15,8 +15,8 @@ def shared_dir():
 def test_local_readers_statistics_equal_numpy_on_every_rank():
     import mpinn.api as mp
     from mpinn.data import DataSpec, HashSpec, load_csv
-    from mpinn.data.packing import write_dataset
-    from mpinn.data.tables import TableSource
+    from mpinn.data.packed.writing import write_dataset
+    from mpinn.data.formats.tables import TableSource
     from mpinn.prepare import prepare
     d = shared_dir()
     rng = np.random.default_rng(3)

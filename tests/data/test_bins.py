@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mpinn.data.stats as stats_module
+import mpinn.data.fit.stats as stats_module
 from conftest import mpirun, run
 from mpinn.core.batch import Batch
 from mpinn.core.errors import MpinnError
 from mpinn.core.spec import ModelSpec
-from mpinn.data.bins import AUTO_BINS, AUTO_MAX_COLUMNS, AUTO_MAX_ROWS, AUTO_MIN_ROWS, fit_edges, parse
-from mpinn.data.stats import BLOCK, ColumnStats, column_stats
-from mpinn.data.transform import NumericTransform
+from mpinn.data.fit.bins import AUTO_BINS, AUTO_MAX_COLUMNS, AUTO_MAX_ROWS, AUTO_MIN_ROWS, fit_edges, parse
+from mpinn.data.fit.stats import BLOCK, ColumnStats, column_stats
+from mpinn.data.fit.transform import NumericTransform
 from mpinn.model.mlp import MLP
 
 NAMES = ["normal", "money", "small", "flag"]

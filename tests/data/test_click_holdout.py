@@ -8,7 +8,7 @@ import pytest
 import mpinn.api as mp
 from mpinn.bench.w4 import W4, write_text
 from mpinn.core.errors import MpinnError
-from mpinn.data.clicktext import CAT_NAMES, INT_NAMES
+from mpinn.data.formats.clicktext import CAT_NAMES, INT_NAMES
 
 pd = pytest.importorskip("pandas")
 ROWS, HOLDOUT, SEED = 3000, 0.1, 3

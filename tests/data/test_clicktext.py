@@ -13,7 +13,7 @@ from conftest import run
 from mpinn.bench.w4 import BLOCK, MISSING_INT, W4, write_text
 from mpinn.core.errors import MpinnError
 from mpinn.data import HashSpec, load_data
-from mpinn.data.clicktext import CAT_NAMES, INT_NAMES, ClickTextSource
+from mpinn.data.formats.clicktext import CAT_NAMES, INT_NAMES, ClickTextSource
 
 SCALE = 20000           # small cardinalities (2..1999 values a column): fast, and every value repeats
 

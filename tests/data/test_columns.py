@@ -1,4 +1,4 @@
-"""Which columns are inputs when none are named (mpinn.data.kinds), the label never one of them, and how
+"""Which columns are inputs when none are named (mpinn.data.formats.kinds), the label never one of them, and how
 the held-out rows are chosen (--holdout-by random, time:COLUMN, group:COLUMN)."""
 import sys
 

@@ -7,8 +7,8 @@ import scipy.io
 
 from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, HashSpec, load_csv, load_data, load_default
-from mpinn.data.clicklog import make_clicklog
-from mpinn.data.labels import encode_labels
+from mpinn.data.formats.clicklog import make_clicklog
+from mpinn.data.fit.labels import encode_labels
 
 
 def write(path, text):
@@ -179,7 +179,7 @@ def test_parquet_in_batches_equals_the_same_table_as_csv(tmp_path):
         assert d.meta["source"] == "parquet" and d.task == "binary"
         for x, y in ((d.Xs.indices, ref.Xs.indices), (d.Xd, ref.Xd), (d.y, ref.y)):
             assert np.array_equal(x, y)
-    from mpinn.data.tables import TableSource
+    from mpinn.data.formats.tables import TableSource
     part = next(TableSource(path, "label", ["site"], [], chunk_rows=100).parts())
     assert pa.types.is_dictionary(part.cats[0].type)          # hashed through the dictionary
 
@@ -201,7 +201,7 @@ def test_parquet_errors_are_one_line(tmp_path):
 
 
 def test_clicklog_in_chunks_equals_the_whole():
-    from mpinn.data.clicklog import iter_clicklog
+    from mpinn.data.formats.clicklog import iter_clicklog
     whole = make_clicklog(3000, 5)
     for chunk in (3000, 1000, 777):
         parts = list(iter_clicklog(3000, 5, chunk))
@@ -222,7 +222,7 @@ def test_a_given_contract_is_used_not_refitted(tmp_path):
 
 
 def test_label_scan_in_chunks_decides_like_encode_labels():
-    from mpinn.data.labels import LabelScan
+    from mpinn.data.fit.labels import LabelScan
     cases = [np.array(["1", "0", "1", "0"] * 50, dtype=object), np.array(["a", "b", "c"] * 30, dtype=object),
              np.arange(3000) * 0.5, np.array([3, 1, 2, 7] * 25)]
     for raw in cases:

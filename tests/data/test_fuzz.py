@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, HashSpec, load_csv
-from mpinn.data.transform import NumericTransform
+from mpinn.data.fit.transform import NumericTransform
 
 CELL = st.text(alphabet=string.ascii_letters + string.digits + " .,-+\"'\n\teE", max_size=6)
 
@@ -55,14 +55,14 @@ def test_csv_reader_bytes(tmp_path, data):
 @pytest.fixture(scope="module")
 def packed_bytes(tmp_path_factory):
     from mpinn.data import load_default
-    from mpinn.data.packing import write_dataset
+    from mpinn.data.packed.writing import write_dataset
     path = tmp_path_factory.mktemp("fuzz") / "good.mpinn"
     write_dataset(str(path), load_default(300, hashing=HashSpec(bits=10)))
     return path          # (a path, not the bytes: hypothesis prints its arguments on failure)
 
 
 def read_all(path, verify):
-    from mpinn.data.packed import PackedDataset
+    from mpinn.data.packed.format import PackedDataset
     data = PackedDataset(str(path), verify=verify)
     return data, data.take(np.arange(len(data)))
 

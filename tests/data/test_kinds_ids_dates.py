@@ -1,4 +1,4 @@
-"""Column kinds a practitioner would choose (mpinn.data.kinds): integer ids taken as categories (by name, or both
+"""Column kinds a practitioner would choose (mpinn.data.formats.kinds): integer ids taken as categories (by name, or both
 ways by their values), magnitudes (a count, a price, an age) numeric, a few integers both as before, row numbers
 flagged, dates and times left out of the inputs (for --holdout-by time) and never hashed, and the start-up note
 saying each choice."""
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mpinn.data import DataSpec, load_csv
-from mpinn.data.kinds import infer, integer_kind
-from mpinn.data.tables import MISSING_NUMBERS
+from mpinn.data.formats.kinds import infer, integer_kind
+from mpinn.data.formats.tables import MISSING_NUMBERS
 
 N = 3000
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run
-from mpinn.data.labels import MISSING_TEXT, LabelScan, encode_labels, missing_labels, task_note
+from mpinn.data.fit.labels import MISSING_TEXT, LabelScan, encode_labels, missing_labels, task_note
 
 RNG = np.random.default_rng(7)
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import run
-from mpinn.data.packed import RELEASE_BYTES
+from mpinn.data.packed.format import RELEASE_BYTES
 from scripts.bench.larger_than_memory.cgroup import MIB
 from scripts.bench.larger_than_memory.runs import run_training, same_model
 from scripts.bench.larger_than_memory.tile import tile
@@ -90,7 +90,7 @@ def test_the_cgroup_limit_is_read_from_this_process_group(tmp_path, version):
 
 def test_a_tiled_packed_file_holds_the_small_files_rows_over_and_over(tmp_path):
     import numpy as np
-    from mpinn.data.packed import PackedDataset
+    from mpinn.data.packed.format import PackedDataset
     small, big = str(tmp_path / "small.mpinn"), str(tmp_path / "big.mpinn")
     r = run([sys.executable, "-m", "mpinn.bench.w4", "--rows", "1500", "--out", small, "--scale", "100",
              "--hash-bits", "10", "--quiet"], timeout=120)

@@ -126,7 +126,7 @@ def test_predict_and_prepare_read_many_files_as_one(days, tmp_path):
         with open(out) as f:
             preds.append(f.read())
     assert preds[0] == preds[1] and preds[0].count("\n") == 901
-    from mpinn.data.packed import PackedDataset
+    from mpinn.data.packed.format import PackedDataset
     packed = []
     for name, data in (("dir", d), ("one", one)):
         out = str(tmp_path / ("%s.mpinn" % name))

@@ -9,11 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpinn.core.errors import MpinnError
-from mpinn.data import DataSpec, load_csv, load_data, stats
+from mpinn.data import DataSpec, load_csv, load_data
+from mpinn.data.fit import stats
 from mpinn.data.inputs import check_labels
-from mpinn.data.labels import encode_labels
-from mpinn.data.stats import BLOCK, ColumnStats, PartFold, column_stats, first_finite
-from mpinn.data.transform import NumericTransform, check_same
+from mpinn.data.fit.labels import encode_labels
+from mpinn.data.fit.stats import BLOCK, ColumnStats, PartFold, column_stats, first_finite
+from mpinn.data.fit.transform import NumericTransform, check_same
 
 
 def columns(n, seed=0):
@@ -142,8 +143,8 @@ def test_an_all_missing_column_is_one_error():
 def test_the_transform_round_trips_through_json_the_model_file_and_a_packed_file(tmp_path):
     from mpinn.files.checkpoint import load_model, save_model
     from mpinn.core.spec import ModelSpec
-    from mpinn.data.packed import PackedDataset
-    from mpinn.data.tables import TableSource
+    from mpinn.data.packed.format import PackedDataset
+    from mpinn.data.formats.tables import TableSource
     from mpinn.prepare import prepare
     X = columns(3000)
     t = NumericTransform.fit(column_stats(X, NAMES), "auto", column_stats(X[:, :1], ["label"]))

@@ -5,14 +5,14 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import mpinn.data.packed as packed
-import mpinn.data.packing as packing
+import mpinn.data.packed.format as packed
+import mpinn.data.packed.writing as packing
 from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, Dataset, HashSpec, load_csv, load_data, load_default
-from mpinn.data.tables import TableSource
-from mpinn.data.packed import PackedDataset
-from mpinn.data.packing import write_dataset
-from mpinn.data.transform import NumericTransform
+from mpinn.data.formats.tables import TableSource
+from mpinn.data.packed.format import PackedDataset
+from mpinn.data.packed.writing import write_dataset
+from mpinn.data.fit.transform import NumericTransform
 from mpinn.prepare import prepare
 
 

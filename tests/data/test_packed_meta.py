@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.data.packed import PackedDataset
-from mpinn.data.parts import MANIFEST_MAGIC, is_manifest, manifest_bytes
+from mpinn.data.packed.format import PackedDataset
+from mpinn.data.packed.parts import MANIFEST_MAGIC, is_manifest, manifest_bytes
 
 TRAIN = ["--epochs", "1", "--ensemble", "1", "--hidden", "8", "--no-progress", "--quiet"]
 

@@ -8,14 +8,14 @@ import sys
 import numpy as np
 import pytest
 
-import mpinn.data.packing as packing
+import mpinn.data.packed.writing as packing
 from conftest import run
 from mpinn.bench.w4 import W4, write_text
 from mpinn.core.errors import MpinnError
 from mpinn.data import DataSpec, HashSpec
-from mpinn.data.clicktext import ClickTextSource
-from mpinn.data.labels import LabelScan
-from mpinn.data.packed import PackedDataset
+from mpinn.data.formats.clicktext import ClickTextSource
+from mpinn.data.fit.labels import LabelScan
+from mpinn.data.packed.format import PackedDataset
 from mpinn.prepare import prepare
 
 SCALE = 20000           # small cardinalities: fast

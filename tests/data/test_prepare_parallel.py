@@ -1,4 +1,4 @@
-"""Prepare in parallel (issue 36, item 4; mpinn.data.pack_parts, mpinn.data.parts): `mpirun -np N python -m
+"""Prepare in parallel (issue 36, item 4; mpinn.data.packed.pack_parts, mpinn.data.packed.parts): `mpirun -np N python -m
 mpinn.prepare` packs many files as a multi-part dataset, each rank its share, and the parts read as the one file
 np 1 prepares from the same files: the same meta (contract, classes, numeric statistics and transform, to the
 bit), the same rows in the same order, the same trained parameters (scatter and --input local) and the same
@@ -13,9 +13,9 @@ import pytest
 
 from conftest import mpirun, run
 from mpinn.bench.w4 import W4, write_text
-from mpinn.data.pack_parts import shares
-from mpinn.data.packed import PackedDataset
-from mpinn.data.parts import is_manifest, open_packed
+from mpinn.data.packed.pack_parts import shares
+from mpinn.data.packed.format import PackedDataset
+from mpinn.data.packed.parts import is_manifest, open_packed
 
 ROWS = 1000             # per file
 TRAIN = ["--epochs", "2", "--hidden", "8", "--batch-size", "256", "--no-progress", "--ensemble", "1"]

@@ -111,7 +111,7 @@ CUT_BY_RANK_1 = '''
 import os, runpy, sys
 import mpinn.data.base
 from mpi4py import MPI
-from mpinn.data.clicktext import ClickTextSource
+from mpinn.data.formats.clicktext import ClickTextSource
 
 mpinn.data.base.CHUNK_ROWS = 100
 target, parts = sys.argv.pop(1), ClickTextSource.parts

@@ -1,4 +1,4 @@
-"""--holdout-by time:COLUMN reads dates and times as times (mpinn.data.times): each format against Python's
+"""--holdout-by time:COLUMN reads dates and times as times (mpinn.data.formats.times): each format against Python's
 datetime, slashed dates ordered by date and not as text, a column it cannot read refused with one line, and the
 held-out rows the truly last dates, through the API and the command line."""
 import datetime as dt
@@ -11,7 +11,7 @@ import pytest
 from conftest import run
 from mpinn.core.errors import MpinnError
 from mpinn.data import Dataset
-from mpinn.data.times import seconds, sort_keys
+from mpinn.data.formats.times import seconds, sort_keys
 
 UTC = dt.timezone.utc
 

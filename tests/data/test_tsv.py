@@ -11,7 +11,7 @@ import pytest
 
 from conftest import mpirun, run
 from mpinn.data import DataSpec, data_format, load_data
-from mpinn.data.csvtext import separator
+from mpinn.data.formats.csvtext import separator
 
 HEADER = ["y", "city", "x", "n", "day"]
 
@@ -58,7 +58,7 @@ def test_tab_separated_files_load_as_the_csv(files):
 def test_pyarrows_reader_reads_them_without_falling_back(files, monkeypatch):
     """The fast reader is given the tab: a chunk it cannot parse goes to the csv module, the same rows but slower."""
     pytest.importorskip("pyarrow")
-    from mpinn.data.tables import TableSource
+    from mpinn.data.formats.tables import TableSource
     monkeypatch.setattr(TableSource, "_csv_python_parts", lambda self, skip=0: pytest.fail("fell back: " + self.path))
     for name in ("csv", "t.tsv", "t.tsv.gz", "tabs.csv"):
         source = TableSource(files[name], "y", ["city"], ["x", "n"])

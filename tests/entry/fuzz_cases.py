@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 KINDS = ("csv", "parquet", "npz", "mat", "packed", "clicktext", "options", "predict")
-HUGE_LINE = (1 << 24) + 10          # past mpinn.data.csvtext.MAX_LINE
+HUGE_LINE = (1 << 24) + 10          # past mpinn.data.formats.csvtext.MAX_LINE
 
 
 def _pick(rng, items):
@@ -243,7 +243,7 @@ def mat_case(rng, d):
 # ---------------------------------------------------------------- packed files
 def packed_case(rng, d):
     from mpinn.data import HashSpec, load_default
-    from mpinn.data.packing import write_dataset
+    from mpinn.data.packed.writing import write_dataset
     path = d / "data.mpinn"
     write_dataset(str(path), load_default(int(rng.integers(50, 400)), int(rng.integers(0, 3)),
                                           hashing=HashSpec(bits=int(rng.integers(6, 12)))))

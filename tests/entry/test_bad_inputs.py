@@ -34,7 +34,7 @@ def one_line(r, *parts):
     return lines[0]
 
 
-MAX_LINE = 1 << 24          # characters in a CSV line, the header's too (mpinn.data.csvtext; docs/data.md)
+MAX_LINE = 1 << 24          # characters in a CSV line, the header's too (mpinn.data.formats.csvtext; docs/data.md)
 
 
 def write_csv(path, rows=200, seed=0, label="y"):

@@ -65,7 +65,7 @@ def test_heavy_tailed_numbers_and_a_string_label_train_and_predict_applies_the_t
         assert again[k] == pytest.approx(reported[k], abs=1e-12)
     assert open(tmp_path / "p.csv").readline().strip() == "prediction,p_>50K"
     # a predict that skipped the transform would be far from what training reported
-    from mpinn.data.transform import NumericTransform
+    from mpinn.data.fit.transform import NumericTransform
     from mpinn.inference import load, score
     for module in (load, score):        # where a file is read (load_for_model) and where rows are given (predict_file)
         monkeypatch.setattr(module, "use_transform", lambda data, meta, where: None)

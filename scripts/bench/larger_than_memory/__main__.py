@@ -153,7 +153,7 @@ def main(argv=None):
 
 def _packed_rows(path):
     """n_rows from a packed file's header (read, not mapped: a mapped page could not be evicted)."""
-    from mpinn.data.packed import MAGIC
+    from mpinn.data.packed.format import MAGIC
     with open(path, "rb") as f:
         head = f.read(16)
         if head[:8] != MAGIC:

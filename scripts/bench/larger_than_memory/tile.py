@@ -13,8 +13,8 @@ import copy
 
 import numpy as np
 
-from mpinn.data.packed import _PackedFile
-from mpinn.data.packing import PackedWriter
+from mpinn.data.packed.format import _PackedFile
+from mpinn.data.packed.writing import PackedWriter
 
 CHUNK_ROWS = 1 << 18
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
-from mpinn.data.csvtext import bounded_lines
+from mpinn.data.formats.csvtext import bounded_lines
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -159,7 +159,7 @@ class ClickTextSource:
                 raise MpinnError("%s line %d: %s is %r, not an 8-hex-digit value" % (self.path, line, CAT_NAMES[k], v))
 
     def _part(self, rows, cat_i, num_i):
-        from mpinn.data.tables import Part
+        from mpinn.data.formats.tables import Part
         Xd = None
         if num_i:
             Xd = np.array([[float(r[i]) if r[i] else np.nan for i in num_i] for r in rows], dtype=np.float64)
@@ -205,7 +205,7 @@ class ClickTextSource:
                     if self.numeric:
                         Xd = np.column_stack([b.column(n).to_numpy(zero_copy_only=False).astype(np.float64)
                                               for n in self.numeric])   # a null (missing) count: NaN
-                    from mpinn.data.tables import Part
+                    from mpinn.data.formats.tables import Part
                     yield Part([b.column(name) for name in self.categorical], Xd, labels, b.num_rows)
                     done += b.num_rows
         except (pa.ArrowException, ValueError, OSError, EOFError, zlib.error):
@@ -221,7 +221,7 @@ class ClickTextSource:
 
 def load_click_text(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROWS):
     """A click-log text file in memory as a Dataset, hashed like any table."""
-    from mpinn.data.tables import load_table
+    from mpinn.data.formats.tables import load_table
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
     source = ClickTextSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows,

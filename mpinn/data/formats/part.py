@@ -1,4 +1,4 @@
-"""Part: consecutive rows of a table as the readers make them (mpinn.data.tables, mpinn.data.clicktext), and the
+"""Part: consecutive rows of a table as the readers make them (mpinn.data.formats.tables, mpinn.data.formats.clicktext), and the
 rows of one taken by position."""
 from dataclasses import dataclass
 

@@ -5,9 +5,9 @@ import numpy as np
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import Dataset
-from mpinn.data.labels import encode_labels, missing_labels as missing_labels_of
+from mpinn.data.fit.labels import encode_labels, missing_labels as missing_labels_of
 from mpinn.data.spec import DataSpec
-from mpinn.data.stats import column_stats
+from mpinn.data.fit.stats import column_stats
 
 
 def dense_xy(X, y, path, task, classes, require_label, positive=None, missing_labels="refuse"):

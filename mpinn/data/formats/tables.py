@@ -5,12 +5,12 @@ from dataclasses import replace
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data import csvtext, kinds
+from mpinn.data.formats import csvtext, kinds
 from mpinn.data.base import CHUNK_ROWS, Dataset
-from mpinn.data.chunks import TablePass
-from mpinn.data.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
-from mpinn.data.labels import MISSING_TEXT, missing_labels
-from mpinn.data.part import Part, take_part  # noqa: F401 - Part: the readers' chunk, made here and in clicktext
+from mpinn.data.fit.chunks import TablePass
+from mpinn.data.formats.clicklog import DEFAULT_CARDS, DEFAULT_NUMERIC, iter_clicklog
+from mpinn.data.fit.labels import MISSING_TEXT, missing_labels
+from mpinn.data.formats.part import Part, take_part  # noqa: F401 - Part: the readers' chunk, made here and in clicktext
 from mpinn.data.progress import tick
 from mpinn.data.spec import DataSpec, split_names
 from mpinn.hashing import HashSpec, arrow_available, csr_from_indices

@@ -53,7 +53,7 @@ class _Sample:
         self.add_keyed(_row_keys(start, X.shape[0]), X)
 
     def add_keyed(self, keys, X):
-        """Rows X whose keys are given (another sample's, mpinn.data.stats.PartFold)."""
+        """Rows X whose keys are given (another sample's, mpinn.data.fit.stats.PartFold)."""
         if self._bar is not None:
             keep = keys < self._bar
             keys, X = keys[keep], X[keep]

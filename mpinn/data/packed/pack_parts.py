@@ -1,5 +1,5 @@
 """Prepare in parallel (`mpirun -np N python -m mpinn.prepare`): every rank packs its share of the input files into
-one part of a multi-part dataset (mpinn.data.parts), which training and predict read as one prepared file.
+one part of a multi-part dataset (mpinn.data.packed.parts), which training and predict read as one prepared file.
 
 Shares are contiguous runs of files in their order, balanced by their estimated rows, so the parts one after another
 hold the rows in the order one prepared file holds them. What every part must agree on is decided first, by rank 0:
@@ -7,7 +7,7 @@ the hashing contract, the task and classes. When they are known up front (click-
 whose hash bits are given or 18; trick mode's bits given; --like) every rank packs its share in one pass at once;
 otherwise (auto bits, split or onehot mode, the classes of a CSV's labels, --report) rank 0 scans every file first,
 as one prepare's first pass does, and the ranks then pack in one pass each. The numeric columns' statistics are
-folded over every row in file order as one pass folds them (mpinn.data.stats: the same bits however chunked): by
+folded over every row in file order as one pass folds them (mpinn.data.fit.stats: the same bits however chunked): by
 rank 0's scan, or by each part's rank over its stored values once every part is packed (the blocks wholly inside
 it; rank 0 joins them in order), so the dataset's statistics and transform are one prepared file's to the bit.
 
@@ -25,9 +25,9 @@ import numpy as np
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
-from mpinn.data.packed import PackedDataset
-from mpinn.data.packer import Progress, finished_meta, known_up_front, prepare
-from mpinn.data.parts import manifest_bytes, part_name, parts_dir
+from mpinn.data.packed.format import PackedDataset
+from mpinn.data.packed.packer import Progress, finished_meta, known_up_front, prepare
+from mpinn.data.packed.parts import manifest_bytes, part_name, parts_dir
 from mpinn.host.launch import follow_umask
 
 
@@ -45,7 +45,7 @@ def shares(sizes, n):
 def _decide(source, paths, formats, columns, spec, hashing, threads, report, chunk_rows):
     """Rank 0: what every part must share (JSON-able): the columns, the contract, the task and classes, the
     meta of the whole, and the numeric statistics when a scan of every file had to come first (else None)."""
-    from mpinn.data.chunks import TablePass
+    from mpinn.data.fit.chunks import TablePass
     from mpinn.data.many import chained_source
     spec, hashing = known_up_front(source, spec, hashing)
     table = TablePass(source, spec, hashing, threads, count_values=report)
@@ -103,12 +103,12 @@ def _on_every_rank(comm, fn, asleep=False):
 
 def _fold_in_parallel(comm, path, names, rows):
     """The whole's statistics on rank 0 (None elsewhere), each part folded by the rank that packed it, at once
-    (mpinn.data.stats.PartFold: its whole blocks, from its start row and the first finite values all parts agree
+    (mpinn.data.fit.stats.PartFold: its whole blocks, from its start row and the first finite values all parts agree
     on), joined on rank 0 in order: the same bits as one pass over every row. rows: every rank's rows (0: no
     part); path: this rank's part. Each rank reads its part's numbers back (W4 text: a sixth to a third of the time
     packing them took, measured here), where rank 0 folding them as it packed (as one prepare does) would keep the
     others waiting."""
-    from mpinn.data.stats import ColumnStats, PartFold, first_finite
+    from mpinn.data.fit.stats import ColumnStats, PartFold, first_finite
     d = len(names)
     firsts = comm.allgather_obj(_on_every_rank(comm, lambda: first_finite(_dense_chunks(path), d) if rows[
         comm.rank] else None, asleep=True))

@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data import csvtext, times
+from mpinn.data.formats import csvtext, times
 
 SAMPLE_ROWS = 10_000     # rows looked at
 FEW_INTEGERS = 20        # an integer column with at most this many values is numeric and categorical

@@ -6,7 +6,7 @@ import re
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.labels import MISSING_TEXT
+from mpinn.data.fit.labels import MISSING_TEXT
 
 MISSING = frozenset(MISSING_TEXT)
 READ = "ISO 2026-11-25 or 2026-11-25T13:45:00Z, YYYY/MM/DD, M/D/YYYY (or D/M/YYYY), D.M.YYYY, epoch seconds"
@@ -155,7 +155,7 @@ def sort_keys(values, column=None):
 
 def detect(values):
     """The format of a sampled text column whose every present value is a date or time (never plain numbers:
-    those are told apart by name, see mpinn.data.kinds), else None."""
+    those are told apart by name, see mpinn.data.formats.kinds), else None."""
     present = [v for v in values if v.strip().lstrip("\x00") not in MISSING]
     if not present:
         return None

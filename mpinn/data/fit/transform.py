@@ -3,7 +3,7 @@ them, fitted from ColumnStats and stored in the model file; the same arithmetic 
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.bins import Bins, fit_edges
+from mpinn.data.fit.bins import Bins, fit_edges
 
 TRANSFORM_VERSION = 2       # 2: quantile bins ("bins"); a transform without bins is still written as 1
 MODES = ("auto", "standard", "none")
@@ -30,7 +30,7 @@ class NumericTransform:
     centring) and turns on an indicator input appended after the columns (one per column that had
     missing values in training). Regression targets are centred and scaled too (predictions are
     scaled back). mode none: values go in as they are; missing ones are still imputed and flagged.
-    Quantile bins (mpinn.data.bins, --numeric-bins): a binned column also enters as its piecewise-linear
+    Quantile bins (mpinn.data.fit.bins, --numeric-bins): a binned column also enters as its piecewise-linear
     encoding, after the indicators; the inputs are [values | indicators | bins].
 
     auto never takes the log of a column already in [-1, 1] (a pixel, a 0/1 flag; kind "bounded"), and

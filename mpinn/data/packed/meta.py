@@ -7,7 +7,7 @@ import numpy as np
 import xxhash
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.transform import NumericTransform
+from mpinn.data.fit.transform import NumericTransform
 from mpinn.hashing import contract_problem, per_feature_nnz
 
 PREPARE_AGAIN = "prepare it again"

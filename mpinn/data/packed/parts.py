@@ -5,7 +5,7 @@ dataset: the parts' rows one after another, in the input files' order, under the
 The manifest is MANIFEST_MAGIC, a newline and UTF-8 JSON: {"format", "n_rows", "meta" (the whole dataset's, as
 one prepared file's: task, classes, hashing contract, numeric statistics and transform), "parts": [{"path"
 (relative to the manifest's folder), "n_rows", "file_size", "xxh64" (each section's checksum)}], "meta_xxh64" (the
-meta's checksum: mpinn.data.packed_meta)}. A part that does not match its entry (replaced, truncated, from another
+meta's checksum: mpinn.data.packed.meta)}. A part that does not match its entry (replaced, truncated, from another
 run), or a meta that is not the one written or not its parts', is one error line when the dataset is opened."""
 import json
 import os
@@ -15,8 +15,8 @@ import scipy.sparse as sp
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
-from mpinn.data.packed import Columns, PackedDataset, check_packed
-from mpinn.data.packed_meta import PREPARE_AGAIN, check_meta, meta_digest
+from mpinn.data.packed.format import Columns, PackedDataset, check_packed
+from mpinn.data.packed.meta import PREPARE_AGAIN, check_meta, meta_digest
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 

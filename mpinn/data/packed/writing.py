@@ -1,4 +1,4 @@
-"""Writing packed datasets (the format is described in mpinn.data.packed)."""
+"""Writing packed datasets (the format is described in mpinn.data.packed.format)."""
 import errno
 import json
 import os
@@ -10,8 +10,8 @@ import xxhash
 from mpinn import __version__
 from mpinn.core.errors import MpinnError
 from mpinn.host.launch import follow_umask
-from mpinn.data.packed import FORMAT, MAGIC, _align, _nbytes, _section_specs
-from mpinn.data.packed_meta import meta_digest
+from mpinn.data.packed.format import FORMAT, MAGIC, _align, _nbytes, _section_specs
+from mpinn.data.packed.meta import meta_digest
 
 
 def _pwrite_all(fd, buf, offset):

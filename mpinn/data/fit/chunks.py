@@ -2,8 +2,8 @@
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.labels import LabelScan, encode_labels
-from mpinn.data.stats import ColumnStats
+from mpinn.data.fit.labels import LabelScan, encode_labels
+from mpinn.data.fit.stats import ColumnStats
 from mpinn.hashing import encode_indices
 
 

@@ -1,5 +1,5 @@
 """Packed datasets: hashed rows in one binary file at fixed offsets, read by row through a memory map
-(written by mpinn.data.packing)."""
+(written by mpinn.data.packed.writing)."""
 import json
 import mmap
 import os
@@ -10,7 +10,7 @@ import xxhash
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
-from mpinn.data.packed_meta import check_meta, verify_rows
+from mpinn.data.packed.meta import check_meta, verify_rows
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec, check_contract
 
@@ -35,7 +35,7 @@ RELEASE_BYTES = 256 << 20   # after this much has been read, drop the mapped pag
 # indptr, indices and data are absent without categorical columns, dense without numeric ones.
 # The header holds n_rows, n_columns, nnz, row_nnz (entries per row when every row has the same count),
 # n_dense, meta (task, classes, hashing contract, source columns: what Dataset.meta holds), meta_xxh64 (its
-# checksum: mpinn.data.packed_meta; absent from files written before it, which are read unchecked), every
+# checksum: mpinn.data.packed.meta; absent from files written before it, which are read unchecked), every
 # section's offset, dtype, shape, byte count and xxh64, and file_size.
 
 def _section_specs(n_rows, nnz, n_dense, y_dtype, sparse):
@@ -165,7 +165,7 @@ class _PackedFile:
 class Columns:
     """Stands for a packed dataset's CSR or dense input where code asks only its shape, dtype or entry count
     (.shape, .nnz, .getnnz()); [rows] reads those rows: a scipy CSR matrix, or a dense array in memory.
-    PackedDataset and the multi-part dataset (mpinn.data.parts) hand these out."""
+    PackedDataset and the multi-part dataset (mpinn.data.packed.parts) hand these out."""
 
     def __init__(self, data, width, dtype, sparse):
         self._data, self.shape, self.dtype, self._sparse = data, (len(data), width), np.dtype(dtype), sparse
@@ -341,7 +341,7 @@ def load_packed(path, spec=DataSpec(), hashing=HashSpec()):
 
 
 def check_packed(data, path, spec=DataSpec(), hashing=HashSpec()):
-    """`data` (packed rows: a file, or a multi-part dataset's, mpinn.data.parts) when its hashing contract, task,
+    """`data` (packed rows: a file, or a multi-part dataset's, mpinn.data.packed.parts) when its hashing contract, task,
     classes and positive class are those given (spec, hashing), where they are given; else one line."""
     task, classes, positive, contract = spec.task, spec.classes, spec.positive, hashing.contract
     if positive not in (None, "") and data.task == "binary" and data.meta["classes"][1] != str(positive):

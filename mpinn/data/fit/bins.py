@@ -3,7 +3,7 @@ from ColumnStats' quantiles, stored in the model with the numeric transform."""
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.stats import QUANTILES
+from mpinn.data.fit.stats import QUANTILES
 
 MAX_BINS = QUANTILES    # edges are picked from the statistics' quantile grid
 # auto, from scripts/bench/real_data.py and numeric_bins.py (docs/data.md): 32 bins per column on tables of at least
