@@ -145,6 +145,7 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     from mpinn.comm.guard import START_KNOB, STEP_KNOB
     from mpinn.data.inputs import load_everywhere
     from mpinn.data.progress import reading
+    from mpinn.settings.input_plan import job_input_plan
     rank0 = job.rank == 0
     say = (lambda msg: print(msg, flush=True)) if rank0 and not cfg.quiet else (lambda msg: None)
     say("device: %s" % settings.device_line(cfg, job.topology))
@@ -152,8 +153,11 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
         from mpinn.optim import fused
         say("kernels: %s" % fused.status())       # the optimizers' compiled update, or why the numpy passes run
     with reading("the data", enabled=rank0 and not (cfg.quiet or cfg.no_progress)):
+        plan = job_input_plan(cfg, job)     # how the rows are read, decided once
+        for line in plan.lines():
+            say(line)
         resplit = [] if cfg.ensemble != 1 else None      # an ensemble's members split the rows read once
-        train_set, valid, info = load_everywhere(cfg, job.comm, say, resplit)
+        train_set, valid, info = load_everywhere(plan, job.comm, say, resplit)
     given, cfg = cfg, settings.resolve(cfg, info, job.size)
     if cfg.ensemble == 1 and resplit:
         resplit.clear()     # one model after all (--ensemble left to the data): the rows read are let go before

@@ -1,12 +1,11 @@
 """Entry point: python -m mpinn.predict --model FILE --data FILE [--out predictions.csv]."""
 import json
-import os
 import sys
 
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.stream import STREAM_FROM
+from mpinn.data.files import STREAM_FROM, FileSet
 from mpinn.files.outputs import Claims, written_whole
 from mpinn.inference.load import load_checked
 from mpinn.inference.score import predict_file, predict_stream, streamed_files
@@ -100,17 +99,16 @@ def run_stream(args, model, towers, meta, streamed, ids):
     AUC, which ranks every row: its scores and labels are kept (9 bytes a row) and ranked at the end. Returns (rows, metrics, whether
     the data had labels)."""
     from contextlib import nullcontext
-    from mpinn.data.files import describe
     from mpinn.data.progress import reading
     from mpinn.data.fit.labels import labelled
     from mpinn.model.metrics import auc, metric_sums, metrics_from_sums
-    paths, formats = streamed
+    files = streamed
     task = meta["task"]
     k = len(meta["classes"]) if task == "multiclass" else 2
     sums, scores, labels, n, has_label, unknown = 0, [], [], 0, True, 0
-    with reading(describe(paths)), (written_whole(args.out, "the predictions") if args.out else nullcontext()) as f:
+    with reading(files.describe()), (written_whole(args.out, "the predictions") if args.out else nullcontext()) as f:
         out = Predictions(f, meta, args.id) if f is not None else None
-        for pred, rows in predict_stream(model, towers, meta, paths, formats):
+        for pred, rows in predict_stream(model, towers, meta, files):
             if ids is not None and len(ids) < n + len(rows):
                 raise MpinnError("%s: %d values in column %r for more rows" % (args.data, len(ids), args.id))
             if out is not None:
@@ -140,12 +138,11 @@ def run_stream(args, model, towers, meta, streamed, ids):
 def row_ids(name, path):
     """--id: the values of the data's column `name` (a CSV or Parquet file's), or None for `row` where the data has no
     such column (the rows are numbered from 1 as they are written)."""
-    from mpinn.data import data_format, files
-    paths = (files.expand(path) if files.is_many(path) else [path]) if path else []
-    if paths and all(os.path.exists(p) and data_format(p) in ("csv", "parquet") for p in paths):
+    files = FileSet.of(path) if path else []
+    if files and all(f.format in ("csv", "parquet") for f in files):
         from mpinn.data.many import read_column_of
         try:
-            return read_column_of(paths, name, "to begin the predictions' rows with")
+            return read_column_of(files.paths, name, "to begin the predictions' rows with")
         except MpinnError:
             if name != "row":
                 raise

@@ -4,6 +4,8 @@ import os
 import sys
 
 from mpinn.core.errors import MpinnError
+from mpinn.data.files import FileSet
+from mpinn.data.many import chained_source, check_formats
 from mpinn.files.outputs import Claims
 from mpinn.settings import messages
 from mpinn.data.packed.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
@@ -84,8 +86,8 @@ def _like(path):
 
 
 def _inputs(args):
-    """What the options and the files say, before any row is read: (paths, formats, columns, spec, hashing,
-    like): the files (none: the embedded click log) and their formats, the label and columns as given (a
+    """What the options and the files say, before any row is read: (files, columns, spec, hashing, like): the
+    FileSet (None: the embedded click log), the label and columns as given (a
     DataSpec), the task, classes and positive class (a DataSpec), the HashSpec, and the --like file's meta."""
     from mpinn.data import DataSpec
     from mpinn.files.outputs import check_file
@@ -100,49 +102,46 @@ def _inputs(args):
         label = label or like.get("label")
         if not categorical and not numeric:
             categorical, numeric = like.get("categorical") or "", like.get("numeric") or ""
-    formats, paths = [], []
+    files = None
     if args.data:
-        from mpinn.data import data_format, files
-        paths = files.expand(args.data)         # a file, or several read as one (a directory, a glob)
-        formats = [data_format(p, args.format) for p in paths]
-        if len(paths) > 1:
-            from mpinn.data.many import check_formats
-            check_formats(paths, formats)
-        if formats[0] == "mpinn":
-            raise MpinnError(messages.prepare_packed_already(paths[0]))
-        if formats[0] not in ("csv", "parquet", "criteo"):
-            raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (paths[0], formats[0]))
-        if not label and formats[0] != "criteo":
-            raise MpinnError(messages.needs_label(formats[0]))
+        files = FileSet.of(args.data, args.format)      # a file, or several read as one (a directory, a glob)
+        if len(files) > 1:
+            check_formats(files)
+        first = files[0]
+        if first.format == "mpinn":
+            raise MpinnError(messages.prepare_packed_already(first.path))
+        if not first.table:
+            raise MpinnError("%s: prepare reads .csv, .parquet or click-log text, not %r" % (first.path, first.format))
+        if not label and first.format != "criteo":
+            raise MpinnError(messages.needs_label(first.format))
     # a --like file's task, classes and transform are used as they are, as its contract is
     spec = DataSpec(task=like["task"] if like else args.task, classes=like.get("classes") if like else None,
                     positive=args.positive_class)
-    return paths, formats, DataSpec(label=label, categorical=categorical, numeric=numeric), spec, hashing, like
+    return files, DataSpec(label=label, categorical=categorical, numeric=numeric), spec, hashing, like
 
 
 def run(args):
     from mpinn.host.heap import steady_heap
     steady_heap()       # memory flat in the number of rows, whatever the input's size
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
-    paths, formats, columns, spec, hashing, like = _inputs(args)
+    files, columns, spec, hashing, like = _inputs(args)
     with Claims([("--out", args.out, False)]):      # another prepare (or training run) given this --out is refused
-        return _pack(args, say, paths, formats, columns, spec, hashing, like)
+        return _pack(args, say, files, columns, spec, hashing, like)
 
 
-def _pack(args, say, paths, formats, columns, spec, hashing, like):
+def _pack(args, say, files, columns, spec, hashing, like):
     from mpinn.data.formats.tables import TableSource
     from mpinn.data import split_names
     from mpinn.hashing import describe
     label, categorical, numeric = columns.label, columns.categorical, columns.numeric
-    if len(paths) > 1:
-        from mpinn.data.many import chained_source
-        source = chained_source(paths, formats, columns, args.chunk_rows)
-    elif paths and formats[0] == "criteo":
+    if files is not None and len(files) > 1:
+        source = chained_source(files, columns, args.chunk_rows)
+    elif files is not None and files[0].format == "criteo":
         from mpinn.data.formats.clicktext import ClickTextSource
-        source = ClickTextSource(paths[0], label, split_names(categorical), split_names(numeric),
+        source = ClickTextSource(files[0].path, label, split_names(categorical), split_names(numeric),
                                  chunk_rows=args.chunk_rows)
     else:
-        source = TableSource(paths[0] if paths else None, label, categorical, numeric, require_label=True,
+        source = TableSource(files[0].path if files is not None else None, label, categorical, numeric, require_label=True,
                              default_rows=args.default_rows, default_seed=args.default_seed,
                              chunk_rows=args.chunk_rows)
     s = prepare(source, args.out, spec, hashing, like.get("transform") if like else None, args.numeric_transform,
@@ -231,10 +230,10 @@ def run_ranks(args, comm):
         errors = comm.allgather_obj(error)      # every rank read the same options and files: one line, from rank 0
         if any(errors):
             raise MpinnError(next(e for e in errors if e), collective=True)
-        paths, formats, columns, spec, hashing, like = inputs
-        if not paths:
+        files, columns, spec, hashing, like = inputs
+        if files is None:
             raise MpinnError(messages.prepare_parts_need_files(comm.size), collective=True)
-        s = prepare_parts(comm, args.out, paths, formats, columns, spec, hashing,
+        s = prepare_parts(comm, args.out, files, columns, spec, hashing,
                           like.get("transform") if like else None, args.numeric_transform,
                           args.threads or _threads_per_rank(comm.size), args.quiet, args.report, args.verify,
                           args.chunk_rows, on_rows=(lambda n: setattr(heartbeat, "rows", n)) if heartbeat else None)
@@ -248,7 +247,7 @@ def run_ranks(args, comm):
     say("wrote %s: %d rows in %s (%s/, %s), %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s "
         "(%.0f rows/s, %s)%s" % (
             args.out, s["rows"], plural(s["parts"], "part"), os.path.basename(args.out) + ".parts",
-            packed_by(s["parts"], comm.size, len(paths)), s["n_columns"], describe(s["hashing"]),
+            packed_by(s["parts"], comm.size, len(files)), s["n_columns"], describe(s["hashing"]),
             s["n_dense"], s["task"], s["bytes"] / 1e6, s["seconds"], s["rows_per_s"],
             "rank 0 scanned every file first, then %s in one pass" % (
                 "every rank packed its share" if s["parts"] == comm.size else "each rank with files packed its share")

@@ -13,84 +13,51 @@
     spec       DataSpec: which columns are what and what the label means (the readers take it, and a HashSpec)
     chunks     TablePass: a table hashed chunk by chunk (the contract, the task and classes, the statistics),
                what load_table and prepare share
+    files      the files a data option names, expanded once into a FileSet (each file's format, compression, state)
+    plan       InputPlan: how a run's rows are read, decided once from the options (mpinn.settings.input_plan)
     inputs     what training reads: labels checked, the transform fitted and set, the shapes every rank needs
 """
-import os
-
 from mpinn.core.errors import MpinnError
-from mpinn.data import files
+from mpinn.data import progress
 from mpinn.data.base import CHUNK_ROWS, TASKS, Dataset, Rows  # noqa: F401
-from mpinn.data.formats.clicktext import is_click_log, load_click_text
+from mpinn.data.files import FileSet
+from mpinn.data.formats.clicktext import load_click_text
 from mpinn.data.formats.dense import load_mat, load_npz
-from mpinn.data.packed.format import load_packed  # noqa: F401 - one packed file (load_data also opens a manifest)
-from mpinn.data.spec import DataSpec, split_names  # noqa: F401
+from mpinn.data.formats.names import extension
 from mpinn.data.formats.tables import load_csv, load_default, load_parquet  # noqa: F401
+from mpinn.data.many import load_many
+from mpinn.data.packed.format import load_packed  # noqa: F401 - one packed file (load_data also opens a manifest)
+from mpinn.data.packed.parts import open_packed
+from mpinn.data.spec import DataSpec, split_names  # noqa: F401
 from mpinn.hashing import HashSpec  # noqa: F401
 
-TABLE_EXTS = (".csv", ".txt", ".tsv", ".tab", ".parquet", ".pq")
-FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".tab": "csv", ".parquet": "parquet", ".pq": "parquet",
-           ".npz": "npz", ".mat": "mat", ".mpinn": "mpinn"}      # tab-separated values read as CSV (csvtext.separator)
 
-
-def extension(path):
-    """A data file's extension, lower case; a gzip-compressed CSV's (.csv.gz, .txt.gz) is its inner one."""
-    base, ext = os.path.splitext(path.lower())
-    if ext == ".gz" and os.path.splitext(base)[1] in (".csv", ".txt", ".tsv", ".tab"):
-        return os.path.splitext(base)[1]
-    return ext
-
-
-def data_format(path, fmt="auto"):
-    """The format of a data file: `fmt` when given, else its extension's, with click-log text (the Criteo
-    logs' format) told from a CSV by its first line."""
-    if fmt not in (None, "", "auto"):
-        return fmt
-    if is_click_log(path):
-        return "criteo"
-    return FORMATS.get(extension(path), os.path.splitext(path)[1].lower())
-
-
-def load_data(path=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_000, default_seed=0):
-    """Dispatch on the format (data_format, or spec.format); several files (a directory, a glob, a list: see
-    mpinn.data.files) are read as one table (mpinn.data.many); no path means the embedded click log (of
-    `default_rows` rows drawn with `default_seed`). spec: which columns are what and what the label means;
-    hashing: how categorical columns are hashed (a given contract, a model's, is used as it is)."""
-    if path is None:
+def load_data(data=None, spec=DataSpec(), hashing=HashSpec(), default_rows=200_000, default_seed=0):
+    """Dispatch on the format (a FileSet's, made here from a path with spec.format where a path is given); several
+    files (a directory, a glob, a list: see mpinn.data.files) are read as one table (mpinn.data.many); no data means
+    the embedded click log (of `default_rows` rows drawn with `default_seed`). spec: which columns are what and what
+    the label means; hashing: how categorical columns are hashed (a given contract, a model's, is used as it is)."""
+    if data is None:
         return load_default(default_rows, default_seed, hashing)
-    if files.is_many(path):
-        paths = files.expand(path)
-        if len(paths) > 1:
-            from mpinn.data.many import load_many
-            formats = [data_format(p, spec.format) for p in paths]
-            _expect(paths, formats)
-            return load_many(paths, formats, spec, hashing)
-        path = paths[0]
-    if not os.path.exists(path):
-        raise MpinnError("data file %s does not exist" % path)
-    _expect([path], [data_format(path, spec.format)])
-    ext = extension(path)
-    if data_format(path, spec.format) == "criteo":
-        return load_click_text(path, spec, hashing)
-    if ext in TABLE_EXTS:
+    files = data if isinstance(data, FileSet) else FileSet.of(data, spec.format)
+    if progress.showing() and all(f.table for f in files):     # what a progress display may expect
+        progress.expect(files.n_estimate)
+    if len(files) > 1:
+        return load_many(files, spec, hashing)
+    f = files[0]
+    if f.format == "criteo":
+        return load_click_text(f.path, spec, hashing)
+    if f.format in ("csv", "parquet"):
         if not spec.label and (spec.require_label or not (spec.categorical or spec.numeric)):
             # (a model's own columns, read for predictions alone, need none: an estimator's from a DataFrame)
-            raise MpinnError("a %s file needs --label COLUMN" % ext.lstrip(".").upper())
-        load = load_parquet if ext in (".parquet", ".pq") else load_csv
-        return load(path, spec, hashing)
-    if ext == ".npz":
-        return load_npz(path, spec)
-    if ext == ".mat":
-        return load_mat(path, spec)
-    if ext == ".mpinn":     # a packed file, or a multi-part dataset's manifest
-        from mpinn.data.packed.parts import open_packed
-        return open_packed(path, spec, hashing)
+            raise MpinnError("a %s file needs --label COLUMN" % extension(f.path).lstrip(".").upper())
+        load = load_parquet if f.format == "parquet" else load_csv
+        return load(f.path, spec, hashing)
+    if f.format == "npz":
+        return load_npz(f.path, spec)
+    if f.format == "mat":
+        return load_mat(f.path, spec)
+    if f.format == "mpinn":     # a packed file, or a multi-part dataset's manifest
+        return open_packed(f.path, spec, hashing)
     raise MpinnError("%s: unknown data format %r (use .csv or .csv.gz, .tsv, .parquet, .npz, .mat, .mpinn, or "
-                     "click-log text: 40 tab-separated fields a line, maybe .gz)" % (path, ext))
-
-
-def _expect(paths, formats):
-    """The rows a progress display (mpinn.data.progress) may expect of table files."""
-    from mpinn.data import progress
-    if progress._current is not None and all(f in ("csv", "parquet", "criteo") for f in formats):
-        from mpinn.data.stream import estimate_rows
-        progress.expect(estimate_rows(paths, formats))
+                     "click-log text: 40 tab-separated fields a line, maybe .gz)" % (f.path, extension(f.path)))

@@ -1,11 +1,21 @@
-"""Many data files read as one: a directory, a glob or several paths, in a stated order. Paths listed keep their
+"""The files a data option names, expanded once into a FileSet: each file's path, format, compression and state
+(size, time, identity), and the rows the set holds about, asked of it everywhere instead of decided again.
+
+Many data files are read as one: a directory, a glob or several paths, in a stated order. Paths listed keep their
 order; a directory's files and a glob's matches go by name, numbers compared as numbers (day_2 before day_10),
 which is time order for day and hour files."""
 import glob
 import os
 import re
+import zlib
+from dataclasses import dataclass
+from functools import cached_property
 
 from mpinn.core.errors import MpinnError
+from mpinn.data.formats.clicktext import is_click_log
+from mpinn.data.formats.names import FORMATS, TABLES, extension, gzipped
+
+STREAM_FROM = 1_000_000     # --stream auto streams table files of more (estimated) rows than this
 
 GLOB_CHARS = "*?["
 
@@ -113,3 +123,125 @@ def describe(files):
     if len(files) == 1:
         return files[0]
     return "%d files, %s .. %s" % (len(files), files[0], files[-1])
+
+
+def data_format(path, fmt="auto"):
+    """The format of a data file: `fmt` when given, else its extension's, with click-log text (the Criteo
+    logs' format) told from a CSV by its first line. The one place a file's format is decided."""
+    if fmt not in (None, "", "auto"):
+        return fmt
+    if is_click_log(path):
+        return "criteo"
+    return FORMATS.get(extension(path), os.path.splitext(path)[1].lower())
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file as the run found it: its format (data_format), whether it is gzip-compressed (its name), and
+    its state (file_state: size, time, identity; None where it cannot be seen)."""
+    path: str
+    format: str
+    gzip: bool
+    state: tuple
+
+    @classmethod
+    def of(cls, path, fmt="auto"):
+        return cls(path, data_format(path, fmt), gzipped(path), file_state(path))
+
+    @property
+    def table(self):
+        """Read as a table, in chunks (CSV, Parquet, click-log text): what can be streamed."""
+        return self.format in TABLES
+
+
+class FileSet:
+    """The files a data option names (a file, a directory, a glob, a list: expand), in the order read, each a
+    DataFile decided once; `given` is what the option said."""
+
+    def __init__(self, files, given=None):
+        self.files = list(files)
+        self.given = given if given is not None else [f.path for f in self.files]
+
+    @classmethod
+    def of(cls, given, fmt="auto"):
+        return cls([DataFile.of(p, fmt) for p in expand(given)], given)
+
+    def __len__(self):
+        return len(self.files)
+
+    def __iter__(self):
+        return iter(self.files)
+
+    def __getitem__(self, i):
+        return FileSet(self.files[i]) if isinstance(i, slice) else self.files[i]
+
+    def pick(self, indices):
+        """The FileSet of files `indices`, in that order."""
+        return FileSet([self.files[i] for i in indices])
+
+    def here(self):
+        """The same files as this host finds them (their state now: another host may hold its own copy)."""
+        return FileSet([DataFile.of(f.path, f.format) for f in self.files], self.given)
+
+    @property
+    def paths(self):
+        return [f.path for f in self.files]
+
+    @property
+    def formats(self):
+        return [f.format for f in self.files]
+
+    @property
+    def many(self):
+        """Several files (or a directory or a glob, which may name one): read as one table."""
+        return len(self.files) > 1 or is_many(self.given)
+
+    def odd(self):
+        """The first file that is not a table file (no stream, no reading with others), or None."""
+        return next((f.path for f in self.files if not f.table), None)
+
+    @cached_property
+    def n_estimate(self):
+        """About how many rows the files hold (estimate_rows), estimated once."""
+        return estimate_rows(self.paths, self.formats)
+
+    def streams(self, choice):
+        """Are these table files streamed (--stream on, off or auto: more than STREAM_FROM estimated rows)? The one
+        place the residency of table files is decided."""
+        return choice == "on" or (choice != "off" and self.n_estimate > STREAM_FROM)
+
+    def describe(self):
+        return describe(self.paths)
+
+
+def estimate_rows(paths, formats, probe=1 << 20):
+    """About how many rows the files hold, without reading them: a Parquet file's metadata; a text file's size
+    over the bytes a line takes in its first `probe` bytes (a .gz file's through its compression ratio there)."""
+    total = 0.0
+    for path, fmt in zip(paths, formats):
+        if fmt == "parquet":
+            import pyarrow.parquet as pq     # optional: pyarrow reads Parquet alone
+            try:
+                total += pq.ParquetFile(path).metadata.num_rows
+            except Exception:   # noqa: BLE001 - a damaged file: its reader names the problem in one line
+                pass
+            continue
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(probe)
+        if gzipped(path):
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                text = d.decompress(raw, 4 * probe)
+            except zlib.error:      # damaged: its reader names the problem in one line
+                text = b""
+            used = len(raw) - len(d.unconsumed_tail) - len(d.unused_data)
+            size = size * len(text) / max(used, 1)
+        else:
+            text = raw
+        lines = text.count(b"\n")
+        if lines == 0:
+            total += 1
+            continue
+        total += max(size / (len(text[:text.rfind(b"\n") + 1]) / lines) - (fmt == "csv"), 0)
+    return int(round(total))

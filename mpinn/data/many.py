@@ -4,12 +4,20 @@ one. Hashed, labelled and counted through the same TablePass as one file, so the
 them all, bit for bit."""
 import numpy as np
 
-from mpinn.core.errors import MpinnError
-from mpinn.data.files import describe, file_state, unchanged_parts
-from mpinn.data.spec import DataSpec
-from mpinn.hashing import HashSpec
+import os
 
-TABLE_FORMATS = ("csv", "parquet", "criteo")
+from mpinn.core.errors import MpinnError
+from mpinn.data import base, progress
+from mpinn.data.base import Dataset
+from mpinn.data.files import describe, unchanged_parts
+from mpinn.data.fit.chunks import TablePass
+from mpinn.data.fit.labels import missing_labels
+from mpinn.data.formats import clicktext, csvtext
+from mpinn.data.formats.clicktext import ClickTextSource
+from mpinn.data.formats.tables import TableSource, load_table
+from mpinn.data.spec import DataSpec
+from mpinn.data.stream import concat_rows
+from mpinn.hashing import HashSpec, csr_from_indices
 
 
 class ChainedSource:
@@ -42,13 +50,12 @@ class ChainedSource:
         return sum(getattr(s, "dropped", 0) for s in self.sources)
 
 
-def chained_source(paths, formats, spec, chunk_rows=None):
-    """The ChainedSource of table files `paths` (their formats: csv, parquet or criteo, one family), read in
-    chunks of chunk_rows rows (default: the readers')."""
-    from mpinn.data.base import CHUNK_ROWS
-    chunk_rows = chunk_rows or CHUNK_ROWS
-    from mpinn.data.formats.clicktext import ClickTextSource
-    from mpinn.data.formats.tables import TableSource
+def chained_source(files, spec, chunk_rows=None):
+    """The ChainedSource of the table files of FileSet `files` (their formats: csv, parquet or criteo, one family),
+    read in chunks of chunk_rows rows (default: the readers'). Each file's parts are checked to come from the file
+    as the FileSet found it (mpinn.data.files.unchanged_parts)."""
+    chunk_rows = chunk_rows or base.CHUNK_ROWS      # read when called (a test sets it small)
+    paths, formats = files.paths, files.formats
     criteo = formats[0] == "criteo"
     if any((f == "criteo") != criteo for f in formats):
         raise MpinnError("%s and %s: click-log text and CSV or Parquet files cannot be read as one table"
@@ -61,26 +68,28 @@ def chained_source(paths, formats, spec, chunk_rows=None):
         return TableSource(path, spec.label, categorical, numeric, spec.require_label, exclude=spec.exclude,
                            chunk_rows=chunk_rows, drop_unlabelled=spec.missing_labels == "drop")
     first = source(paths[0], spec.categorical, spec.numeric)
-    return ChainedSource([first] + [source(p, first.categorical, first.numeric) for p in paths[1:]])
+    sources = [first] + [source(p, first.categorical, first.numeric) for p in paths[1:]]
+    for s, f in zip(sources, files):
+        s.seen = (f.path, f.state)
+    return ChainedSource(sources)
 
 
-def check_formats(paths, formats):
-    """Table files read as one are each csv, parquet or criteo (mpinn.data.data_format): else one line naming one."""
-    odd = next((p for p, f in zip(paths, formats) if f not in TABLE_FORMATS), None)
+def check_formats(files):
+    """Table files read as one are each csv, parquet or criteo (mpinn.data.files.data_format): else one line naming
+    one."""
+    odd = files.odd()
     if odd is not None:
         raise MpinnError("%s: several data files are read as one table when they are CSV, Parquet or click-log text "
-                         "(maybe .gz), not %s" % (odd, formats[paths.index(odd)] or "a file of no known extension"))
-    return formats
+                         "(maybe .gz), not %s" % (odd, files.formats[files.paths.index(odd)] or
+                                                  "a file of no known extension"))
 
 
-def load_many(paths, formats, spec=DataSpec(), hashing=HashSpec()):
-    """Table files `paths` (see mpinn.data.files.expand) of `formats` in memory as one Dataset, read in that
-    order."""
-    from mpinn.data.formats.tables import load_table
-    check_formats(paths, formats)
-    if formats[0] != "criteo" and not spec.label:
-        raise MpinnError("%s: a %s file needs --label COLUMN" % (paths[0], formats[0].upper()))
-    return load_table(chained_source(paths, formats, spec), spec, hashing)
+def load_many(files, spec=DataSpec(), hashing=HashSpec()):
+    """The table files of FileSet `files` in memory as one Dataset, read in their order."""
+    check_formats(files)
+    if files[0].format != "criteo" and not spec.label:
+        raise MpinnError("%s: a %s file needs --label COLUMN" % (files[0].path, files[0].format.upper()))
+    return load_table(chained_source(files, spec), spec, hashing)
 
 
 def read_column_of(data, name, purpose="for --holdout-by", label=None):
@@ -94,12 +103,8 @@ def read_column_of(data, name, purpose="for --holdout-by", label=None):
 def read_column(path, name, purpose="for --holdout-by", label=None):
     """Every data row's raw value of one column of a CSV, Parquet or click-log text file, in the readers' row order
     (the values --holdout-by splits on, predict's ids; one more pass over the file); label: see read_column_of."""
-    import os
-    from mpinn.data.formats import clicktext, csvtext
     if clicktext.is_click_log(path):        # every row labelled: `label` drops none
         return clicktext.read_column(path, name, purpose)
-    from mpinn.data.fit.labels import missing_labels
-    from mpinn.data.formats.tables import TableSource
     names = [name] + ([label] if label else [])
     if os.path.splitext(path)[1].lower() in (".parquet", ".pq"):
         source = TableSource.__new__(TableSource)
@@ -132,19 +137,12 @@ def read_column(path, name, purpose="for --holdout-by", label=None):
     return [v for v, k in zip(columns[0], keep) if k]
 
 
-def chunks_of(paths, formats, spec, hashing, chunk_rows=None, states=None):
-    """Table files read as one, a chunk at a time: Datasets of the raw numbers (no transform) and the rows hashed
-    under hashing's contract, known up front (a model's), with spec's task and classes. What predict streams: its
-    memory holds a chunk, whatever the number of rows. states: the files as first seen (file_state; default: now),
-    which they must still be as they are read (mpinn.data.files.unchanged_parts)."""
-    from mpinn.data.base import Dataset
-    from mpinn.data.fit.chunks import TablePass
-    from mpinn.hashing import csr_from_indices
-    from mpinn.data.progress import tick
-    states = states or [file_state(p) for p in paths]
-    source = chained_source(paths, formats, spec, chunk_rows)
-    for s, path, state in zip(source.sources, paths, states):
-        s.seen = (path, state)
+def chunks_of(files, spec, hashing, chunk_rows=None):
+    """The table files of FileSet `files` read as one, a chunk at a time: Datasets of the raw numbers (no transform)
+    and the rows hashed under hashing's contract, known up front (a model's), with spec's task and classes. What
+    predict streams: its memory holds a chunk, whatever the number of rows. The files must still be as the FileSet
+    found them as they are read (mpinn.data.files.unchanged_parts)."""
+    source = chained_source(files, spec, chunk_rows)
     table = TablePass(source, spec, hashing)
     if table.contract is None and source.categorical:
         raise MpinnError("%s: its categorical columns need a hashing contract to be read a chunk at a time"
@@ -156,28 +154,27 @@ def chunks_of(paths, formats, spec, hashing, chunk_rows=None, states=None):
         if part.n == 0:
             continue
         idx, y = table.chunk(part)
-        tick(part.n)
+        progress.tick(part.n)
         Xs = csr_from_indices(idx, table.contract["n_columns"]) if idx is not None else None
         Xd = np.ascontiguousarray(part.Xd, dtype=np.float64) if source.numeric else None
         yield Dataset(Xs, Xd, y, meta)
 
 
-def blocks_of(paths, formats, spec, hashing, block, states=None):
+def blocks_of(files, spec, hashing, block):
     """chunks_of's rows cut into Datasets of `block` rows (the last shorter), across the files' ends: the blocks
     reading the rows whole and taking them `block` at a time would give, so products over them have the same
     shapes, and the same bits."""
-    from mpinn.data.stream import _concat
     have, n = [], 0
-    for rows in chunks_of(paths, formats, spec, hashing, chunk_rows=block, states=states):
+    for rows in chunks_of(files, spec, hashing, chunk_rows=block):
         have.append(rows)
         n += len(rows)
         if n >= block:
-            whole, cut = _concat(have, rows.meta), n - n % block
+            whole, cut = concat_rows(have, rows.meta), n - n % block
             for at in range(0, cut, block):
                 yield whole.subset(slice(at, at + block))
             have, n = ([whole.subset(slice(cut, n))] if n > cut else []), n - cut
     if n:
-        yield _concat(have, have[0].meta)
+        yield concat_rows(have, have[0].meta)
 
 
 class RowsInBlocks:
@@ -188,13 +185,11 @@ class RowsInBlocks:
     streamed = True
     transform = None
 
-    def __init__(self, paths, formats, spec, hashing, n_estimate):
-        from mpinn.data.files import describe, file_state, unchanged_parts
-        self.paths, self.formats, self.spec, self.hashing = paths, formats, spec, hashing
-        self.states = [file_state(p) for p in paths]        # read again at each evaluation: as found here
-        self.n_estimate = int(n_estimate)
+    def __init__(self, files, spec, hashing):
+        self.files, self.spec, self.hashing = files, spec, hashing      # read again at each evaluation: as found
+        self.n_estimate = int(files.n_estimate)
         self.meta = {"task": spec.task, "classes": spec.classes, "numeric": list(spec.numeric or ()),
-                     "hashing": hashing.contract, "files": list(paths), "path": describe(paths)}
+                     "hashing": hashing.contract, "files": files.paths, "path": files.describe()}
 
     def __len__(self):
         return self.n_estimate
@@ -208,6 +203,6 @@ class RowsInBlocks:
         return self.meta["numeric"]
 
     def blocks(self, block):
-        for rows in blocks_of(self.paths, self.formats, self.spec, self.hashing, block, self.states):
+        for rows in blocks_of(self.files, self.spec, self.hashing, block):
             rows.transform = self.transform
             yield rows

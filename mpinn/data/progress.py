@@ -57,6 +57,11 @@ def reading(what, about=None, enabled=True):
         _current = None
 
 
+def showing():
+    """Is a progress display open (reading)?"""
+    return _current is not None
+
+
 def expect(rows):
     """About how many rows the read inside will take (for the share and the time left)."""
     if _current is not None:

@@ -8,7 +8,6 @@ draw over the sample's positions), held in memory. Each epoch re-reads the files
 the files' rows cut into windows of `window` rows, each window shuffled (window k by (seed, epoch, k), which for
 window 0 is the in-memory path's (seed, epoch) draw). When the sample and the first window hold every row, a stream
 therefore trains the in-memory path's model, bit for bit."""
-import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,10 +20,7 @@ from mpinn.data.formats.part import take_part
 from mpinn.data.progress import tick
 from mpinn.hashing import csr_from_indices, per_feature_nnz
 
-STREAM_FROM = 1_000_000     # --stream auto streams table files of more (estimated) rows than this
-
-
-def _concat(pieces, meta):
+def concat_rows(pieces, meta):
     """One Dataset of several (their rows one after another)."""
     if len(pieces) == 1:
         return pieces[0]
@@ -109,10 +105,10 @@ class Stream(Rows):
                     buf.append(piece.subset(slice(0, room)))
                     n, piece = self.window, piece.subset(slice(room, len(piece)))
                 if n == self.window:
-                    yield _concat(buf, self.meta), _window_order(n, seed, epoch, k, self.salt)
+                    yield concat_rows(buf, self.meta), _window_order(n, seed, epoch, k, self.salt)
                     buf, n, k = [], 0, k + 1
         if n:
-            yield _concat(buf, self.meta), _window_order(n, seed, epoch, k, self.salt)
+            yield concat_rows(buf, self.meta), _window_order(n, seed, epoch, k, self.salt)
 
     def batches(self, batch, dtype, seed, epoch):
         """This epoch's global batches of `batch` rows (the last one shorter), in the windows' order, through the
@@ -217,7 +213,7 @@ def open_stream(make_sources, spec, hashing, sample_rows, holdout, seed, n_estim
             pieces.append(Dataset(Xs, part.Xd, y, meta))
     y_sample = table.labels(np.concatenate([np.asarray(v) for v in labels]), m) \
         if first.has_label else np.zeros(m)
-    valid = _concat(pieces, meta) if pieces else None
+    valid = concat_rows(pieces, meta) if pieces else None
     fan_in = float(len(table.contract["features"]) * per_feature_nnz(table.contract)) \
         if table.contract is not None else 1.0
     by_file = {}                # the held-out positions, file by file
@@ -235,37 +231,3 @@ def _positions_in(parts, rows):
         out.append(rows[(rows >= at) & (rows < at + p.n)] - at)
         at += p.n
     return out
-
-
-def estimate_rows(paths, formats, probe=1 << 20):
-    """About how many rows the files hold, without reading them: a Parquet file's metadata; a text file's size
-    over the bytes a line takes in its first `probe` bytes (a .gz file's through its compression ratio there)."""
-    import zlib
-    total = 0.0
-    for path, fmt in zip(paths, formats):
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-            try:
-                total += pq.ParquetFile(path).metadata.num_rows
-            except Exception:   # noqa: BLE001 - a damaged file: its reader names the problem in one line
-                pass
-            continue
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            raw = f.read(probe)
-        if raw[:2] == b"\x1f\x8b":
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            try:
-                text = d.decompress(raw, 4 * probe)
-            except zlib.error:      # damaged: its reader names the problem in one line
-                text = b""
-            used = len(raw) - len(d.unconsumed_tail) - len(d.unused_data)
-            size = size * len(text) / max(used, 1)
-        else:
-            text = raw
-        lines = text.count(b"\n")
-        if lines == 0:
-            total += 1
-            continue
-        total += max(size / (len(text[:text.rfind(b"\n") + 1]) / lines) - (fmt == "csv"), 0)
-    return int(round(total))

@@ -35,7 +35,8 @@ def model_columns(meta):
 
 
 def _read_for_model(meta, path):
-    from mpinn.data import TABLE_EXTS, DataSpec, HashSpec, extension, load_data
+    from mpinn.data import DataSpec, HashSpec, load_data
+    from mpinn.data.files import FileSet
     from mpinn.hashing import check_contract
     # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
     hashing = HashSpec().using(meta.get("hashing"))
@@ -51,27 +52,25 @@ def _read_for_model(meta, path):
         return valid
     labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, missing_labels="keep")
     columns = model_columns(meta)
-    from mpinn.data import files
-    paths = files.expand(path) if files.is_many(path) else [path]     # several files are read as one, in order
-    path = paths[0] if len(paths) == 1 else paths
-    if paths[0].lower().endswith(".mpinn"):         # rows hashed by prepare: their contract must be the model's
-        data = load_data(path, labels, hashing)
+    files = FileSet.of(path)        # several files are read as one, in order
+    if files[0].format == "mpinn":         # rows hashed by prepare: their contract must be the model's
+        data = load_data(files, labels, hashing)
     elif meta.get("source") == "criteo":       # click-log text, with or without the label field
-        data = load_data(path, columns, hashing)
+        data = load_data(FileSet.of(path, "criteo"), columns, hashing)
     elif meta.get("source") in ("csv", "default", "parquet", "dataframe"):    # named columns (an estimator's frame)
-        if not all(extension(p) in TABLE_EXTS for p in paths):
+        if not all(f.table for f in files):
             raise MpinnError("the model was trained on tabular data; give a .csv (.csv.gz), .tsv, .parquet or .mpinn "
                              "file")
-        data = load_data(path, columns, hashing)
+        data = load_data(files, columns, hashing)
         if meta.get("hashing"):
             check_contract(meta["hashing"], data.meta["hashing"])
     else:
-        if len(paths) > 1 or not paths[0].lower().endswith((".npz", ".mat")):
+        if len(files) > 1 or files[0].format not in ("npz", "mat"):
             raise MpinnError("the model was trained on dense arrays (%s features, from %s file); give an .npz (X, y) "
                              "or .mat file with %s columns" % (meta.get("n_features"), "an .npz" if meta.get("source")
                                                                == "npz" else "a ." + str(meta.get("source")),
                                                                meta.get("n_features")))
-        data = load_data(path, labels)
+        data = load_data(files, labels)
         if data.Xd.shape[1] != meta.get("n_features"):
             raise MpinnError("%s has %d features, the model expects %d"
                              % (path, data.Xd.shape[1], meta.get("n_features")))

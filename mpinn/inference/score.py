@@ -3,7 +3,7 @@ metrics (predict_file), and a chunk at a time for files too big to read whole (s
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.stream import STREAM_FROM
+from mpinn.data.files import FileSet
 from mpinn.inference.load import load_checked, load_for_model, model_columns, use_transform
 from mpinn.settings import messages
 
@@ -45,32 +45,29 @@ def predict_file(model_path, data=None, loaded=None):
 
 
 def streamed_files(choice, meta, path):
-    """(paths, formats) when `path`'s rows are predicted a chunk at a time (--stream), else None."""
-    from mpinn.data import data_format, files
-    from mpinn.data.stream import estimate_rows
+    """The FileSet of `path` when its rows are predicted a chunk at a time (--stream), else None."""
     if choice == "off" or path is None or meta.get("source") not in ("csv", "default", "parquet", "criteo"):
         why = None if choice == "off" or path is None else "the model was trained on arrays, read whole"
     else:
-        paths = files.expand(path) if files.is_many(path) else [path]
-        formats = [data_format(p, "criteo" if meta.get("source") == "criteo" else None) for p in paths]
-        odd = next((p for p, f in zip(paths, formats) if f not in ("csv", "parquet", "criteo")), None)
+        files = FileSet.of(path, "criteo" if meta.get("source") == "criteo" else None)
+        odd = files.odd()
         why = "%s is not a table file (CSV, Parquet, click-log text)" % odd if odd else None
-        if not why and (choice == "on" or estimate_rows(paths, formats) > STREAM_FROM):
-            return paths, formats
+        if not why and files.streams(choice):
+            return files
     if choice == "on":
         raise MpinnError(messages.predict_cannot_stream(why or "no data file given"))
     return None
 
 
-def predict_stream(model, towers, meta, paths, formats):
+def predict_stream(model, towers, meta, files):
     """(predictions, rows) of the files' rows in turn, read as the model's training data was, PREDICT_ROWS at a
     time: predict_rows's blocks, so that every product has the shape it has when the files are read whole, and
     the predictions the same bits."""
     from mpinn.data import HashSpec
     from mpinn.data.many import blocks_of
     from mpinn.model.mlp import PREDICT_ROWS
-    for rows in blocks_of(paths, formats, model_columns(meta), HashSpec().using(meta.get("hashing")), PREDICT_ROWS):
-        use_transform(rows, meta, paths[0])
+    for rows in blocks_of(files, model_columns(meta), HashSpec().using(meta.get("hashing")), PREDICT_ROWS):
+        use_transform(rows, meta, files.paths[0])
         yield predict_with(model, towers, meta, rows), rows
 
 

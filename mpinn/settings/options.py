@@ -129,11 +129,17 @@ def hidden_sizes(s):
     return sizes
 
 
+def split_holdout_by(s):
+    """(kind, column) of a --holdout-by value (random, last, time:COLUMN, group:COLUMN): the one place it is read."""
+    kind, _, column = s.partition(":")
+    return kind, column.strip()
+
+
 def holdout_by(s):
     """random, last, time:COLUMN or group:COLUMN."""
-    kind, _, column = s.partition(":")
-    if s in ("random", "last") or (kind in ("time", "group") and column.strip()):
-        return s if s in ("random", "last") else "%s:%s" % (kind, column.strip())
+    kind, column = split_holdout_by(s)
+    if s in ("random", "last") or (kind in ("time", "group") and column):
+        return s if s in ("random", "last") else "%s:%s" % (kind, column)
     raise argparse.ArgumentTypeError("expected random, last, time:COLUMN or group:COLUMN, not %r" % s)
 
 

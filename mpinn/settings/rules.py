@@ -10,8 +10,10 @@ from typing import Callable
 
 from mpinn.core.errors import MpinnError
 from mpinn.data import files
+from mpinn.data.formats.names import extension
 from mpinn.hashing import max_buckets, parse_buckets
 from mpinn.optim import REGISTRY
+from mpinn.settings.options import split_holdout_by
 
 
 @dataclass(frozen=True)
@@ -43,17 +45,14 @@ def _first_file(c):
 def _suffix(c):
     """The data file's extension (a .gz one's inner extension), for the messages."""
     data = _first_file(c)
-    if data is None or "." not in data:
-        return ""
-    parts = data.lower().split(".")
-    return parts[-2] if parts[-1] == "gz" and len(parts) > 2 and parts[-2] in ("csv", "txt", "tsv", "tab") else parts[-1]
+    return extension(data).lstrip(".") if data is not None else ""
 
 
 def _table(c, *more):
-    """Is the data a table (CSV, tab-separated values, Parquet: mpinn.data.data_format) or of a format in `more`?"""
-    from mpinn.data import data_format
+    """Is the data a table (CSV, tab-separated values, Parquet: mpinn.data.files.data_format) or of a format in
+    `more`?"""
     path = _first_file(c)
-    return path is not None and data_format(path) in ("csv", "parquet") + more
+    return path is not None and files.data_format(path) in ("csv", "parquet") + more
 
 
 def _task_known(c):
@@ -207,7 +206,7 @@ RULES = tuple([
          "--holdout-by splits by a column of a CSV, Parquet or click-log text file; this data is %s" % "{_s}",
          "--holdout-by time:t", "data.npz"),
     Rule("holdout-by-label", ("holdout_by", "label"),
-         lambda c: c.holdout_by.partition(":")[2] in (c.label or None, "label" if _table(c, "criteo") and not
+         lambda c: split_holdout_by(c.holdout_by)[1] in (c.label or None, "label" if _table(c, "criteo") and not
                                                       _table(c) else None),
          "--holdout-by {c.holdout_by}: that column is the label, so the held-out rows would be chosen by it (by "
          "time: the largest labels, often one class); name a time or group column", "--label y --holdout-by time:y"),

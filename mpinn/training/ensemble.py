@@ -39,8 +39,9 @@ def member_data(given, job, resplit):
     load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
     from mpinn.data.info import DataInfo
     from mpinn.data.inputs import load_everywhere
+    from mpinn.settings.input_plan import job_input_plan
     if not job.comm.bcast_obj(bool(resplit) if job.rank == 0 else None):
-        return load_everywhere(given, job.comm, lambda msg: None)
+        return load_everywhere(job_input_plan(given, job), job.comm, lambda msg: None)
     train, valid = resplit[0]() if resplit else (None, None)
     info = job.comm.bcast_obj(DataInfo.of(train, valid, given.dtype) if job.rank == 0 else None)
     return train, valid, info

@@ -214,7 +214,8 @@ class ReaderGroup:
     mpinn.data.stream_setup.reading_group) and `group`, a communicator over that group, its reader first."""
 
     def __init__(self, comm, readers):
-        from mpinn.data.stream_setup import reader_count, reading_group
+        from mpinn.data.stream_setup import reading_group
+        from mpinn.settings.input_plan import reader_count
         self.count = reader_count(readers, comm.size)
         self.reader = reading_group(comm.rank, comm.size, self.count)
         self.group = comm.split(self.reader)

@@ -63,11 +63,10 @@ def reader_speed(data_dir, rows):
     import numpy as np
     import pyarrow.csv as pacsv
     from mpinn import settings
-    from mpinn.data import DataSpec
-    from mpinn.data.stream_setup import stream_input
+    from mpinn.data.stream_setup import open_streamed
+    from mpinn.settings.input_plan import input_files, plan_input
     cfg = settings.from_argv(["--data", data_dir, "--sample-rows", "100000", "--holdout", "0", "--stream", "on"])
-    spec = DataSpec(format=cfg.format)
-    stream, _, _ = stream_input(cfg, spec, cfg.hashing)
+    stream, _ = open_streamed(plan_input(cfg, *input_files(cfg), 1))
     t, n = time.perf_counter(), 0
     for b in stream.batches(1024, np.float32, 0, 1):
         n += b.n

@@ -59,7 +59,7 @@ def test_a_file_three_times_the_memory_limit_trains_to_the_same_model(tmp_path, 
 
 
 def test_a_file_larger_than_the_jobs_memory_with_short_shuffled_runs_gets_a_note():
-    from mpinn.data.inputs import larger_than_memory_note
+    from mpinn.settings.input_plan import larger_than_memory_note
     note = larger_than_memory_note("big.mpinn", 900 * 10**6, 300 * 10**6, 1)
     assert note.startswith("note: big.mpinn (900 MB) is larger than the memory this job may use (300 MB)")
     assert "--shuffle-block 65536" in note

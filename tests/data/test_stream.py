@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.data import DataSpec, data_format
+from mpinn.data import DataSpec
+from mpinn.data.files import FileSet
 from mpinn.data.many import chained_source
-from mpinn.data.stream import estimate_rows, open_stream
+from mpinn.data.files import estimate_rows
+from mpinn.data.stream import open_stream
 from mpinn.hashing import HashSpec
 
 HEADER = "y,a,b,x,z"
@@ -49,12 +51,10 @@ def days(tmp_path):
 
 
 def open_days(d, sample, holdout, window):
-    from mpinn.data.files import expand
-    paths = expand(d)
-    formats = [data_format(p) for p in paths]
+    files = FileSet.of(d)
     spec = DataSpec(label="y", categorical=["a", "b"], numeric=["x", "z"])
-    return open_stream(lambda: list(enumerate(chained_source(paths, formats, spec).sources)), spec, HashSpec(), sample, holdout, 5,
-                       estimate_rows(paths, formats), window)
+    return open_stream(lambda: list(enumerate(chained_source(files, spec).sources)), spec, HashSpec(), sample, holdout,
+                       5, files.n_estimate, window)
 
 
 def test_an_epoch_is_the_windows_of_the_file_order_each_in_its_seeded_order(days):
@@ -193,15 +193,14 @@ def test_with_every_rank_reading_its_share_each_training_row_is_read_once_an_epo
     files r, r + P, ... whole; together the ranks' batches hold every training row once (the sample's held-out
     rows none, found by row in a range that starts mid-file), whatever P, even with more ranks than files."""
     from mpinn.data.stream_setup import Recipe, reader_streams
-    from mpinn.data.files import expand
     d = days if kind == "csv" else clicks
     spec = DataSpec(label="y", categorical=["a", "b"], numeric=["x", "z"]) if kind == "csv" else DataSpec()
-    paths = expand(d)
-    formats = [data_format(p) for p in paths]
+    files = FileSet.of(d)
+    paths = files.paths
     sample = 1000 if kind == "csv" else 2000          # click text: the sample ends in the second file
-    stream, valid = open_stream(lambda: list(enumerate(chained_source(paths, formats, spec).sources)), spec,
-                                HashSpec(), sample, 0.1, 5, estimate_rows(paths, formats), 700)
-    stream.recipe = Recipe(paths, formats, spec)
+    stream, valid = open_stream(lambda: list(enumerate(chained_source(files, spec).sources)), spec,
+                                HashSpec(), sample, 0.1, 5, files.n_estimate, 700)
+    stream.recipe = Recipe(files, spec)
     sent, seen = [], []
     for rank in range(size):
         own = reader_streams(stream if rank == 0 else None, FakeComm(rank, size, sent), None, size)
@@ -212,7 +211,7 @@ def test_with_every_rank_reading_its_share_each_training_row_is_read_once_an_epo
                 [paths[0], paths[2]] + ([paths[1]] if rank == 0 else []), key=paths.index)     # the one whole file
         seen.extend(b.Xd for b in own.batches(50, np.float64, seed=3, epoch=1))
     got = np.nan_to_num(np.concatenate(seen), nan=-7.0)
-    whole, _ = open_stream(lambda: list(enumerate(chained_source(paths, formats, spec).sources)), spec, HashSpec(),
+    whole, _ = open_stream(lambda: list(enumerate(chained_source(files, spec).sources)), spec, HashSpec(),
                            10**6, 0.0, 5, 10**6, 10**6)
     everything = np.nan_to_num(np.concatenate([p.Xd for p in whole.pieces()]), nan=-7.0)
     held = np.sort(np.random.default_rng([5, 7]).permutation(sample)[:sample // 10])

@@ -9,8 +9,10 @@ import pytest
 
 from conftest import mpirun, w4_text
 from mpinn.core.errors import MpinnError
-from mpinn.data import DataSpec, data_format
-from mpinn.data.stream import estimate_rows, open_stream
+from mpinn.data import DataSpec
+from mpinn.data.files import FileSet
+from mpinn.data.files import estimate_rows
+from mpinn.data.stream import open_stream
 from mpinn.data.stream_setup import Recipe
 from mpinn.hashing import HashSpec
 
@@ -27,13 +29,11 @@ def log(tmp_path):
 
 
 def stream_of(d):
-    """The stream mpinn.data.stream_setup.stream_input makes of a click log: its sample fitted on the first 300
+    """The stream mpinn.data.stream_setup.open_streamed makes of a click log: its sample fitted on the first 300
     rows, no rows held out."""
-    paths = [str(d / "day_0.tsv"), str(d / "day_1.tsv")]
-    formats = [data_format(p) for p in paths]
-    recipe = Recipe(paths, formats, DataSpec())
-    stream, _ = open_stream(recipe.first_sources, DataSpec(), HashSpec(), 300, 0.0, 5,
-                            estimate_rows(paths, formats), 700)
+    files = FileSet.of([str(d / "day_0.tsv"), str(d / "day_1.tsv")])
+    recipe = Recipe(files, DataSpec())
+    stream, _ = open_stream(recipe.first_sources, DataSpec(), HashSpec(), 300, 0.0, 5, files.n_estimate, 700)
     stream.make_sources = recipe.sources()
     return stream
 
@@ -166,13 +166,13 @@ def test_held_out_files_read_a_block_at_a_time_are_checked_too(tmp_path):
     from mpinn.data.many import RowsInBlocks, blocks_of
     spec = DataSpec(label="y", numeric=["x", "z"], task="binary", classes=["0", "1"])
     path = numbers(tmp_path / "held.csv")
-    held = RowsInBlocks([path], ["csv"], spec, HashSpec(), 2000)
+    held = RowsInBlocks(FileSet.of(path), spec, HashSpec())
     assert sum(len(b) for b in held.blocks(300)) == 2000           # the control: every row
     grow(path)
     with pytest.raises(MpinnError, match=r"held.csv changed while it was being read: it grew from \d+ to \d+ bytes"):
         next(iter(held.blocks(300)))
     path = numbers(tmp_path / "log.csv")
-    blocks = blocks_of([path], ["csv"], spec, HashSpec(), 300)
+    blocks = blocks_of(FileSet.of(path), spec, HashSpec(), 300)
     assert len(next(blocks)) == 300
     cut(path)
     with pytest.raises(MpinnError, match=r"log.csv changed while it was being read: it was cut short"):

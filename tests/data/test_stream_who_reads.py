@@ -7,9 +7,10 @@ import shutil
 import pytest
 
 from conftest import mpirun, w4_text
-from mpinn.data import DataSpec, data_format
-from mpinn.data.inputs import who_reads
+from mpinn.data import DataSpec
+from mpinn.data.files import FileSet
 from mpinn.data.stream_setup import Recipe
+from mpinn.settings.input_plan import reading as readers_that_read, who_reads
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +27,9 @@ def files(tmp_path_factory):
     (["day_0.tsv.gz", "day_1.tsv.gz", "day_2.tsv.gz"], 2, [0, 1]),     # more files than readers: all read
     (["day_0.tsv.gz", "plain.tsv"], 4, [0, 1, 2, 3])])                  # a plain file is shared by byte ranges
 def test_the_readers_that_read_are_those_given_a_file_or_a_byte_range(files, names, count, reading):
-    paths = [str(files / n) for n in names]
-    recipe = Recipe(paths, [data_format(p) for p in paths], DataSpec())
-    assert recipe.reading(count) == reading
+    fs = FileSet.of([str(files / n) for n in names])
+    recipe = Recipe(fs, DataSpec())
+    assert readers_that_read(fs, count) == reading      # the plan's word, and what the readers are given
     assert [g for g in range(count) if recipe.reader_sources(g, count)[1]] == reading
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import mpirun, run
-from mpinn.data import DataSpec, data_format, load_data
+from mpinn.data import DataSpec, load_data
+from mpinn.data.files import data_format
 from mpinn.data.formats.csvtext import separator
 
 HEADER = ["y", "city", "x", "n", "day"]

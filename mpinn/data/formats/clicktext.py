@@ -15,6 +15,7 @@ import numpy as np
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
 from mpinn.data.formats.csvtext import bounded_lines
+from mpinn.data.formats.names import gzipped
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -28,7 +29,7 @@ SNIFF_EXTS = ("", ".txt", ".tsv", ".gz")       # files whose first line decides 
 
 def _open_text(path):
     try:
-        if path.endswith(".gz"):
+        if gzipped(path):
             return io.TextIOWrapper(gzip.open(path, "rb"), encoding="ascii", newline="")
         return open(path, encoding="ascii", newline="")
     except OSError as e:

@@ -7,6 +7,7 @@ import gzip
 import zlib
 
 from mpinn.core.errors import MpinnError
+from mpinn.data.formats.names import gzipped
 
 MAX_LINE = 1 << 24      # characters in one line of a CSV file (16 Mi): the header, and every data line
 ENCODING = "utf-8-sig"  # UTF-8; a byte-order mark at the start is not part of the first column's name
@@ -21,7 +22,7 @@ READ_ERRORS = (csv.Error, UnicodeDecodeError, OSError, EOFError, zlib.error)
 
 
 def _open(path, mode, **kwargs):
-    return gzip.open(path, mode if mode.endswith("b") else mode + "t", **kwargs) if path.lower().endswith(".gz") \
+    return gzip.open(path, mode if mode.endswith("b") else mode + "t", **kwargs) if gzipped(path) \
         else open(path, mode, **kwargs)
 
 
@@ -54,7 +55,7 @@ TAB_EXTS = (".tsv", ".tab")      # tab-separated values, with a header as a CSV 
 def separator(path):
     """A table file's separator: a tab for .tsv and .tab files (maybe .gz), and for a file whose first line holds
     tabs and no comma (tab-separated values named .csv or .txt); else a comma."""
-    name = path.lower()[:-3] if path.lower().endswith(".gz") else path.lower()
+    name = path.lower()[:-3] if gzipped(path) else path.lower()
     if name.endswith(TAB_EXTS):
         return "\t"
     try:
@@ -99,7 +100,7 @@ MAGIC = ((b"\x1f\x8b", "gzip-compressed", "name it .csv.gz (or .tsv.gz)"),
 
 def compressed_as(path):
     """(what, what to do) when the file under a plain text name starts as a compressed file does, else None."""
-    if path.lower().endswith(".gz"):
+    if gzipped(path):
         return None
     try:
         with open(path, "rb") as f:

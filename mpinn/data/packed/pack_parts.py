@@ -25,6 +25,7 @@ import numpy as np
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
+from mpinn.data.many import chained_source
 from mpinn.data.packed.format import PackedDataset
 from mpinn.data.packed.packer import Progress, finished_meta, known_up_front, prepare
 from mpinn.data.packed.parts import manifest_bytes, part_name, parts_dir
@@ -42,18 +43,17 @@ def shares(sizes, n):
     return [r - owner[0] for r in owner]        # rank 0 packs the first file (it decides the columns)
 
 
-def _decide(source, paths, formats, columns, spec, hashing, threads, report, chunk_rows):
+def _decide(source, files, columns, spec, hashing, threads, report, chunk_rows):
     """Rank 0: what every part must share (JSON-able): the columns, the contract, the task and classes, the
     meta of the whole, and the numeric statistics when a scan of every file had to come first (else None)."""
     from mpinn.data.fit.chunks import TablePass
-    from mpinn.data.many import chained_source
     spec, hashing = known_up_front(source, spec, hashing)
     table = TablePass(source, spec, hashing, threads, count_values=report)
     first = source.sources[0]
-    meta = dict(first.meta, files=list(paths)) if len(paths) > 1 else dict(first.meta)
+    meta = dict(first.meta, files=files.paths) if len(files) > 1 else dict(first.meta)
     scanned, collisions = table.needs_scan, None
     if scanned:     # one pass over every file, as one prepare's first pass (the parts then pack in one pass)
-        whole = chained_source(paths, formats, columns, chunk_rows)
+        whole = chained_source(files, columns, chunk_rows)
         table = TablePass(whole, spec, hashing, threads, count_values=report)
         n = 0
         for part in whole.parts():
@@ -161,16 +161,14 @@ def _commit(out, tmp, manifest):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=None, numeric_transform="auto",
+def prepare_parts(comm, out, files, columns, spec, hashing, transform=None, numeric_transform="auto",
                   threads=1, quiet=False, report=False, verify=False, chunk_rows=None, on_rows=None):
-    """Pack table files `paths` (of `formats`; columns: a DataSpec of the label and columns as given) as a
+    """Pack the table files of FileSet `files` (columns: a DataSpec of the label and columns as given) as a
     multi-part dataset at `out` with every rank of `comm` (a mpinn.comm Communicator) packing its share (see
     the module). spec: the task, classes and positive class; hashing: the HashSpec; transform: a fitted
     NumericTransform's dict to store (--like), else one fitted in mode numeric_transform. Collective; returns
     the summary on rank 0 (rows, parts, seconds, rows_per_s, ...), None elsewhere. on_rows(n): this rank's rows
     packed so far, as it packs (the heartbeat's, which rank 0 shows while it waits)."""
-    from mpinn.data.many import chained_source
-    from mpinn.data.stream import estimate_rows
     t0 = time.perf_counter()
     rank = comm.rank
     here = os.path.dirname(os.path.abspath(out))
@@ -182,12 +180,12 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
         except OSError as e:
             raise MpinnError("cannot write into %s: %s" % (here, e.strerror))
         try:
-            decided = _decide(chained_source(paths[:1], formats[:1], columns, chunk_rows), paths, formats, columns,
+            decided = _decide(chained_source(files[:1], columns, chunk_rows), files, columns,
                               spec, hashing, threads, report, chunk_rows)
             # balanced by rows, as the files' sizes tell them (a .gz file's through its compression ratio)
-            owner = shares([estimate_rows([p], [f]) for p, f in zip(paths, formats)], comm.size)
+            owner = shares([files[i:i + 1].n_estimate for i in range(len(files))], comm.size)
             mine = [i for i, r in enumerate(owner) if r == 0]
-            source = chained_source([paths[i] for i in mine], [formats[i] for i in mine], columns, chunk_rows)
+            source = chained_source(files.pick(mine), columns, chunk_rows)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -203,7 +201,7 @@ def prepare_parts(comm, out, paths, formats, columns, spec, hashing, transform=N
     def pack():
         if not mine:
             return None
-        named = source if source is not None else chained_source([paths[i] for i in mine], [formats[i] for i in mine],
+        named = source if source is not None else chained_source(files.pick(mine),
                                          replace(columns, categorical=decided["categorical"],
                                                  numeric=decided["numeric"]), chunk_rows)   # rank 0's columns
         done = prepare(named, path, replace(spec, task=decided["task"], classes=decided["classes"]),
