@@ -13,12 +13,19 @@ pin_threads()       # before numpy loads its BLAS: one policy for train, the API
 
 import numpy as np  # noqa: E402
 
-from mpinn import __version__  # noqa: E402
+from mpinn import __version__, settings  # noqa: E402
+from mpinn.core.batch import Layout  # noqa: E402
 from mpinn.core.errors import MpinnError  # noqa: E402
 from mpinn.core.spec import ModelSpec  # noqa: E402
+from mpinn.data import load_default  # noqa: E402
+from mpinn.data.info import DataInfo  # noqa: E402
+from mpinn.device.backend import get_backend  # noqa: E402
+from mpinn.files.outputs import written_whole  # noqa: E402
 from mpinn.host.hostfile import check_hostfile_against_job, parse_hostfile  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
+from mpinn.settings.job_rules import MODEL_MEMORY, check_job  # noqa: E402
 from mpinn.settings.options import Parser, hidden_sizes, nonneg_float, positive_int  # noqa: E402
+from mpinn.settings.table import trick_bits  # noqa: E402
 
 # what must be the same on every host (the rest of a rank's record may differ: host, local rank, GPU)
 COMPARED = ("python", "numpy", "scipy", "mpi4py", "mpi", "mpinn", "cupy")
@@ -43,7 +50,6 @@ def gpu_for(local_rank):
     """(cupy version, the GPU this rank would use): device = local rank mod the devices this host shows."""
     if importlib.util.find_spec("cupy") is None:
         return "not installed", "none (cupy not installed)"
-    from mpinn.device.backend import get_backend
     try:
         xp = get_backend("cupy").xp
     except MpinnError as e:
@@ -61,7 +67,7 @@ def gpu_for(local_rank):
 
 
 def rank_record(comm, topo):
-    from mpinn.comm import node
+    from mpinn.comm import node  # start-up: --help needs no MPI (mpi4py starts it at import)
     local_rank, local_size = topo.local_of[comm.rank], topo.node_size(comm.rank)
     cupy, gpu = gpu_for(local_rank)
     return {"rank": comm.rank, "host": node.processor_name(), "local_rank": local_rank,
@@ -147,11 +153,7 @@ def time_step(job, args, spec, repeats):
     """Time training steps as training takes them (the same configuration, plan, Run and Trainer: scatter,
     forward/backward, gradient exchange, an SGD update) on the embedded click log's first rows; per
     phase (the step's own timeline), the median over steps of the mean over ranks."""
-    from mpinn import settings
-    from mpinn.core.batch import Layout
-    from mpinn.data import load_default
-    from mpinn.data.info import DataInfo
-    from mpinn.training import Run
+    from mpinn.training import Run  # start-up: training's modules (and MPI) load only when a run checks a job
     cfg = settings.from_keywords(None, hash_bits=args.hash_bits, hidden=args.hidden, activation=args.activation,
                                  dtype=args.dtype, batch_size=args.batch_size, reduce=args.reduce,
                                  sparse_threshold=args.sparse_threshold, table=args.table, optimizer="sgd", lr=0.1,
@@ -273,8 +275,8 @@ def format_report(rep):
 
 
 def run(args):
-    from mpinn.comm import node
-    from mpinn.training import open_job
+    from mpinn.comm import node  # start-up: --help needs no MPI (mpi4py starts it at import)
+    from mpinn.training import open_job  # start-up: as node
     job = open_job()
     comm = job.comm
     unwired = node.unwired_srun(comm.size, os.environ)
@@ -300,7 +302,6 @@ def run(args):
     if args.model_size:
         n, spec = args.model_size, None
     else:
-        from mpinn.settings.job_rules import MODEL_MEMORY, check_job
         spec = default_spec(args)
         check_job(None, job.topology, spec, rules=(MODEL_MEMORY,))     # as training refuses it: before allocating
         n = spec.n_params
@@ -317,7 +318,6 @@ def run(args):
     if rank0:
         print(format_report(rep), flush=True)
         if args.json:
-            from mpinn.files.outputs import written_whole
             with written_whole(args.json, "the report") as f:
                 json.dump(rep, f, indent=1)
     return 1 if problems else 0
@@ -339,7 +339,6 @@ def build_parser():
     m = p.add_argument_group("model (as in mpinn.train; default: the default model)")
     m.add_argument("--model-size", type=positive_int,
                    help="time an Allreduce of this many elements instead of a model's gradient (no step estimate)")
-    from mpinn.settings.table import trick_bits
     m.add_argument("--hash-bits", type=trick_bits, default=18, help="hashed columns = 2**bits, 1..30 (default 18)")
     m.add_argument("--hidden", type=hidden_sizes, default=(64,), help="hidden widths (default 64)")
     m.add_argument("--activation", default="relu", choices=["relu", "sigmoid", "tanh"])
@@ -354,7 +353,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from mpinn.comm.guard import run_guarded
+    from mpinn.comm.guard import run_guarded  # start-up: --help needs no MPI (mpi4py starts it at import)
     return run_guarded(run, args)
 
 

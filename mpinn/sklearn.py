@@ -4,12 +4,20 @@ under mpirun, data parallel over its ranks (rank 0 alone prints; every rank retu
 import inspect
 
 import numpy as np
+import scipy.sparse
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d, validate_data
 
 from mpinn import api, settings
 from mpinn.core.errors import MpinnError
+from mpinn.data import Dataset, DataSpec, HashSpec, split_names
+from mpinn.data.fit.labels import _label_str, encode_labels
+from mpinn.data.formats.dense import dense_xy
+from mpinn.data.formats.tables import Part, load_table
+from mpinn.inference.load import use_transform
+from mpinn.inference.score import predict_with
+from mpinn.model.mlp import MLP
 from mpinn.settings.table import OPTIONS
 
 # options about the data file and its label, which fit(X, y) replaces, and tower mode (a model per rank: not one
@@ -53,7 +61,6 @@ class _FrameSource:
     dropped = 0         # rows without a label left out: none (fit's y has every row's)
 
     def __init__(self, X, categorical, numeric, labels):
-        from mpinn.data.formats.tables import Part
         self.categorical, self.numeric, self.has_label = categorical, numeric, labels is not None
         self.meta = {"source": "dataframe", "label": None, "categorical": categorical, "numeric": numeric}
         cats = [_category_text(X[c]) for c in categorical]
@@ -94,7 +101,6 @@ class _MpinnEstimator(BaseEstimator):
         names = [str(c) for c in X.columns]
         if len(set(names)) != len(names):
             raise ValueError("the DataFrame's column names repeat: %s" % names)
-        from mpinn.data import split_names
         categorical, numeric = split_names(self.categorical), split_names(self.numeric)
         for c in categorical + numeric:
             if c not in names:
@@ -106,9 +112,6 @@ class _MpinnEstimator(BaseEstimator):
 
     def _rows(self, X, labels=None, fit=False, hashing=None):
         """An in-memory mpinn data set of X (labels: the encoded y, or None to predict)."""
-        from mpinn.data import DataSpec, HashSpec
-        from mpinn.data.formats.dense import dense_xy
-        from mpinn.data.formats.tables import load_table
         task, classes = self._task()
         if _is_frame(X) and (fit or hasattr(self, "columns_")):      # fitted on arrays: a frame is read as one
             if len(X) == 0:
@@ -126,8 +129,6 @@ class _MpinnEstimator(BaseEstimator):
         X = validate_data(self, X, reset=fit, accept_sparse="csr", dtype=np.float64, ensure_all_finite="allow-nan")
         if not hasattr(X, "tocsr"):
             return dense_xy(X, labels, "X", task, classes, labels is not None)
-        from mpinn.data import Dataset
-        import scipy.sparse
         X = scipy.sparse.csr_matrix(X, copy=True)       # a csr_array too: mpinn's hashed inputs are csr_matrix
         X.sum_duplicates()
         X.indices, X.indptr = X.indices.astype(np.int32), X.indptr.astype(np.int64)
@@ -135,7 +136,6 @@ class _MpinnEstimator(BaseEstimator):
         meta = {"source": "sparse", "n_features": X.shape[1], "task": task, "classes": classes,
                 "has_label": labels is not None}
         if labels is not None and task != "regression":
-            from mpinn.data.fit.labels import encode_labels
             y = encode_labels(labels, task, classes)[0]
         return Dataset(X, None, y, meta)
 
@@ -168,9 +168,6 @@ class _MpinnEstimator(BaseEstimator):
 
     def _outputs(self, X):
         """The network's outputs for X: P(positive class) (binary), (n, classes) probabilities, or values."""
-        from mpinn.model.mlp import MLP
-        from mpinn.inference.load import use_transform
-        from mpinn.inference.score import predict_with
         check_is_fitted(self, "params_")
         try:
             rows = self._rows(X)
@@ -193,7 +190,6 @@ class MpinnClassifier(ClassifierMixin, _MpinnEstimator):
     def _file_meta(self):
         """The classes by the names y gave them, as mpinn.predict matches a file's labels (the rows carry their
         codes 0..k-1 in that order)."""
-        from mpinn.data.fit.labels import _label_str
         return {"classes": [_label_str(c) for c in self.classes_]}
 
     def _labels(self, y):

@@ -3,13 +3,22 @@ place; nothing in training asks a communicator or a step what it can do (the pla
 in errors only where the options live (mpinn/settings/) and in the readers' data errors; the API stays a thin
 layer over the Run."""
 import ast
+import io
 import os
 import re
+import tokenize
 
 from conftest import ROOT
 
 PACKAGE = os.path.join(ROOT, "mpinn")
 FLAG = re.compile(r"--[a-z][a-z0-9-]+")
+WHY = ("memory", "optional", "cycle", "start-up")     # the reasons an import may stay inside a function (issue 61)
+# being rewritten by other branches right now: their in-function imports are checked once each is done, and its
+# path is then removed from here
+NOT_YET = ("mpinn/data/", "mpinn/settings/", "mpinn/api.py", "mpinn/predict.py", "mpinn/prepare.py",
+           "mpinn/inference/", "mpinn/training/trainer.py", "mpinn/training/feed.py",
+           "mpinn/training/evaluate.py", "mpinn/training/hot.py", "mpinn/training/staging.py",
+           "mpinn/bench/run.py")
 
 
 def modules(under=PACKAGE):
@@ -74,3 +83,45 @@ def test_the_check_sees_a_flag_in_an_error():
 def test_the_api_stays_a_thin_layer():
     with open(os.path.join(PACKAGE, "api.py")) as f:
         assert sum(1 for _ in f) < 250
+
+
+def imports_without_why(source, path="x.py"):
+    """The import statements inside a function (or method) of `source` with no comment giving a reason (a word of
+    WHY) on their line or the line above: (path, line, the statement)."""
+    comments = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string
+    out = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                said = " ".join(comments.get(n, "") for n in range(child.lineno - 1, child.end_lineno + 1))
+                if not any(word in said for word in WHY):
+                    out.append((path, child.lineno, ast.unparse(child)))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    visit(ast.parse(source), False)
+    return out
+
+
+def test_imports_inside_functions_say_why():
+    """Issue 61: an import sits at the top of its module, unless a comment says why it may not (memory: loaded
+    after rank 0 reads its data; optional: a dependency that may be missing; cycle: the module imports this one;
+    start-up: --help stays fast)."""
+    found = []
+    for folder, _, files in os.walk(PACKAGE):
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+            if name.endswith(".py") and not rel.startswith(NOT_YET):
+                with open(path) as f:
+                    found += imports_without_why(f.read(), rel)
+    assert not found, "\n".join("%s:%d: %s" % f for f in found)
+
+
+def test_the_check_sees_an_import_inside_a_function_without_a_reason():
+    source = ("import os\n\n\ndef f():\n    import json\n    import cupy  # optional: cupy\n"
+              "    # memory: after the data is read\n    from scipy import stats\n\n\n"
+              "class C:\n    def m(self):\n        def inner():\n            from mpinn import api\n")
+    assert imports_without_why(source) == [("x.py", 5, "import json"), ("x.py", 14, "from mpinn import api")]

@@ -1,13 +1,14 @@
 """python -m mpinn.bench: the command line (a workload run, or the side-by-side table of records)."""
 import sys
 
+from mpinn.bench.run import run
 from mpinn.bench.table import print_table
 from mpinn.optim import OPTIMIZERS
 from mpinn.bench.workloads import WORKLOADS
+from mpinn.settings.options import Parser, hot_rows_spec, positive_int
 
 
 def build_parser():
-    from mpinn.settings.options import Parser, hot_rows_spec, positive_int
     p = Parser(prog="python -m mpinn.bench",
                description="mpinn's benchmark: train the peers' workloads (see the peers README) with "
                            "exactly their data, initial weights, batch order and step counts; time the "
@@ -79,8 +80,7 @@ def main(argv=None):
     warmup, steps = wl.warmup if args.warmup is None else args.warmup, args.steps or wl.steps
     if not 0 <= warmup < steps:
         p.error("the warm-up (%d steps) must be fewer than the steps (%d), and not negative" % (warmup, steps))
-    from mpinn.bench.run import run
-    from mpinn.comm.guard import run_guarded
+    from mpinn.comm.guard import run_guarded  # start-up: --table and --help need no MPI (mpi4py starts it at import)
     return run_guarded(run, args)
 
 

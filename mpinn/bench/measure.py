@@ -41,7 +41,7 @@ class LoadWindow:
 
 def thread_info():
     try:
-        from threadpoolctl import threadpool_info
+        from threadpoolctl import threadpool_info  # optional: threadpoolctl (scikit-learn's), not a dependency
         return [(d.get("internal_api"), d.get("num_threads")) for d in threadpool_info()]
     except Exception as e:  # noqa: BLE001 - optional detail
         return repr(e)

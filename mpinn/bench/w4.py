@@ -26,6 +26,12 @@ import time
 
 import numpy as np
 
+from mpinn.data import DataSpec, HashSpec
+from mpinn.data.formats.tables import Part
+from mpinn.data.packed.packer import Progress, prepare
+from mpinn.settings.options import Parser, nonneg_int, positive_float, positive_int
+from mpinn.settings.table import trick_bits
+
 # The 26 categorical columns' numbers of distinct values in the Criteo 1TB log, as the MLPerf DLRM reference
 # configurations list them (capped at 40M there).
 CARDS_1TB = (39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10, 2208,
@@ -225,7 +231,6 @@ class W4Source:
                             "positive_rate": gen.positive_rate, "start": self.start}}
 
     def parts(self):
-        from mpinn.data.formats.tables import Part
         for ids, ints, y, _ in self.gen.rows(self.start, self.n_rows):
             hexes = self.gen.hex_codes(ids)
             Xd = np.where(ints == MISSING_INT, np.nan, ints.astype(np.float64))
@@ -258,7 +263,6 @@ def share(s):
 
 
 def build_parser():
-    from mpinn.settings.options import Parser, nonneg_int, positive_float, positive_int
     p = Parser(
         prog="python -m mpinn.bench.w4",
         description="Generate W4, a click log shaped like the Criteo 1TB log (label, I1..I13, C1..C26), "
@@ -275,8 +279,8 @@ def build_parser():
     p.add_argument("--zipf", type=positive_float, default=1.1, help="the values' Zipf exponent (default 1.1)")
     p.add_argument("--positive-rate", type=share, default=0.25, help="the share of clicks (default 0.25)")
     p.add_argument("--truth", help="also write the hidden model's click probability of each row (.npy, float32)")
-    from mpinn.settings.table import trick_bits     # the option's own type, as training's
-    p.add_argument("--hash-bits", type=trick_bits, default=None, help="packed output: hash bits, 1..30 (default: auto)")
+    p.add_argument("--hash-bits", type=trick_bits,     # the option's own type, as training's
+                   default=None, help="packed output: hash bits, 1..30 (default: auto)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -295,8 +299,6 @@ def main(argv=None):
             last[0] = now
             say("  %d of %d rows (%.0f rows/s)" % (done, args.rows, done / max(now - t0, 1e-9)))
     if packed:
-        from mpinn.data import DataSpec, HashSpec
-        from mpinn.data.packed.packer import Progress, prepare
         summary = prepare(W4Source(gen, args.start, args.rows), args.out, DataSpec(task="binary"),
                           HashSpec(bits=args.hash_bits), progress=Progress(not args.quiet))
         n = summary["rows"]

@@ -5,6 +5,7 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from mpinn.core.batch import Batch, Layout
 from mpinn.core.spec import ModelSpec
@@ -104,7 +105,6 @@ def _w2_data():
 
 
 def _w2_rows(data, lo, hi):
-    import scipy.sparse as sp
     idx, y = data
     n = hi - lo
     Xs = sp.csr_matrix((np.ones(n * W2_F, np.float32), idx[lo:hi].ravel(),
@@ -118,6 +118,7 @@ W4_N, W4_BITS, W4_H, W4_SCALE = 262144, 20, 64, 100
 def _w4_data(n=W4_N):
     """W4 rows 0..n of seed 0 at --scale 100: (hashed column of each C<j>=<hex> token (n, 26) int32, the missing
     value a token of its own; log1p counts standardised and 13 missing flags (n, 26) float32; labels)."""
+    # start-up: `python -m mpinn.bench.w4` imports this package first; w4 imported by it then would make runpy warn
     from mpinn.bench.w4 import MISSING_INT, N_CAT, W4
     gen = W4(0, W4_SCALE)
     ids, ints, y = [np.concatenate(a) for a in zip(*((i, c, t) for i, c, t, _ in gen.rows(0, n)))]
@@ -143,7 +144,6 @@ def init_w4():
 
 
 def _w4_rows(data, lo, hi):
-    import scipy.sparse as sp
     idx, dense, y = data
     n, f = hi - lo, idx.shape[1]
     Xs = sp.csr_matrix((np.ones(n * f, np.float32), idx[lo:hi].ravel(), np.arange(0, n * f + 1, f, dtype=np.int32)),

@@ -14,8 +14,13 @@
     topology   the job's shape, probed once (nodes, memory, shared memory, GPUs); the node communicators
     node       facts about the MPI library and the launcher, for the doctor
 """
+from mpinn.comm.allreduce import AllreduceCommunicator
 from mpinn.comm.base import Communicator  # noqa: F401
 from mpinn.comm.buffers import check_buffer, split_counts  # noqa: F401
+from mpinn.comm.gather import GatherCommunicator
+from mpinn.comm.gpu import DeviceAllreduceCommunicator
+from mpinn.comm.null import NullCommunicator, TowerCommunicator
+from mpinn.device.backend import get_backend
 
 STRATEGIES = ("allreduce", "gather", "null", "tower")
 
@@ -28,24 +33,19 @@ def create_communicator(name="allreduce", comm=None, transport="mpi", sparse_thr
     none for one rank's GPU (nothing travels).
     dup=False: comm is mpinn's own already (a job's duplicate), used as it is. Nothing is decided here:
     mpinn.settings.plan decides, and mpinn.training.build asks for what it decided."""
-    from mpinn.device.backend import get_backend
     if name not in STRATEGIES:
         raise ValueError("no communicator %r (one of %s)" % (name, ", ".join(STRATEGIES)))
     if transport in ("nccl", "cuda-aware", "staged") or (name == "allreduce" and transport == "none"
                                                           and backend is not None and backend.device is not None):
-        from mpinn.comm.gpu import DeviceAllreduceCommunicator
         return DeviceAllreduceCommunicator(comm, backend or get_backend("cupy"), transport,
                                            sparse_threshold=sparse_threshold, dup=dup)
     if name == "allreduce":
-        from mpinn.comm.allreduce import AllreduceCommunicator
         c = AllreduceCommunicator(comm, compress=compress, sparse_threshold=sparse_threshold, dup=dup)
         if transport == "shm":
             c.share_memory_(topology)
     elif name == "gather":
-        from mpinn.comm.gather import GatherCommunicator
         c = GatherCommunicator(comm, sparse_threshold=sparse_threshold, dup=dup)
     else:
-        from mpinn.comm.null import NullCommunicator, TowerCommunicator
         c = (TowerCommunicator if name == "tower" else NullCommunicator)(comm, sparse_threshold=sparse_threshold,
                                                                          dup=dup)
     c.backend = backend or get_backend("numpy")

@@ -6,6 +6,7 @@ from mpinn.comm.base import Communicator
 from mpinn.comm.compress import Compressed16
 from mpinn.comm.overlap import OverlappedReduce
 from mpinn.comm.shm import SharedGradients
+from mpinn.comm.topology import node_comms
 
 
 class AllreduceCommunicator(Communicator):
@@ -23,7 +24,6 @@ class AllreduceCommunicator(Communicator):
     def share_memory_(self, topology):
         """Gradients summed in shared memory on each node (SharedGradients; across nodes, one MPI_Allreduce among
         the nodes' first ranks), on the node communicators built from the job's topology (collective)."""
-        from mpinn.comm.topology import node_comms
         node, leaders, peers = node_comms(self.comm, topology, peers=topology.nodes > 1)
         # the ranks with the same place on every node, when every node has as many ranks: they complete each
         # other's parts of a node's one parameter copy (training.steps.SharedStep)

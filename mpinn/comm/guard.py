@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from mpi4py import MPI
 
 from mpinn.core.errors import STOPPED_EXIT, MpinnError, Stopped
+from mpinn.host.exits import stopped_line
 
 
 def say_error(line):
@@ -296,7 +297,6 @@ def end_on(e):
     if isinstance(e, MpinnError):
         fail(str(e), e.code, e.collective)
     if isinstance(e, KeyboardInterrupt):      # Ctrl-C, or SIGTERM where a command made it one (process.Terminated)
-        from mpinn.host.exits import stopped_line
         fail(*stopped_line(e))
     rank, size = world_rank_size()
     say_error("".join(traceback.format_exception(e)).rstrip("\n"))

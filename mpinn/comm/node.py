@@ -1,4 +1,5 @@
 """Facts about the job for mpinn.doctor and the start-up: the MPI library, the host, the launcher."""
+import mpi4py
 from mpi4py import MPI
 
 
@@ -8,7 +9,6 @@ def mpi_library_version():
 
 
 def mpi4py_version():
-    import mpi4py
     return mpi4py.__version__
 
 

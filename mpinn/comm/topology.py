@@ -9,6 +9,8 @@ import numpy as np
 from mpi4py import MPI
 
 from mpinn.comm.base import Communicator
+from mpinn.device.backend import select_backend
+from mpinn.host.memory import address_space_limit, mem_available
 
 UNKNOWN_MEMORY = 1 << 62        # a machine that does not say how much memory it has: as good as unlimited
 SHM_SLACK = 64 << 20            # /dev/shm kept free beside a shared-memory window
@@ -140,7 +142,6 @@ def gpu_facts(device, local, nccl=False):
     """This rank's GPU, bound (local rank mod count) before anything is allocated there: (backend name, or None
     where --device gpu found none; the note for the start-up line; the GPU's (host, PCI bus id); why NCCL cannot
     be used, asked only with nccl)."""
-    from mpinn.device.backend import select_backend
     try:
         backend, note = select_backend(device, local)
     except Exception as e:  # noqa: BLE001 - e.g. binding the device failed: reported collectively
@@ -162,7 +163,6 @@ def probe(comm, device="cpu", node=None, nccl=False):
     is allocated there (mpinn.device.backend.select_backend) and says whether it could, and every rank's MPI library
     is asked whether it is CUDA-aware (nccl: and whether NCCL loads). node: an mpi4py communicator to take as this rank's node (tests that cut
     one machine into nodes); MPI's shared-memory split otherwise."""
-    from mpinn.host.memory import address_space_limit, mem_available
     raw = getattr(comm, "comm", comm)
     mine = node if node is not None else raw.Split_type(MPI.COMM_TYPE_SHARED)
     try:

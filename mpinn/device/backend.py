@@ -1,9 +1,11 @@
 """Leaf module: array backends. The only code that imports cupy / cupyx (mpinn.device.kernels is given it)."""
 import dataclasses
+import socket
 
 import numpy
 import scipy.sparse
 
+from mpinn.core.errors import MpinnError
 from mpinn.device.kernels import kernel
 
 
@@ -251,14 +253,13 @@ class CupyBackend(Backend):
     def nccl(self):
         """cupy's NCCL binding (cupy.cuda.nccl), for the nccl transport of mpinn.comm.gpu. Importing it
         does not fail when libnccl is missing: it sets nccl.available = False, refused here."""
-        from cupy.cuda import nccl
+        from cupy.cuda import nccl  # optional: cupy (the [gpu] extra)
         if not getattr(nccl, "available", True):
             raise RuntimeError("cupy.cuda.nccl.available is False (no NCCL library was found)")
         return nccl
 
     def device_key(self):
         """(host, PCI bus id) of this process's GPU: two ranks with the same key share one GPU."""
-        import socket
         return socket.gethostname(), self.cupy.cuda.Device(self.device).pci_bus_id
 
 
@@ -305,7 +306,7 @@ def synchronize_array(a):
     stream = cai.get("stream")
     if stream is None and type(a).__module__.split(".")[0] != "cupy":
         return
-    import cupy
+    import cupy  # optional: cupy (the [gpu] extra)
     if stream is None:
         cupy.cuda.get_current_stream().synchronize()
     else:
@@ -315,8 +316,8 @@ def synchronize_array(a):
 def gpu_probe():
     """(number of visible GPUs, why not) without allocating anything on them."""
     try:
-        import cupy
-        import cupyx.scipy.sparse  # noqa: F401
+        import cupy  # optional: cupy (the [gpu] extra)
+        import cupyx.scipy.sparse  # noqa: F401  (optional: cupy)
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] in ("cupy", "cupyx"):
             return 0, "cupy is not installed (pip install -e \".[gpu]\")"
@@ -346,8 +347,8 @@ def select_backend(device, local_rank, probe=gpu_probe):
         if device == "gpu":
             return None, why
         return get_backend("numpy"), "cpu (numpy): --device auto found no GPU: %s" % why
-    import cupy
-    import cupyx.scipy.sparse
+    import cupy  # optional: cupy (the [gpu] extra)
+    import cupyx.scipy.sparse  # optional: cupy
     dev = int(local_rank) % count
     cupy.cuda.Device(dev).use()
     return CupyBackend(cupy, cupyx.scipy.sparse, dev), "gpu %d of %d (local rank %d mod %d)" % (
@@ -359,10 +360,9 @@ def get_backend(name="numpy"):
         return Backend("numpy", numpy, scipy.sparse)
     if name in ("cupy", "gpu"):
         try:
-            import cupy
-            import cupyx.scipy.sparse
+            import cupy  # optional: cupy (the [gpu] extra)
+            import cupyx.scipy.sparse  # optional: cupy
         except ImportError as e:  # pragma: no cover - depends on the machine
-            from mpinn.core.errors import MpinnError
             raise MpinnError("the GPU backend needs cupy (pip install -e \".[gpu]\"): %s" % e)
         return CupyBackend(cupy, cupyx.scipy.sparse, cupy.cuda.Device().id)
     raise ValueError("unknown backend %r" % name)

@@ -3,6 +3,7 @@ import json
 import os
 import re
 import tempfile
+from dataclasses import MISSING, fields
 
 import numpy as np
 
@@ -100,7 +101,6 @@ def spec_of(path, header):
     d = header.get("spec")
     if not isinstance(d, dict):
         raise MpinnError("%s has no model architecture (spec) in its header" % path)
-    from dataclasses import MISSING, fields
     known = {f.name for f in fields(ModelSpec)}
     needed = {f.name for f in fields(ModelSpec) if f.default is MISSING and f.default_factory is MISSING}
     extra, missing = sorted(set(d) - known), sorted(needed - set(d))

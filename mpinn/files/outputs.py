@@ -10,6 +10,7 @@ import time
 from contextlib import contextmanager
 
 from mpinn.core.errors import MpinnError
+from mpinn.host.launch import follow_umask
 
 
 def writes_fail_not_kill():
@@ -126,7 +127,6 @@ def made_parent(path):
 def written_whole(path, what):
     """A text file written through a temporary file in its directory and renamed into place: a write that fails (a
     full disk) leaves the file that was there and no partial one, and is one line naming `what`."""
-    from mpinn.host.launch import follow_umask
     writes_fail_not_kill()
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(made_parent(path))))
     try:

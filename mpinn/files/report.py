@@ -3,6 +3,7 @@
 import json
 import os
 
+from mpinn.files.events import EventWriter
 from mpinn.files.outputs import made_dir, made_parent
 
 METRICS = ("accuracy", "logloss", "auc", "rmse")
@@ -11,7 +12,7 @@ METRICS = ("accuracy", "logloss", "auc", "rmse")
 def plotting_missing():
     """Why no plot can be drawn here (matplotlib does not import), or None."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  (optional: the [plot] extra)
     except ImportError as e:
         return "matplotlib does not import (%s): pip install 'mpinn[plot]' (or pip install matplotlib)" % e
     return None
@@ -69,7 +70,6 @@ class Curve:
         self.path, self.plot, self.rows = path, plot, []
         self.events = None
         if log_dir:
-            from mpinn.files.events import EventWriter
             self.events = EventWriter(made_dir(log_dir))     # one line where it cannot be made
         self.since = None
         self.prefix, self.model = ("first_model/", "first") if ensemble > 1 else ("", None)
@@ -131,9 +131,9 @@ class Curve:
 
 
 def plot_curve(rows, path):
-    import matplotlib
+    import matplotlib  # optional: the [plot] extra
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: after use("Agg")
     # epoch ends (the --eval-every points and an ensemble's average are in the curve file, not drawn)
     rows = [r for r in rows if r.get("at", "epoch") == "epoch"]
     epochs = [r["epoch"] for r in rows]
@@ -153,7 +153,7 @@ def plot_curve(rows, path):
         axes[1].set_xlabel("epoch")
         axes[1].set_title("held-out metrics")
         axes[1].legend()
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # optional: the [plot] extra
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()

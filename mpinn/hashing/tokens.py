@@ -46,8 +46,8 @@ def _is_arrow(column):
 
 
 def _factorize_arrow(column):
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # optional: pyarrow (the column is arrow's, so it is there)
+    import pyarrow.compute as pc  # optional: pyarrow
     if isinstance(column, pa.ChunkedArray):
         if pa.types.is_dictionary(column.type) and column.num_chunks > 1:
             column = column.unify_dictionaries()
@@ -76,7 +76,7 @@ def _factorize_arrow(column):
 def _factorize_objects(column):
     n = len(column)
     if n >= _ARROW_MIN_ROWS and arrow_available():
-        import pyarrow as pa
+        import pyarrow as pa  # optional: pyarrow (arrow_available said it is)
         try:    # all-str columns (what CSV readers give): arrow dictionary-encodes them faster than a dict
             return _factorize_arrow(pa.array(column, type=pa.dictionary(pa.int32(), pa.string())))
         except (pa.ArrowTypeError, pa.ArrowInvalid):

@@ -1,7 +1,9 @@
 """How a one-process command (predict, prepare) ends: SIGTERM as an interrupt, one line and an exit code for an
 error or a stop, never a traceback."""
 import os
+import signal
 import sys
+import threading
 
 from mpinn.core.errors import MpinnError
 
@@ -13,8 +15,6 @@ class Terminated(KeyboardInterrupt):
 
 def terminate_as_interrupt():
     """SIGTERM raises Terminated from now on (the main thread only may set a handler)."""
-    import signal
-    import threading
 
     def stop(signum, frame):
         raise Terminated()

@@ -1,5 +1,8 @@
 """The process's pages and heap (glibc): huge pages kept off a slice, mallopt's thresholds for streaming and
 for training, large zeroed vectors in pages of their own."""
+import ctypes
+import errno
+import mmap
 
 MADV_NOHUGEPAGE, HUGE_PAGE = 15, 2 << 20
 
@@ -11,7 +14,6 @@ def small_pages_at(a, cuts):
     out by up to 2 MiB at each end (W2's 21 MiB slice at np 3: +13%, measured). Call it before the
     slice is written. No-op where there is no glibc."""
     try:
-        import ctypes
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return False
@@ -31,7 +33,6 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 def _mallopt(*settings):
     """glibc's mallopt for each (parameter, value); False where there is no glibc."""
     try:
-        import ctypes
         libc = ctypes.CDLL("libc.so.6")
         return all(bool(libc.mallopt(p, int(v))) for p, v in settings)
     except (OSError, AttributeError):
@@ -65,9 +66,7 @@ def fresh_zeros(n, dtype):
     mapped anonymously: untouched until written, whatever the heap holds. numpy's zeros is calloc, which
     may hand back a freed heap chunk and clear it, making every page resident: on the rank that read the
     data, a sharded table's other rows (pages it must never hold) would all be in memory."""
-    import errno
-    import mmap
-    import numpy as np
+    import numpy as np  # start-up: mpinn.host loads no numpy before pin_threads has set BLAS's threads
     dtype = np.dtype(dtype)
     nbytes = int(n) * dtype.itemsize
     if nbytes < FRESH_BYTES:

@@ -1,5 +1,8 @@
 """The memory this process may use and uses: what the machine, the cgroup and ulimit -v allow; resident pages."""
+import ctypes
+import mmap
 import os
+import resource
 
 def mem_available():
     """Bytes of memory this machine can still give (MemAvailable in /proc/meminfo); None elsewhere."""
@@ -37,7 +40,6 @@ def cgroup_limit(proc="/proc/self/cgroup", root="/sys/fs/cgroup"):
 
 def address_space_limit():
     """Bytes of address space this process may map (RLIMIT_AS: ulimit -v), None where unlimited."""
-    import resource
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     return None if soft == resource.RLIM_INFINITY else soft
 
@@ -60,8 +62,6 @@ def memory_for_job():
 def resident_bytes(a):
     """Bytes of the pages under host array a that are in memory (mincore; page granularity): pages
     never touched take none. Linux."""
-    import ctypes
-    import mmap
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     page = mmap.PAGESIZE
     start = a.ctypes.data // page * page

@@ -19,6 +19,7 @@ import hashlib
 import os
 import platform
 
+from setuptools import Extension, setup
 from setuptools import build_meta as _setuptools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repository
@@ -47,7 +48,6 @@ def cpu_flags():
 
 
 def extensions():
-    from setuptools import Extension
     common = dict(include_dirs=["mpinn/optim"], depends=list(KERNELS), libraries=["m"], optional=True)
     hashed = [("MPINN_SOURCE_HASH", '"%s"' % source_hash())]
     out = [Extension("mpinn.optim._fused", ["mpinn/optim/fused.c"], extra_compile_args=FLAGS,
@@ -64,7 +64,6 @@ def extensions():
 
 class _Backend(_setuptools._BuildMetaBackend):
     def run_setup(self, setup_script="setup.py"):
-        from setuptools import setup
         setup(ext_modules=extensions())
 
 

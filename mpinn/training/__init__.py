@@ -16,6 +16,7 @@
     timeline   the phases of every step, the Chrome trace, the progress bar
     faults     MPINN_FAULT: fault injection for the failure-path tests
 """
+from importlib import import_module
 
 _LAZY = {"Faults": "mpinn.training.faults", "Hooks": "mpinn.training.trainer", "Trainer": "mpinn.training.trainer",
          "Run": "mpinn.training.run", "open_job": "mpinn.comm.topology"}
@@ -25,6 +26,5 @@ def __getattr__(name):
     """The names above, imported on first use: `mpinn.training.towers` (predict mixes towers with it) then
     loads without the trainer and its communicator (no MPI in a one-process predict)."""
     if name in _LAZY:
-        from importlib import import_module
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(name)

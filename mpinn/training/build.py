@@ -3,6 +3,7 @@ names, the model's buffers where the plan keeps them, the optimizer's state allo
 Nothing here decides, and no part is changed after it is built. A new way of taking a step: a branch of the plan
 (choose_step) and one line here."""
 from mpinn.comm import create_communicator
+from mpinn.device.backend import get_backend
 from mpinn.training.faults import Faults
 from mpinn.training.sharded import ShardedStep
 from mpinn.training.steps import LocalSGDStep, OverlapStep, ReduceStep, SharedStep
@@ -14,7 +15,6 @@ def communicator(plan, comm=None, backend=None, dup=True):
     over comm itself, a job's own duplicate); backend: the array backend its buffers live on (default: the plan's
     device's, bound by the probe)."""
     if backend is None:
-        from mpinn.device.backend import get_backend
         backend = get_backend("cupy" if plan.device == "gpu" else "numpy")
     return create_communicator(plan.reduce, comm, plan.transport, plan.sparse_threshold, plan.cfg.compress,
                                plan.topology, backend, dup)

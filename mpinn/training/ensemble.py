@@ -16,9 +16,20 @@ from types import MappingProxyType
 
 import numpy as np
 
+from mpinn import settings
 from mpinn.comm.guard import START_KNOB
 from mpinn.core.errors import MpinnError
+from mpinn.data.info import DataInfo
+from mpinn.data.inputs import load_everywhere
+from mpinn.files.checkpoint import TRIAL_DIR, list_checkpoints, member_dir
 from mpinn.model.metrics import better, format_metrics
+from mpinn.model.mlp import MLP
+from mpinn.settings import messages
+from mpinn.settings.input_plan import job_input_plan
+from mpinn.settings.table import DATA
+from mpinn.training.evaluate import evaluate
+from mpinn.training.run import Run
+from mpinn.training.towers import mix
 
 
 def kept_metrics(history, summary):
@@ -37,9 +48,6 @@ def _line(k, count, seed, summary, metrics, seconds):
 def member_data(given, job, resplit):
     """(train, valid, info) of a member: the rows read once, split as --seed S split them (resplit: what
     load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
-    from mpinn.data.info import DataInfo
-    from mpinn.data.inputs import load_everywhere
-    from mpinn.settings.input_plan import job_input_plan
     if not job.comm.bcast_obj(bool(resplit) if job.rank == 0 else None):
         return load_everywhere(job_input_plan(given, job), job.comm, lambda msg: None)
     train, valid = resplit[0]() if resplit else (None, None)
@@ -56,9 +64,6 @@ def scores_averaged(cfg, streamed):
 def held_out_metrics(job, spec, layout, stacked, valid, target_scale):
     """The held-out metrics of the members' averaged predictions (stacked: their parameters, on rank 0; valid: the
     held-out rows, on rank 0), scored as one model's are (mpinn.training.evaluate). Collective."""
-    from mpinn.model.mlp import MLP
-    from mpinn.training.evaluate import evaluate
-    from mpinn.training.towers import mix
     members = job.comm.bcast_array(stacked, what="the ensemble's parameters")
     model = MLP(spec)
 
@@ -79,7 +84,6 @@ def member_checkpoints(cfg, given, k, comm):
     below the run's directory (the first member writes there; k None: the first member's periodic trial, into
     trial-periodic), and a resume of the run resumes the members that had begun (a finished one ends at once, its
     kept parameters restored) and starts the others afresh."""
-    from mpinn.files.checkpoint import TRIAL_DIR, list_checkpoints, member_dir
     home = given.checkpoint_dir or given.resume
     if not home:
         return cfg, None
@@ -103,9 +107,6 @@ class Member:
 def train_member(given, k, seed, job, info, hooks, say, progress, resplit, **options):
     """Train the member of `seed` (k: its index, None for the periodic trial) on its split of the data, with
     `options` replaced in the configuration as given. Collective."""
-    from mpinn import settings
-    from mpinn.settings import messages
-    from mpinn.training.run import Run
     t = time.perf_counter()
     if given.start_timeout > 0:
         hooks.watchdog.arm("start-up of ensemble member %s" % (k + 1 if k is not None else "1's trial"),
@@ -141,7 +142,6 @@ def periodic_trial(given, first, job, info, hooks, say, progress, resplit):
             "kept" if chosen == "periodic" else "left out"))
     record = {"tried": "periodic", "metric": metric, "with": on, "without": off, "chosen": chosen}
     if chosen == "periodic":    # the run's configuration (its ensemble, its checkpoint directory), the choice made
-        from mpinn.settings.table import DATA
         trial.run.cfg = replace(first.run.cfg, numeric_embedding=chosen,
                                 origin=MappingProxyType(dict(first.run.cfg.origin, numeric_embedding=DATA)))
     return (trial if chosen == "periodic" else first), chosen, record

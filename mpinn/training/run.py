@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from mpinn.core.batch import Layout
+from mpinn.device.backend import get_backend
 from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
@@ -38,7 +39,6 @@ class Run:
         check_job(cfg, job.topology, self.spec)     # the plan's first check, before the model takes its memory
         self.layout = Layout(**vars(info.layout)) if not isinstance(info.layout, Layout) else info.layout
         if backend is None:
-            from mpinn.device.backend import get_backend
             backend = get_backend("cupy" if cfg.device == "gpu" else "numpy")     # bound by the probe
         self.model = MLP(self.spec, backend)
         self.optimizer = make_optimizer(cfg, self.model)           # its state is allocated by the step

@@ -4,10 +4,12 @@ rows)."""
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from mpinn.device.backend import compact_csr
 from mpinn.core.batch import Batch
 from mpinn.comm.shard import RowOwners, TableShards
+from mpinn.comm.shard_node import NodeShards
 from mpinn.core.errors import MpinnError
 from mpinn.host.heap import small_pages_at
 from mpinn.training.step_base import Step, all_finite, check_params
@@ -52,7 +54,6 @@ class ShardedStep(Step):
             raise ValueError("hot rows need the lazy update of the hashed table")
         owners = RowOwners(self.n_rows, comm.size, hot)
         if exchange == "node":
-            from mpinn.comm.shard_node import NodeShards
             self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology)
         else:
             self.shards = TableShards(comm, self.n_rows, self.width, owners, node_of=topology.node_of)
@@ -78,7 +79,6 @@ class ShardedStep(Step):
     def compact(self, local):
         """(the batch's sorted unique row ids, the batch with Xs over them: columns 0..k-1). The same
         compact CSR the replicated backward builds (sparse_rows_grad), so the sums are the same."""
-        import scipy.sparse as sp
         ids, Xc = compact_csr(np, sp, local.Xs)
         return ids, Batch(Xc, local.Xd, local.y)
 

@@ -12,7 +12,7 @@ def all_finite(a):
     a sum of |a| past the float range: a gradient no step should take either). On the host the sum
     is BLAS's asum, 5x faster than numpy's sum: 10 against 54 us for W1's gradient."""
     if isinstance(a, np.ndarray) and a.dtype in (np.float32, np.float64) and a.flags.c_contiguous and a.size:
-        from scipy.linalg import blas
+        from scipy.linalg import blas  # memory: scipy.linalg (8 MiB, 50 ms) only for a host array, never on a GPU
         return bool(np.isfinite((blas.sasum if a.dtype == np.float32 else blas.dasum)(a.reshape(-1))))
     return bool(np.isfinite(float(a.sum())))
 

@@ -36,7 +36,7 @@ def fit_weights(task, y, preds):
         w = np.exp(a - a.max())
         return mixture_loss(task, y, mix(P, w / w.sum()))
 
-    from scipy.optimize import minimize     # here, not at the top: its import costs a fifth of a second per rank
+    from scipy.optimize import minimize     # start-up: its import costs a fifth of a second per rank
     a = minimize(loss, np.zeros(P.shape[0]), method="L-BFGS-B").x
     w = np.exp(a - a.max())
     out = np.zeros(T)
