@@ -2,19 +2,26 @@
 mpinn.training.wire), fed in the peers' batch order, timed between two Barriers, one record written."""
 import os
 import time
+from dataclasses import replace as changed
 
 import numpy as np
 
-from mpinn import __version__
+from mpinn import __version__, settings
 from mpinn.bench.measure import LoadWindow, peak_rss_mb, thread_info, write_result
 from mpinn.bench.workloads import WORKLOADS
+from mpinn.comm.node import mpi_library_version
+from mpinn.data.info import DataInfo
 from mpinn.host.memory import memory_mb
+from mpinn.model.mlp import MLP
+from mpinn.optim import REGISTRY, fused
+from mpinn.training import Run, Trainer, open_job
+from mpinn.training.build import build_step, communicator
+from mpinn.training.feed import Reading, make_feed
+from mpinn.training.staging import device_feed
 
 
 def workload_config(args, wl):
     """The RunConfig of a benchmark run: the workload's model and batch, the benchmark's options."""
-    from mpinn import settings
-    from mpinn.optim import REGISTRY
     lr = args.lr or (wl.lr if args.optimizer == "sgd" else REGISTRY[args.optimizer].lr)
     return settings.from_keywords(
         None, hidden=wl.spec.hidden, wide="off", activation=wl.spec.activation, loss=wl.spec.loss, dtype=wl.spec.dtype,
@@ -26,7 +33,6 @@ def workload_config(args, wl):
 
 def workload_info(wl):
     """What training learns from its data's first pass, for a workload (settings.resolve, the Run)."""
-    from mpinn.data.info import DataInfo
     return DataInfo({"task": wl.task}, wl.layout, wl.spec.n_out, wl.spec.sparse_fan_in, wl.n, False)
 
 
@@ -54,14 +60,6 @@ class BenchOrder:
 
 
 def run(args):
-    from mpinn import settings
-    from mpinn.comm.node import mpi_library_version
-    from mpinn.model.mlp import MLP
-    from mpinn.optim import fused
-    from mpinn.training import Run, open_job
-    from mpinn.training.feed import Feed
-    from mpinn.training.staging import device_feed
-
     t_start = time.perf_counter()
     wl = WORKLOADS[args.workload]
     steps = args.steps if args.steps is not None else wl.steps
@@ -86,12 +84,13 @@ def run(args):
     trainer = r.start(counts=counts, params=start.params if rank0 else None)
     del start
     rows, order = WorkloadRows(wl, data) if data is not None else None, BenchOrder(wl.n, B)
+    reading = Reading("local" if args.input == "local" else "rank0")     # the benchmark's own --input
 
     def feed(first, stop):      # the trainer's feed, in the peers' batch order
         # the workloads' rows are slices of arrays in memory: no read-ahead thread, which only competed with the
         # compute for the cores (W2 np 1: 568k against 641k samples/s with it, medians of 5)
-        return device_feed(Feed(rows, order, stop, first, comm, wl.layout, B, wl.spec.dtype, read_local=local_input,
-                                prefetch=args.prefetch, read_ahead=False), model.backend)   # staged on a GPU
+        return device_feed(make_feed(rows, order, reading, first, comm, wl.layout, B, wl.spec.dtype, steps=stop,
+                                     prefetch=args.prefetch, read_ahead=False), model.backend)   # staged on a GPU
 
     def run_steps(first, stop, last=None):
         f = feed(first, stop)
@@ -200,10 +199,6 @@ def run(args):
 def compute_alone_ms(r, rows, order, args, steps):
     """ms a step with no gradient exchange (the batch is still scattered): a step built on the null communicator
     from the run's plan, the table replicated; the weights then diverge across ranks, which no longer matters."""
-    from dataclasses import replace as changed
-    from mpinn.training import Trainer
-    from mpinn.training.build import build_step, communicator
-    from mpinn.training.feed import Feed
     plan = r.plan
     plan = changed(plan, reduce="null", transport="none", step="reduce", shared_params=False, table="replicated",
                    cfg=changed(plan.cfg, table="replicated", overlap=False, average_every=0, compress=None))
@@ -211,8 +206,8 @@ def compute_alone_ms(r, rows, order, args, steps):
     null = Trainer(plan.cfg, r.model, r.optimizer, r.schedule, build_step(plan, comm, r.model, r.optimizer),
                    r.layout)
     B = r.cfg.batch
-    f = Feed(rows, order, steps.stop, steps.start, comm, r.layout, B, r.spec.dtype, read_local=args.input == "local",
-             prefetch=args.prefetch, read_ahead=False)
+    f = make_feed(rows, order, Reading("local" if args.input == "local" else "rank0"), steps.start, comm, r.layout, B, r.spec.dtype, steps=steps.stop,
+                  prefetch=args.prefetch, read_ahead=False)
     comm.barrier()
     tc = time.perf_counter()
     for _ in steps:

@@ -53,6 +53,24 @@ class Rows:
             return None
         return column_stats(np.asarray(self.y, dtype=np.float64).reshape(-1, 1), ["label"])
 
+    def known_length(self):
+        """The number of rows, where it is known before they are read (rows by position: len()); None where their
+        end is found by reading them (a stream, whose len() is an estimate)."""
+        return len(self)
+
+    def first_rows(self, limit, chunk=65536):
+        """The hashed input (CSR) of the first `limit` rows (all of them, if fewer), in file order, a block of at
+        most `chunk` rows at a time (mpinn.training.hot counts the ids in them)."""
+        n = min(len(self), int(limit))
+        for a in range(0, n, chunk):
+            yield self.take(np.arange(a, min(a + chunk, n))).Xs
+
+    def in_order(self, chunk, dtype=None):
+        """Every row, in file order, as Batches of `chunk` rows (the last one shorter), through the transform, cast
+        to dtype (the held-out rows scored: mpinn.training.evaluate)."""
+        for s in range(0, len(self), chunk):
+            yield self.take(np.arange(s, min(s + chunk, len(self))), dtype)
+
     def layout(self, dtype):
         return Layout(self.n_sparse, self.n_dense, dtype, "int64" if self.task == "multiclass" else dtype)
 

@@ -15,6 +15,7 @@ class DataInfo:
     has_valid: bool         # are there held-out rows?
     streamed: bool = False  # read as a stream (n_train is then an estimate)
     held_out_rarest: object = None  # held-out rows of the rarest class (binary, multiclass; rows held), else None
+    reading: tuple = ("rank0", 1)   # who reads the training rows, and how many readers (the InputPlan's)
 
     @property
     def task(self):
@@ -25,11 +26,12 @@ class DataInfo:
         return self.layout.n_sparse
 
     @classmethod
-    def of(cls, train, valid, dtype):
-        """The DataInfo of a training set (mpinn.data Rows) and its held-out rows (or None), batches in dtype."""
+    def of(cls, train, valid, dtype, reading=("rank0", 1)):
+        """The DataInfo of a training set (mpinn.data Rows) and its held-out rows (or None), batches in dtype, read
+        as `reading` says (InputPlan.reading, .readers)."""
         return cls({k: v for k, v in train.meta.items() if k != "numeric_stats"}, train.layout(dtype),
                    len(train.meta["classes"]) if train.task == "multiclass" else 1, train.sparse_fan_in, len(train),
-                   valid is not None, bool(train.streamed), rarest_class(valid, train.meta))
+                   valid is not None, bool(train.streamed), rarest_class(valid, train.meta), tuple(reading))
 
 
 COUNTED_HELD_OUT = 2_000_000     # rarest_class counts held-out sets up to this many rows

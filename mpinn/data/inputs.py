@@ -143,8 +143,8 @@ def load_everywhere(plan, comm, say, resplit=None):
     if plan.read_local and not rank0:     # the same file, the same seeded split, on every rank
         train, valid = load()
     # every rank learns the shapes it needs; the data itself stays on rank 0
-    info = comm.bcast_obj(DataInfo.of(train, valid, plan.dtype) if rank0 else None)
-    if plan.readers > 1:     # each reader streams its own share of the files
+    info = comm.bcast_obj(DataInfo.of(train, valid, plan.dtype, (plan.reading, plan.readers)) if rank0 else None)
+    if plan.reading == "readers":     # each reader streams its own share of the files
         t = info.meta.get("transform")
         train = reader_streams(train, comm, NumericTransform.from_dict(t) if t else None, plan.readers)
     if plan.read_local and comm.size > 1:

@@ -202,6 +202,26 @@ class RowsInBlocks:
     def numeric_names(self):
         return self.meta["numeric"]
 
+    def known_length(self):
+        """None: the files' rows are counted by reading them (len() is an estimate)."""
+        return None
+
+    def first_rows(self, limit, chunk=65536):
+        """The hashed input (CSR) of the first `limit` rows, in file order, a block of `chunk` rows at a time."""
+        n = 0
+        for rows in self.blocks(chunk):
+            if n >= limit or rows.Xs is None:
+                return
+            take = rows.Xs[:limit - n]
+            n += take.shape[0]
+            yield take
+
+    def in_order(self, chunk, dtype=None):
+        """Every row, in file order, as Batches of `chunk` rows (the last one shorter), through the training's
+        transform, cast to dtype: a block read at a time."""
+        for rows in self.blocks(chunk):
+            yield rows.take(np.arange(len(rows)), dtype)
+
     def blocks(self, block):
         for rows in blocks_of(self.files, self.spec, self.hashing, block):
             rows.transform = self.transform

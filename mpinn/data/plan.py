@@ -50,8 +50,9 @@ class InputPlan:
     hashing: HashSpec
     residency: str              # memory | mapped | streamed
     residency_why: str
-    readers: int                # the ranks that read a stream (1: rank 0 reads and scatters each batch)
-    read_local: bool            # every rank reads its own slice of a packed file (--input local)
+    reading: str                # who reads: rank0 (and scatters each batch), local (every rank its own slice of a
+    #                             packed file) or readers (K readers of a stream, each scattering over its group)
+    readers: int                # readers: how many (1 otherwise)
     who_reads: str              # the start-up line's words on who reads
     holdout: Holdout
     seed: int = 0
@@ -63,6 +64,10 @@ class InputPlan:
     dtype: str = "float32"
     task_decided: bool = False  # the task is the labels' call (say a doubtful one)
     memory_note: str = None     # a packed file larger than the job's memory read in short runs
+
+    @property
+    def read_local(self):
+        return self.reading == "local"
 
     @property
     def streamed(self):

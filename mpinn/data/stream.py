@@ -134,6 +134,31 @@ class Stream(Rows):
         Xd = np.concatenate([p[1] for p in parts]) if parts[0][1] is not None else None
         return self.batch(Xs, Xd, np.concatenate([p[2] for p in parts]), dtype)
 
+    def known_length(self):
+        """None: the stream's end is found by reading it (len() is an estimate)."""
+        return None
+
+    def first_rows(self, limit, chunk=None):
+        """The first `limit` training rows' hashed input (CSR), in file order, a piece at a time (head; chunk: the
+        pieces are the files' chunks)."""
+        return self.head(limit)
+
+    def in_order(self, chunk, dtype=None):
+        """Every training row, in file order, as Batches of `chunk` rows (the last one shorter), through the
+        transform, cast to dtype."""
+        have, n = [], 0
+        for piece in self.pieces():
+            at = 0
+            while at < len(piece):
+                take = min(chunk - n, len(piece) - at)
+                have.append(piece.raw_rows(slice(at, at + take)))
+                at, n = at + take, n + take
+                if n == chunk:
+                    yield self._batch(have, dtype)
+                    have, n = [], 0
+        if n:
+            yield self._batch(have, dtype)
+
     def head(self, limit):
         """The first `limit` training rows' hashed input (CSR), piece by piece (for counting hot rows)."""
         n = 0

@@ -33,6 +33,18 @@ def reader_count(readers, size):
     return k
 
 
+def choose_reading(cfg, size):
+    """(who reads, readers): local where --input local (every rank reads its slice of a packed file: the rules keep
+    it from a stream), readers where --readers is all or K (a stream's K readers; all at 1 rank is one reader of its
+    own, which shuffles as --readers 1 does not), else rank0 (rank 0 reads and scatters each batch). The one place
+    who reads is decided."""
+    if cfg.input == "local":
+        return "local", 1
+    if cfg.readers != "1":
+        return "readers", reader_count(cfg.readers, size)
+    return "rank0", 1
+
+
 def given_classes(cfg):
     """DataSpec's task and classes where --classes names them (two: binary, the positive class last), else {}."""
     if not cfg.classes:
@@ -143,7 +155,7 @@ def plan_input(cfg, files, valid, size, available=None):
     same on every rank) on a job of `size` ranks, where the job may use `available` bytes of memory (None:
     unknown)."""
     kind, column = split_holdout_by(cfg.holdout_by)
-    readers = reader_count(cfg.readers, size) if cfg.readers != "1" else 1
+    who, readers = choose_reading(cfg, size)
     residency, why = choose_residency(cfg, files, kind)
     holdout = choose_holdout(cfg, files, valid, kind, column, residency == "streamed")
     if holdout.kind == "files" and not holdout.given:
@@ -151,9 +163,9 @@ def plan_input(cfg, files, valid, size, available=None):
     spec = DataSpec(**dict(dict(label=cfg.label, categorical=cfg.categorical, numeric=cfg.numeric, task=cfg.task,
                                 format=cfg.format, positive=cfg.positive_class, exclude=[column] if column else [],
                                 missing_labels=cfg.missing_labels), **given_classes(cfg)))
-    if readers > 1:
+    if who == "readers":
         words = who_reads(readers, size, reading(files, readers))
-    elif cfg.input == "local":
+    elif who == "local":
         words = "every rank reads its own slice of each batch from the packed file"
     else:
         words = "rank 0 reads and scatters each batch"
@@ -162,7 +174,7 @@ def plan_input(cfg, files, valid, size, available=None):
         note = larger_than_memory_note(files.given if isinstance(files.given, str) else files.paths[0],
                                        files[0].state[0], available, cfg.shuffle_block)
     return InputPlan(files, cfg.data if isinstance(cfg.data, Rows) else None, spec, cfg.hashing, residency, why,
-                     readers, cfg.input == "local", words, holdout, cfg.seed, cfg.default_rows, cfg.sample_rows,
+                     who, readers, words, holdout, cfg.seed, cfg.default_rows, cfg.sample_rows,
                      cfg.shuffle_window, cfg.numeric_transform, cfg.numeric_bins, cfg.dtype,
                      cfg.task == "auto" and not cfg.classes, note)
 

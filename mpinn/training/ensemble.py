@@ -45,13 +45,13 @@ def _line(k, count, seed, summary, metrics, seconds):
         ", held-out " + format_metrics(metrics) if metrics else "", seconds)
 
 
-def member_data(given, job, resplit):
+def member_data(given, job, resplit, reading=("rank0", 1)):
     """(train, valid, info) of a member: the rows read once, split as --seed S split them (resplit: what
     load_everywhere appended on this rank), or, for a stream, the data opened again. Collective."""
     if not job.comm.bcast_obj(bool(resplit) if job.rank == 0 else None):
         return load_everywhere(job_input_plan(given, job), job.comm, lambda msg: None)
     train, valid = resplit[0]() if resplit else (None, None)
-    info = job.comm.bcast_obj(DataInfo.of(train, valid, given.dtype) if job.rank == 0 else None)
+    info = job.comm.bcast_obj(DataInfo.of(train, valid, given.dtype, reading) if job.rank == 0 else None)
     return train, valid, info
 
 
@@ -112,7 +112,7 @@ def train_member(given, k, seed, job, info, hooks, say, progress, resplit, **opt
         hooks.watchdog.arm("start-up of ensemble member %s" % (k + 1 if k is not None else "1's trial"),
                            given.start_timeout, START_KNOB)
     cfg, home = member_checkpoints(replace(given, seed=seed, ensemble=1, **options), given, k, job.comm)
-    train, valid, mine = member_data(given, job, resplit)
+    train, valid, mine = member_data(given, job, resplit, info.reading)
     if mine.meta != info.meta:      # the columns, transform and contract are fitted before the split
         raise MpinnError(messages.ensemble_member_differs(k + 1 if k is not None else 1), collective=True)
     cfg = settings.resolve(cfg, mine, job.size)

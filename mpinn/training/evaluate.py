@@ -15,14 +15,9 @@ def task_of(spec):
 
 
 def held_out_batches(data, chunk, dtype):
-    """Rank 0: the held-out rows as Batches of `chunk` rows, in order; a set too large to hold
-    (mpinn.data.many.RowsInBlocks) is read as it comes."""
-    if getattr(data, "streamed", False):
-        for rows in data.blocks(chunk):
-            yield rows.take(np.arange(len(rows)), dtype)
-        return
-    for s in range(0, len(data), chunk):
-        yield data.take(np.arange(s, min(s + chunk, len(data))), dtype)
+    """Rank 0: the held-out rows as Batches of `chunk` rows, in order (data.in_order: a set too large to hold,
+    mpinn.data.many.RowsInBlocks, is read as it comes)."""
+    return data.in_order(chunk, dtype)
 
 
 def each_chunk(comm, data, chunk, dtype):

@@ -4,8 +4,11 @@ import queue
 import threading
 
 import numpy as np
+import scipy.sparse as sp
 
 from mpinn.comm import split_counts
+from mpinn.core.batch import Batch
+from mpinn.data.stream_setup import reading_group
 
 MAX_AHEAD = 4096      # batches a stream's reader thread holds ready at most (see batches_ahead)
 
@@ -210,21 +213,74 @@ class LocalStreamFeed:
 
 
 class ReaderGroup:
-    """--readers all or K (collective): `count` readers; this rank's `reader` (its group of consecutive ranks,
+    """--readers all or K (collective): `readers` readers (mpinn.settings.input_plan.choose_reading); this rank's `reader` (its group of consecutive ranks,
     mpinn.data.stream_setup.reading_group) and `group`, a communicator over that group, its reader first."""
 
     def __init__(self, comm, readers):
-        from mpinn.data.stream_setup import reading_group
-        from mpinn.settings.input_plan import reader_count
-        self.count = reader_count(readers, comm.size)
+        self.count = readers
         self.reader = reading_group(comm.rank, comm.size, self.count)
         self.group = comm.split(self.reader)
 
 
+class StreamOrder:
+    """A stream's epoch order (mpinn.data.stream.Stream.batches): its files' rows cut into shuffle windows, each
+    shuffled by (seed, epoch, window), drawn by the rank that reads as it reads. The other epoch orders are rows by
+    position: an array, or what slices like one (epoch_order, BlockOrder, the benchmark's), None on a rank that
+    does not read."""
+
+    def __init__(self, seed, epoch):
+        self.seed, self.epoch = seed, epoch
+
+
+class Reading:
+    """Who reads the training rows, as the InputPlan decided it (mpinn.settings.input_plan.choose_reading; the
+    DataInfo carries it to every rank): "rank0" (rank 0 reads each global batch and scatters its slices), "local"
+    (every rank reads its own slice of the global batch from a packed file: --input local) or "readers" (`readers`
+    readers of a stream, each scattering its share over its group: --readers all or K)."""
+
+    WHO = ("rank0", "local", "readers")
+
+    def __init__(self, who="rank0", readers=1):
+        if who not in self.WHO:
+            raise ValueError("who reads: one of %s, not %r" % (", ".join(self.WHO), who))
+        self.who, self.readers = who, readers
+        self._group = None
+
+    def reads(self, rank):
+        """Does this rank read rows by position (and so needs the epoch's order)?"""
+        return rank == 0 or self.who == "local"
+
+    def group(self, comm):
+        """The ReaderGroup of --readers: made at the first call, a collective (every rank makes its first stream
+        feed at the same epoch's start), kept for the run's later epochs."""
+        if self._group is None:
+            self._group = ReaderGroup(comm, self.readers)
+        return self._group
+
+    def __repr__(self):
+        return "Reading(%r%s)" % (self.who, ", %r" % self.readers if self.who == "readers" else "")
+
+
+def make_feed(rows, order, reading, start, comm, layout, batch_size, dtype, steps=None, prefetch=True,
+              replicate=False, read_ahead=True):
+    """The one place an epoch's feed is chosen, from its epoch order and who reads (a Reading), from step `start`
+    on. Rows by position (order: epoch_order's, or any that slices like it; None where this rank does not read;
+    `steps` batches): a Feed, every rank reading its own slice with Reading "local", else rank 0 scattering. A
+    stream (order: a StreamOrder; its end is found by reading): its K readers' LocalStreamFeed with Reading
+    "readers", else rank 0's StreamFeed. Collective (the first --readers feed makes the readers' group).
+    prefetch, read_ahead: a Feed's (see there); replicate: every rank gets the whole batch (tower mode's "same"
+    data; not with --readers)."""
+    if isinstance(order, StreamOrder):
+        if reading.who == "readers":
+            return LocalStreamFeed(rows, order.epoch, order.seed, start, comm, reading.group(comm), layout,
+                                   batch_size, dtype)
+        return StreamFeed(rows, order.epoch, order.seed, start, comm, layout, batch_size, dtype, replicate=replicate)
+    return Feed(rows, order, steps, start, comm, layout, batch_size, dtype, read_local=reading.who == "local",
+                prefetch=prefetch, replicate=replicate, read_ahead=read_ahead)
+
+
 def empty_batch(layout):
     """A batch of no rows (a reader whose files are done)."""
-    import scipy.sparse as sp
-    from mpinn.core.batch import Batch
     return Batch(sp.csr_matrix((0, layout.n_sparse), dtype=layout.dtype) if layout.n_sparse else None,
                  np.zeros((0, layout.n_dense), layout.dtype) if layout.n_dense else None, np.zeros(0, layout.y_dtype))
 

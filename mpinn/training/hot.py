@@ -10,18 +10,13 @@ HOT_EXPECT = 4              # auto: rows expected this often in a rank's share o
 
 
 def count_ids(data, n_rows, limit=COUNT_ROWS, chunk=65536):
-    """(how often each of the table's n_rows ids occurs in the first `limit` rows of data, rows counted)."""
+    """(how often each of the table's n_rows ids occurs in the first `limit` rows of data, rows counted): the rows
+    in file order (data.first_rows: a data set's by position, a stream's as it reads them)."""
     counts = np.zeros(n_rows, dtype=np.int64)
-    if data.streamed:       # a stream's first rows, in file order (mpinn.data.stream)
-        n = 0
-        for Xs in data.head(int(limit)):
-            counts += np.bincount(np.asarray(Xs.indices, dtype=np.int64), minlength=n_rows)
-            n += Xs.shape[0]
-        return counts, n
-    n = min(len(data), int(limit))
-    for a in range(0, n, chunk):
-        Xs = data.take(np.arange(a, min(a + chunk, n))).Xs
+    n = 0
+    for Xs in data.first_rows(int(limit), chunk):
         counts += np.bincount(np.asarray(Xs.indices, dtype=np.int64), minlength=n_rows)
+        n += Xs.shape[0]
     return counts, n
 
 

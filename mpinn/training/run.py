@@ -15,6 +15,7 @@ from mpinn.settings.job_rules import check_job
 from mpinn.settings.shapes import model_spec
 from mpinn.training import checkpoints
 from mpinn.training.build import build_step, communicator
+from mpinn.training.feed import Reading
 from mpinn.training.hot import count_ids, pick_hot
 from mpinn.training.sharded import own_rows
 from mpinn.training.trainer import Hooks, Trainer
@@ -84,7 +85,8 @@ class Run:
         if plan.table == "sharded":
             self.hot_line = plan.hot_line(len(hot), counted)
         step = build_step(plan, self.comm, self.model, self.optimizer, self.hooks.faults, hot=hot)
-        self.trainer = trainer = Trainer(cfg, self.model, self.optimizer, self.schedule, step, self.layout, self.hooks)
+        self.trainer = trainer = Trainer(cfg, self.model, self.optimizer, self.schedule, step, self.layout, self.hooks,
+                                         Reading(*self.info.reading))
         if params is not False:     # given (on rank 0; None elsewhere)
             trainer.load_params_(params)
         checkpoints.start(cfg, trainer, self.spec, self.info, say, checkpoint_home)

@@ -12,7 +12,7 @@ from mpinn.host.heap import reusing_heap
 from mpinn.settings import messages
 from mpinn.training.checkpoints import stop_if_asked
 from mpinn.training.evaluate import evaluate, evaluate_towers, task_of
-from mpinn.training.feed import Feed, LocalStreamFeed, ReaderGroup, StreamFeed, epoch_order, rows_dropped
+from mpinn.training.feed import Reading, StreamOrder, epoch_order, make_feed, rows_dropped
 from mpinn.training.staging import device_feed
 from mpinn.training.timeline import PHASES, ProgressBar, write_trace
 
@@ -38,7 +38,7 @@ class Trainer:
     Position: `epoch` (1-based) and `next_step` (0-based, within the epoch) say which batch comes
     next; with the seeded per-epoch order that is all a resume needs to replay the same batches."""
 
-    def __init__(self, cfg, model, optimizer, schedule, step, layout, hooks=None):
+    def __init__(self, cfg, model, optimizer, schedule, step, layout, hooks=None, reading=Reading()):
         if cfg.stage != "resolved":
             raise ValueError("Trainer needs a resolved configuration (mpinn.settings.resolve)")
         hooks = hooks or Hooks()
@@ -54,14 +54,13 @@ class Trainer:
         self.on_eval, self.eval_every = hooks.on_eval, int(cfg.eval_every)
         self.t_origin = time.perf_counter()     # records' "elapsed" counts from here (the API: its start)
         self.eval_seconds = 0.0                 # spent in held-out evaluations so far (the records say it)
-        self.readers = None                     # --readers all or K: this rank's reader and its group
+        self.reading = reading              # who reads the rows: rank 0, every rank, K readers (the InputPlan's)
         self.posted = None                      # this epoch's Feed, whose next batch may be on its way (Run.release_)
         self.first_step_s = None                # seconds from t_origin to the end of this run's first step
         self.stop = hooks.stop
         self.towers = cfg.towers        # tower mode: None (data parallel), "shard" or "same" data
         self.tower_mix, self.tower_weights = cfg.tower_mix, None
         self.prefetch = not cfg.no_prefetch     # prepare and send the next batch while this one computes
-        self.read_local = cfg.input == "local"  # every rank reads its own rows (a packed file), no scatter
         self.shuffle_block = int(cfg.shuffle_block)
         self.table = cfg.table
         # the best epoch by the held-out metric: kept (--keep best) and counted from (--early-stop)
@@ -146,21 +145,18 @@ class Trainer:
             self.stepper.settle_(self.global_step + 1)
 
     def feed(self, train, n_train, epoch, steps):
-        """Where this epoch's local batches come from (see Feed; StreamFeed for a stream, n_train None); staged onto
-        the GPU where there is one."""
+        """Where this epoch's local batches come from (mpinn.training.feed.make_feed, from the epoch's order and who
+        reads: rows by position, n_train of them, in epoch_order's order; a stream, n_train None, in its windows'
+        order); staged onto the GPU where there is one."""
         if n_train is None:
-            if self.cfg.readers != "1":     # made once; collective: every rank comes here at the epoch's start
-                self.readers = self.readers or ReaderGroup(self.comm, self.cfg.readers)
-                feed = LocalStreamFeed(train, epoch, self.seed, self.next_step, self.comm, self.readers, self.layout,
-                                       self.batch_size, self.model.dtype)
-            else:
-                feed = StreamFeed(train, epoch, self.seed, self.next_step, self.comm, self.layout, self.batch_size,
-                                  self.model.dtype, replicate=self.towers == "same")
-            return device_feed(feed, self.model.backend)
-        order = epoch_order(n_train, self.seed, epoch, self.shuffle_block) if (self.rank0 or self.read_local) else None
-        self.posted = feed = Feed(train, order, steps, self.next_step, self.comm, self.layout, self.batch_size,
-                                  self.model.dtype, read_local=self.read_local, prefetch=self.prefetch,
-                                  replicate=self.towers == "same")
+            order = StreamOrder(self.seed, epoch)
+        else:
+            order = epoch_order(n_train, self.seed, epoch, self.shuffle_block) \
+                if self.reading.reads(self.comm.rank) else None
+        feed = make_feed(train, order, self.reading, self.next_step, self.comm, self.layout, self.batch_size,
+                         self.model.dtype, steps=steps, prefetch=self.prefetch, replicate=self.towers == "same")
+        if n_train is not None:
+            self.posted = feed
         return device_feed(feed, self.model.backend)
 
     # ---------------------------------------------------------------- the loop
@@ -169,7 +165,7 @@ class Trainer:
         Starts from the current position (epoch 1, step 0, or where a checkpoint left off)."""
         with self.watchdog.guard("the start of training"):
             n_train, has_valid, about = self.comm.bcast_obj((
-                None if train.streamed else len(train), valid is not None, len(train)) if self.rank0 else None)
+                train.known_length(), valid is not None, len(train)) if self.rank0 else None)
         B = self.batch_size
         steps = math.ceil(n_train / B) if n_train is not None else None      # a stream's end is found by reading
         shown = steps or math.ceil(about / B)       # the progress bar's (a stream's is an estimate)
