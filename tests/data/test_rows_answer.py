@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mpinn.data import DataSpec, HashSpec, data_format, load_csv, load_data
+from mpinn.data import DataSpec, HashSpec, load_csv, load_data
 from mpinn.data.base import Dataset
-from mpinn.data.files import expand
+from mpinn.data.files import FileSet
 from mpinn.data.formats.tables import TableSource
 from mpinn.data.many import RowsInBlocks, chained_source
 from mpinn.data.packed.format import PackedDataset
 from mpinn.data.packed.parts import manifest_bytes
-from mpinn.data.stream import estimate_rows, open_stream
+from mpinn.data.stream import open_stream
 from mpinn.prepare import prepare
 from mpinn.training.hot import count_ids
 
@@ -92,11 +92,10 @@ def test_rows_by_position_answer_as_take_of_consecutive_rows(files, kind, limit,
 
 
 def open_days(files, window=300):
-    paths = expand(files["days"])
-    formats = [data_format(p) for p in paths]
+    days = FileSet.of(files["days"])
     spec = DataSpec(**KW)
-    return open_stream(lambda: list(enumerate(chained_source(paths, formats, spec).sources)), spec,
-                       HashSpec(bits=10), 500, 0.1, 5, estimate_rows(paths, formats), window)
+    return open_stream(lambda: list(enumerate(chained_source(days, spec).sources)), spec,
+                       HashSpec(bits=10), 500, 0.1, 5, days.n_estimate, window)
 
 
 @pytest.mark.parametrize("limit", [1, 399, 401, 10 ** 6])
@@ -122,11 +121,9 @@ def test_a_stream_answers_from_its_files_in_order(files, limit):
 @pytest.mark.parametrize("chunk", [64, 400, 5000])
 def test_files_read_a_block_at_a_time_answer_from_their_blocks(files, chunk):
     stream, _ = open_days(files)
-    paths = expand(files["days"])
-    held = RowsInBlocks(paths, [data_format(p) for p in paths],
-                        DataSpec(**KW, task=stream.task, classes=stream.meta["classes"]),
-                        HashSpec(contract=stream.meta["hashing"]), 1000)
-    assert held.known_length() is None and len(held) == 1000
+    held = RowsInBlocks(FileSet.of(files["days"]), DataSpec(**KW, task=stream.task, classes=stream.meta["classes"]),
+                        HashSpec(contract=stream.meta["hashing"]))
+    assert held.known_length() is None and len(held) == held.files.n_estimate
     # what evaluate did before it asked: each block taken whole
     want = [rows.take(np.arange(len(rows)), np.float32) for rows in held.blocks(chunk)]
     got = list(held.in_order(chunk, np.float32))
