@@ -101,10 +101,12 @@ def pack(d, tree, k):
 
 
 def packed_bytes(d, k):
-    """{file: sha256} of revision k's packed files (the writers' output: one pass, two passes, parts)."""
+    """{file: sha256} of revision k's packed files (the writers' output: one pass, two passes, parts); a manifest names
+    its parts' folder, whose name holds k: read as K."""
     found = sorted(glob.glob(os.path.join(d, "*-%d.mpinn" % k)) + glob.glob(os.path.join(d, "*-%d.mpinn.*" % k))
                    + glob.glob(os.path.join(d, "parts-%d.mpinn.parts" % k, "*")))
-    return {os.path.relpath(p, d).replace("-%d." % k, "-K."): hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return {os.path.relpath(p, d).replace("-%d." % k, "-K."):
+            hashlib.sha256(open(p, "rb").read().replace(b"-%d.mpinn.parts" % k, b"-K.mpinn.parts")).hexdigest()
             for p in found if os.path.isfile(p)}
 
 
