@@ -2,7 +2,6 @@
 labels checked, the numeric transform fitted to the training file and set on both sets, the held-out rows read
 like the training set (read_like), and the shapes every rank needs."""
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -12,6 +11,7 @@ from mpinn.data.fit.labels import task_note
 from mpinn.data.fit.transform import NumericTransform
 from mpinn.data.info import DataInfo
 from mpinn.data.many import RowsInBlocks, read_column_of
+from mpinn.data.spec import read_like
 from mpinn.data.stream_setup import open_streamed, reader_streams
 
 
@@ -46,14 +46,6 @@ def set_transform(data, transform, where):
     elif data.raw_dense:
         raise MpinnError("%s has %d numeric columns, the training data has none" % (where, data.raw_dense))
     data.transform = transform
-
-
-def read_like(train_meta, spec, hashing):
-    """(spec, hashing) that read another set as the training set was read: its columns (a missing one named), task,
-    classes and hashing contract (LightGBM's reference=). The one place a set is read like the training set."""
-    columns = {k: train_meta[k] for k in ("categorical", "numeric") if train_meta.get(k) is not None}
-    return (replace(spec, task=train_meta.get("task"), classes=train_meta.get("classes"), **columns),
-            hashing.using(train_meta.get("hashing")))
 
 
 def held_out_rows(plan, train_meta):

@@ -1,5 +1,5 @@
 """DataSpec: which columns of a data file are what, and what its label means, as the readers take it."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 
@@ -33,3 +33,13 @@ class DataSpec:
     def __post_init__(self):
         for name in ("categorical", "numeric", "exclude"):
             object.__setattr__(self, name, tuple(split_names(getattr(self, name))))
+
+
+def read_like(train_meta, spec, hashing):
+    """(spec, hashing) that read another set as a training set was read (train_meta: its rows' meta, or a model's):
+    its columns (a missing one named by the reader), task, classes and hashing contract over `spec`'s other
+    choices (LightGBM's reference=). The one place a set is read like the training set: held-out files, a
+    stream's readers, predict."""
+    columns = {k: train_meta[k] for k in ("categorical", "numeric") if train_meta.get(k) is not None}
+    return (replace(spec, task=train_meta.get("task"), classes=train_meta.get("classes"), **columns),
+            hashing.using(train_meta.get("hashing")))

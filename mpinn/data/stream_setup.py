@@ -9,6 +9,7 @@ import numpy as np
 from mpinn.data import progress
 from mpinn.data.fit.chunks import TablePass
 from mpinn.data.many import chained_source
+from mpinn.data.spec import read_like
 from mpinn.data.stream import Stream, open_stream
 from mpinn.hashing import HashSpec
 
@@ -106,8 +107,7 @@ def reader_streams(stream, comm, transform, readers):
         return None
     make, files = recipe.reader_sources(g, readers)
     probe = recipe.sources([0])()[0][1]         # the columns every source has
-    spec = replace(recipe.named, task=meta["task"], classes=meta.get("classes"))
-    table = TablePass(probe, spec, HashSpec().using(meta.get("hashing")))
+    table = TablePass(probe, *read_like(meta, recipe.named, HashSpec()))
     table.learnt = True         # the statistics were fitted on rank 0's sample
     y = stream.y if stream is not None else np.zeros(0)
     own = Stream(make, table, meta, held, n_estimate, fan_in, y, window, salt=(g + 1,))

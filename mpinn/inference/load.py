@@ -3,6 +3,7 @@ its columns, classes, hashing contract and numeric transform."""
 import numpy as np
 
 from mpinn.core.errors import MpinnError
+from mpinn.data.spec import read_like
 from mpinn.settings import messages
 
 
@@ -25,13 +26,13 @@ def use_transform(data, meta, where):
     set_transform(data, NumericTransform.from_dict(meta["transform"]), where)
 
 
-def model_columns(meta):
-    """The DataSpec a model's training data was read with: its columns, label (optional here), task and classes,
-    and the click-log format for a model trained on click-log text."""
-    from mpinn.data import DataSpec
-    return DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, missing_labels="keep",
-                    categorical=meta.get("categorical") or (), numeric=meta.get("numeric") or (),
-                    label=meta.get("label"), format="criteo" if meta.get("source") == "criteo" else None)
+def model_reading(meta):
+    """(DataSpec, HashSpec) that read rows as a model's training data was read (mpinn.data.spec.read_like): its
+    columns, label (optional here: missing labels kept, unscored), task, classes and hashing contract, and the
+    click-log format for a model trained on click-log text."""
+    from mpinn.data import DataSpec, HashSpec
+    return read_like(meta, DataSpec(require_label=False, missing_labels="keep", label=meta.get("label"),
+                                    format="criteo" if meta.get("source") == "criteo" else None), HashSpec())
 
 
 def _read_for_model(meta, path):
@@ -39,7 +40,7 @@ def _read_for_model(meta, path):
     from mpinn.data.files import FileSet
     from mpinn.hashing import check_contract
     # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
-    hashing = HashSpec().using(meta.get("hashing"))
+    columns, hashing = model_reading(meta)
     if path is None:
         if meta.get("source") != "default":
             raise MpinnError(messages.predict_needs_data("the model was not trained on the embedded data"))
@@ -51,7 +52,6 @@ def _read_for_model(meta, path):
             raise MpinnError(messages.predict_needs_data("the model was trained without held-out rows"))
         return valid
     labels = DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False, missing_labels="keep")
-    columns = model_columns(meta)
     files = FileSet.of(path)        # several files are read as one, in order
     if files[0].format == "mpinn":         # rows hashed by prepare: their contract must be the model's
         data = load_data(files, labels, hashing)

@@ -4,7 +4,7 @@ import numpy as np
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.files import FileSet
-from mpinn.inference.load import load_checked, load_for_model, model_columns, use_transform
+from mpinn.inference.load import load_checked, load_for_model, model_reading, use_transform
 from mpinn.settings import messages
 
 
@@ -63,10 +63,9 @@ def predict_stream(model, towers, meta, files):
     """(predictions, rows) of the files' rows in turn, read as the model's training data was, PREDICT_ROWS at a
     time: predict_rows's blocks, so that every product has the shape it has when the files are read whole, and
     the predictions the same bits."""
-    from mpinn.data import HashSpec
     from mpinn.data.many import blocks_of
     from mpinn.model.mlp import PREDICT_ROWS
-    for rows in blocks_of(files, model_columns(meta), HashSpec().using(meta.get("hashing")), PREDICT_ROWS):
+    for rows in blocks_of(files, *model_reading(meta), PREDICT_ROWS):
         use_transform(rows, meta, files.paths[0])
         yield predict_with(model, towers, meta, rows), rows
 
