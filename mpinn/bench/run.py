@@ -20,6 +20,12 @@ from mpinn.training.feed import Reading, make_feed
 from mpinn.training.staging import device_feed
 
 
+def bench_reading(args):
+    """Who reads the benchmark's rows (its own --input, as mpinn.settings.input_plan.choose_reading reads train's):
+    every rank its slice of the packed batch (local), or rank 0, scattering."""
+    return Reading("local" if args.input == "local" else "rank0")
+
+
 def workload_config(args, wl):
     """The RunConfig of a benchmark run: the workload's model and batch, the benchmark's options."""
     lr = args.lr or (wl.lr if args.optimizer == "sgd" else REGISTRY[args.optimizer].lr)
@@ -68,7 +74,8 @@ def run(args):
     settings.check(cfg)
     job = open_job(device=cfg.device)      # binds each rank to its GPU for --device gpu
     rank0, P, B = job.rank == 0, job.size, wl.batch
-    local_input = args.input == "local"
+    reading = bench_reading(args)
+    local_input = reading.who == "local"
     data = wl.make() if rank0 or local_input else None   # local: every rank has the data (as DDP's do)
     info = workload_info(wl)
     cfg = settings.resolve(cfg, info, P)
@@ -84,7 +91,6 @@ def run(args):
     trainer = r.start(counts=counts, params=start.params if rank0 else None)
     del start
     rows, order = WorkloadRows(wl, data) if data is not None else None, BenchOrder(wl.n, B)
-    reading = Reading("local" if args.input == "local" else "rank0")     # the benchmark's own --input
 
     def feed(first, stop):      # the trainer's feed, in the peers' batch order
         # the workloads' rows are slices of arrays in memory: no read-ahead thread, which only competed with the
@@ -206,7 +212,7 @@ def compute_alone_ms(r, rows, order, args, steps):
     null = Trainer(plan.cfg, r.model, r.optimizer, r.schedule, build_step(plan, comm, r.model, r.optimizer),
                    r.layout)
     B = r.cfg.batch
-    f = make_feed(rows, order, Reading("local" if args.input == "local" else "rank0"), steps.start, comm, r.layout, B, r.spec.dtype, steps=steps.stop,
+    f = make_feed(rows, order, bench_reading(args), steps.start, comm, r.layout, B, r.spec.dtype, steps=steps.stop,
                   prefetch=args.prefetch, read_ahead=False)
     comm.barrier()
     tc = time.perf_counter()
