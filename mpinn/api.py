@@ -7,6 +7,7 @@
 Run a script that calls it under `mpirun -np N python -m mpi4py script.py`: every rank makes the
 same call; `-m mpi4py` turns an unhandled exception on one rank into an abort of the whole job. Only rank 0
 prints (nothing with quiet=True), and train() writes a model file only when model_out names one."""
+import errno
 import os
 import time
 from dataclasses import dataclass, replace
@@ -18,6 +19,15 @@ pin_threads()       # before numpy loads its BLAS
 from mpinn.core.errors import MpinnError  # noqa: E402
 from mpinn.core.spec import ModelSpec  # noqa: E402
 from mpinn import settings  # noqa: E402
+from mpinn.data.formats.dense import dense_xy  # noqa: E402
+from mpinn.data.inputs import load_everywhere  # noqa: E402
+from mpinn.data.progress import reading  # noqa: E402
+from mpinn.host.memory import memory_limits  # noqa: E402
+from mpinn.inference.score import predict_file  # noqa: E402
+from mpinn.model.metrics import format_metrics  # noqa: E402
+from mpinn.optim import fused  # noqa: E402
+from mpinn.settings.input_plan import job_input_plan  # noqa: E402
+from mpinn.settings.messages import out_of_memory  # noqa: E402
 
 
 @dataclass
@@ -51,7 +61,6 @@ def train(data=None, comm=None, **options):
 def predict(model_path, data=None):
     """(predictions, metrics) of a model file on a data path, in-memory data (arrays()), or None
     for a model trained on the embedded data (its held-out rows). One process, no MPI."""
-    from mpinn.inference.score import predict_file
     pred, metrics, _, _ = predict_file(model_path, data)
     return pred, metrics
 
@@ -59,7 +68,6 @@ def predict(model_path, data=None):
 def arrays(X, y, task="auto"):
     """An in-memory data set from numpy arrays: features X (n, d), labels y (class labels of any
     type, or numbers for regression), checked as a .npz file's would be."""
-    from mpinn.data.formats.dense import dense_xy
     return dense_xy(X, y, "arrays", task, None, True)
 
 
@@ -74,9 +82,10 @@ def run(cfg, comm=None, params_everywhere=False):
     error only this rank raised (a bug, a MpinnError the ranks did not agree on) ends the whole job with one line,
     as the command line does: the other ranks would wait for this one; errors every rank raised together are
     raised to the caller on every rank."""
+    # start-up: mpi4py starts MPI at its import; import mpinn.api (train --help, predict()) needs none
     from mpinn.comm.guard import START_KNOB, NoWatchdog, StopSignals, Watchdog, end_alone, world_rank_size
-    from mpinn.comm.node import unwired_srun
-    from mpinn.comm.topology import open_job, start_gather, start_size
+    from mpinn.comm.node import unwired_srun  # start-up: as mpinn.comm.guard
+    from mpinn.comm.topology import open_job, start_gather, start_size  # start-up: as mpinn.comm.guard
 
     t_start = time.perf_counter()
     watchdog = Watchdog(cfg.step_timeout) if cfg.step_timeout > 0 else NoWatchdog()
@@ -119,11 +128,8 @@ def run(cfg, comm=None, params_everywhere=False):
 def _in_words(e):
     """Running out of memory (numpy's MemoryError, an mmap's ENOMEM) as one line with the limits in force; any other
     exception as it is."""
-    import errno
     if not (isinstance(e, MemoryError) or isinstance(e, OSError) and e.errno == errno.ENOMEM):
         return e
-    from mpinn.host.memory import memory_limits
-    from mpinn.settings.messages import out_of_memory
     return MpinnError(out_of_memory(str(e) if isinstance(e, MemoryError) else e.strerror, memory_limits()))
 
 
@@ -142,15 +148,11 @@ def _close_after(job, error):
 def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     """run(), once the options, the job and the outputs have passed their checks and the signals are caught (the
     watchdog armed with the start-up's deadline)."""
-    from mpinn.comm.guard import START_KNOB, STEP_KNOB
-    from mpinn.data.inputs import load_everywhere
-    from mpinn.data.progress import reading
-    from mpinn.settings.input_plan import job_input_plan
+    from mpinn.comm.guard import START_KNOB, STEP_KNOB  # start-up: as in run()
     rank0 = job.rank == 0
     say = (lambda msg: print(msg, flush=True)) if rank0 and not cfg.quiet else (lambda msg: None)
     say("device: %s" % settings.device_line(cfg, job.topology))
     if cfg.device == "cpu":
-        from mpinn.optim import fused
         say("kernels: %s" % fused.status())       # the optimizers' compiled update, or why the numpy passes run
     with reading("the data", enabled=rank0 and not (cfg.quiet or cfg.no_progress)):
         plan = job_input_plan(cfg, job)     # how the rows are read, decided once
@@ -164,10 +166,10 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     #                         the imports below (a 200k-row log: rank 0's peak 395 MiB when they came after, 383 here)
     # training's modules load once the data is read: their imports (scipy.stats among them) would add tens of MiB
     # to rank 0's peak while it reads (a file three times a 250 MiB limit ran out of memory: tests/data)
-    from mpinn.files.report import Curve
-    from mpinn.training import Faults, Hooks, Run
-    from mpinn.training.ensemble import kept_metrics
-    from mpinn.training.results import describe_run, write_results
+    from mpinn.files.report import Curve  # memory: as said above
+    from mpinn.training import Faults, Hooks, Run  # memory: as said above
+    from mpinn.training.ensemble import kept_metrics  # memory: as said above
+    from mpinn.training.results import describe_run, write_results  # memory: as said above
     curve = Curve(cfg.curve, cfg.plot, cfg.log_dir, cfg.ensemble) if rank0 and (cfg.curve or cfg.plot or cfg.log_dir) \
         else None
     hooks = Hooks(watchdog, Faults(os.environ.get("MPINN_FAULT", ""), job.rank), curve.add if curve else None, stop,
@@ -189,7 +191,7 @@ def _run(cfg, job, stop, watchdog, t_start, params_everywhere):
     if params is not None:
         params = run.model.backend.asnumpy(params)
     if cfg.ensemble > 1:        # members 2..K, each on every rank (the curve records the first alone)
-        from mpinn.training.ensemble import Member, more_members, periodic_trial
+        from mpinn.training.ensemble import Member, more_members, periodic_trial  # memory: as above
         first = Member(run, history, params, summary, final, time.perf_counter() - t_start)
         quiet_hooks, progress, tried = replace(hooks, on_epoch=None, on_eval=None), not (cfg.no_progress or
                                                                                          cfg.quiet), None
@@ -230,8 +232,7 @@ def _ensemble_held_out(cfg, job, run, info, params, valid, first, say):
     """(An ensemble's held-out metrics, whose they are): its averaged predictions' on the held-out rows (every
     member's), "averaged", where they are scored (mpinn.training.ensemble.scores_averaged), else the first member's
     (`first`), "member 1"."""
-    from mpinn.model.metrics import format_metrics
-    from mpinn.training.ensemble import held_out_metrics, scores_averaged
+    from mpinn.training.ensemble import held_out_metrics, scores_averaged  # memory: as in _run
     if not (scores_averaged(cfg, info.streamed) and job.comm.bcast_obj(valid is not None if job.rank == 0 else None)):
         return first, "member 1"
     out = held_out_metrics(job, run.spec, run.layout, params, valid, cfg.target_scale)

@@ -1,19 +1,28 @@
 """Entry point: python -m mpinn.predict --model FILE --data FILE [--out predictions.csv]."""
 import json
+import resource
 import sys
+from contextlib import nullcontext
 
 import numpy as np
 
 from mpinn.core.errors import MpinnError
-from mpinn.data.files import STREAM_FROM, FileSet
-from mpinn.files.outputs import Claims, written_whole
+from mpinn.data.files import STREAM_FROM, FileSet, named
+from mpinn.data.fit.labels import labelled
+from mpinn.data.many import read_column_of
+from mpinn.data.progress import reading
+from mpinn.files.outputs import Claims, check_apart, check_file, written_whole
+from mpinn.host.exits import run_one_process
+from mpinn.host.launch import launched_ranks
 from mpinn.inference.load import load_checked
 from mpinn.inference.score import predict_file, predict_stream, streamed_files
+from mpinn.model.metrics import auc, format_metrics, metric_sums, metrics_from_sums
+from mpinn.model.mlp import PREDICT_ROWS
 from mpinn.settings import messages
+from mpinn.settings.options import Parser, add_data_argument
 
 
 def build_parser():
-    from mpinn.settings.options import Parser
     p = Parser(
         prog="python -m mpinn.predict",
         description="Predict with a model written by mpinn.train, in one process. The data is read with the model's "
@@ -23,7 +32,6 @@ def build_parser():
                "the probability of each class (binary: p_POSITIVE only). The metrics (accuracy, logloss, auc; rmse) "
                "are printed when the data has the label.")
     p.add_argument("--model", required=True, metavar="FILE", help="model file (.npz) written by mpinn.train")
-    from mpinn.settings.options import add_data_argument
     add_data_argument(p, "rows to predict, in the model's input: .csv (.csv.gz), .tsv, .parquet or a packed .mpinn file "
                          "(python -m mpinn.prepare, with the model's hashing) for a model trained on a table; click-log "
                          "text for one trained on it; .npz (X) or .mat for one trained on arrays; omitted for a model "
@@ -43,8 +51,6 @@ def build_parser():
 
 
 def run(args):
-    from mpinn.data.files import named
-    from mpinn.files.outputs import check_apart, check_file
     outputs = [("--out", args.out, False), ("--metrics-out", args.metrics_out, False)]
     for what, path, _ in outputs:
         if path:
@@ -57,7 +63,6 @@ def run(args):
 
 
 def _predict(args):
-    from mpinn.model.metrics import format_metrics
     ids = row_ids(args.id, args.data) if args.id else None
     model, towers, meta = load_checked(args.model)
     streamed = streamed_files(args.stream, meta, args.data)
@@ -83,8 +88,6 @@ def _predict(args):
     if args.out:
         print("predictions written to %s" % args.out)
     if streamed:
-        import resource
-        from mpinn.model.mlp import PREDICT_ROWS
         print("streamed a block of %d rows at a time; peak memory (RSS) %.0f MiB"
               % (PREDICT_ROWS, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0), flush=True)
     if args.metrics_out:
@@ -98,10 +101,6 @@ def run_stream(args, model, towers, meta, streamed, ids):
     place at the end: an error leaves nothing). The metrics are sums over the blocks, but for a binary model's
     AUC, which ranks every row: its scores and labels are kept (9 bytes a row) and ranked at the end. Returns (rows, metrics, whether
     the data had labels)."""
-    from contextlib import nullcontext
-    from mpinn.data.progress import reading
-    from mpinn.data.fit.labels import labelled
-    from mpinn.model.metrics import auc, metric_sums, metrics_from_sums
     files = streamed
     task = meta["task"]
     k = len(meta["classes"]) if task == "multiclass" else 2
@@ -126,7 +125,7 @@ def run_stream(args, model, towers, meta, streamed, ids):
         if ids is not None and len(ids) != n:
             raise MpinnError("%s: %d values in column %r for %d rows read" % (args.data, len(ids), args.id, n))
         if n == 0:
-            raise MpinnError("%s: no rows" % describe(paths))
+            raise MpinnError("%s: no rows" % files.describe())
     if not has_label:
         return n, {"n": n}, False
     if unknown == n:
@@ -140,7 +139,6 @@ def row_ids(name, path):
     such column (the rows are numbered from 1 as they are written)."""
     files = FileSet.of(path) if path else []
     if files and all(f.format in ("csv", "parquet") for f in files):
-        from mpinn.data.many import read_column_of
         try:
             return read_column_of(files.paths, name, "to begin the predictions' rows with")
         except MpinnError:
@@ -191,8 +189,6 @@ class Predictions:
 
 
 def main(argv=None):
-    from mpinn.host.exits import run_one_process
-    from mpinn.host.launch import launched_ranks
     args = build_parser().parse_args(argv)
     rank, size = launched_ranks()
     if size is not None and size > 1:        # each rank would predict the whole file and write the same --out

@@ -1,14 +1,28 @@
 """Entry point: python -m mpinn.prepare [--data FILE] --out DATA.mpinn: hash a table once into a packed file."""
 import argparse
 import os
+import shutil
 import sys
 
 from mpinn.core.errors import MpinnError
+from mpinn.data import DataSpec, split_names
 from mpinn.data.files import FileSet
+from mpinn.data.fit.transform import NumericTransform
+from mpinn.data.formats.clicktext import ClickTextSource
+from mpinn.data.formats.tables import TableSource
 from mpinn.data.many import chained_source, check_formats
-from mpinn.files.outputs import Claims
+from mpinn.data.packed.format import PackedDataset
+from mpinn.data.packed.pack_parts import prepare_parts
+from mpinn.data.packed.parts import open_packed, parts_dir, read_manifest
+from mpinn.files.checkpoint import load_model
+from mpinn.files.outputs import Claims, check_file
+from mpinn.hashing import describe, format_report
+from mpinn.host.exits import run_one_process, terminate_as_interrupt
+from mpinn.host.heap import steady_heap
+from mpinn.host.launch import launched_ranks
 from mpinn.settings import messages
 from mpinn.data.packed.packer import Progress, prepare  # noqa: F401 - prepare is this entry point's work, and the API's
+from mpinn.settings.hashing import hash_spec
 from mpinn.settings.options import Parser, add_data_argument, nonneg_float, nonneg_int, positive_int
 from mpinn.settings.parse import add_options
 
@@ -79,9 +93,7 @@ def packed_name(s):
 def _like(path):
     """(meta) of a packed file or a model file."""
     if path.lower().endswith(".mpinn"):
-        from mpinn.data.packed.parts import open_packed
         return open_packed(path).meta
-    from mpinn.files.checkpoint import load_model
     return load_model(path)[2]
 
 
@@ -89,9 +101,6 @@ def _inputs(args):
     """What the options and the files say, before any row is read: (files, columns, spec, hashing, like): the
     FileSet (None: the embedded click log), the label and columns as given (a
     DataSpec), the task, classes and positive class (a DataSpec), the HashSpec, and the --like file's meta."""
-    from mpinn.data import DataSpec
-    from mpinn.files.outputs import check_file
-    from mpinn.settings.hashing import hash_spec
     check_file(args.out, "--out")       # one line now, not a traceback after the reading
     hashing = None if args.like else hash_spec(args)       # the options' rules, before any file is opened
     like = _like(args.like) if args.like else None
@@ -121,7 +130,6 @@ def _inputs(args):
 
 
 def run(args):
-    from mpinn.host.heap import steady_heap
     steady_heap()       # memory flat in the number of rows, whatever the input's size
     say = (lambda msg: print(msg, flush=True)) if not args.quiet else (lambda msg: None)
     files, columns, spec, hashing, like = _inputs(args)
@@ -130,14 +138,10 @@ def run(args):
 
 
 def _pack(args, say, files, columns, spec, hashing, like):
-    from mpinn.data.formats.tables import TableSource
-    from mpinn.data import split_names
-    from mpinn.hashing import describe
     label, categorical, numeric = columns.label, columns.categorical, columns.numeric
     if files is not None and len(files) > 1:
         source = chained_source(files, columns, args.chunk_rows)
     elif files is not None and files[0].format == "criteo":
-        from mpinn.data.formats.clicktext import ClickTextSource
         source = ClickTextSource(files[0].path, label, split_names(categorical), split_names(numeric),
                                  chunk_rows=args.chunk_rows)
     else:
@@ -147,7 +151,6 @@ def _pack(args, say, files, columns, spec, hashing, like):
     s = prepare(source, args.out, spec, hashing, like.get("transform") if like else None, args.numeric_transform,
                 args.threads or min(4, os.cpu_count() or 1), Progress(not args.quiet), args.report)
     if args.verify:
-        from mpinn.data.packed.format import PackedDataset
         PackedDataset(args.out, verify=True)
     _drop_old_parts(args.out)
     say("wrote %s: %d rows, %d input columns (%s) + %d dense, task %s, %.1f MB in %.1f s (%.0f rows/s, %s)%s" % (
@@ -159,9 +162,7 @@ def _pack(args, say, files, columns, spec, hashing, like):
 
 def _done(s, args, say):
     """The lines after the written line: the transform, the collisions."""
-    from mpinn.hashing import format_report
     if s["transform"] is not None:
-        from mpinn.data.fit.transform import NumericTransform
         say("numeric transform (stored in the file, applied as rows are read): %s"
             % NumericTransform.from_dict(s["transform"]).describe())
     if s.get("collisions"):
@@ -178,8 +179,6 @@ def check(args):
     """prepare --verify --data X.mpinn: a packed file or a multi-part dataset checked whole (opening it checks its
     parts against the manifest and its meta against its checksum and the rows' layout; verify(), every byte against
     its checksums and every row's label and column ids against the meta); one line either way."""
-    from mpinn.data.packed.parts import open_packed, read_manifest
-    from mpinn.hashing import describe
     path = args.data
     if not isinstance(path, str) or not path.lower().endswith(".mpinn"):
         raise MpinnError(messages.prepare_needs_out())
@@ -200,18 +199,14 @@ def check(args):
 
 def _drop_old_parts(out):
     """A dataset written as one file where a multi-part one was: the old parts go."""
-    from mpinn.data.packed.parts import parts_dir
     old = parts_dir(out)
     if os.path.isdir(old) and all(n.startswith("part-") and n.endswith(".mpinn") for n in os.listdir(old)):
-        import shutil
         shutil.rmtree(old, ignore_errors=True)
 
 
 def run_ranks(args, comm):
     """Every rank packs its share of the files into a part of a multi-part dataset (mpinn.data.packed.pack_parts)."""
-    from mpinn.host.heap import steady_heap
-    from mpinn.data.packed.pack_parts import prepare_parts
-    from mpinn.hashing import describe
+    # start-up: at the top, mpi4py would start MPI for --help and one process's prepare (as in main)
     from mpinn.comm.heartbeat import Heartbeat, folder_for
     steady_heap()
     say = (lambda msg: print(msg, flush=True)) if not args.quiet and comm.rank == 0 else (lambda msg: None)
@@ -290,15 +285,13 @@ def _threads_per_rank(size):
 
 
 def main(argv=None):
-    from mpinn.host.exits import run_one_process
-    from mpinn.host.launch import launched_ranks
     args = build_parser().parse_args(argv)
     if launched_ranks()[1] != 1:        # started by an MPI launcher with other ranks (or PMIx: MPI will tell)
+        # start-up: mpi4py starts MPI at its import: --help and one process's prepare need none
         from mpinn.comm import Communicator
-        from mpinn.comm.guard import run_guarded
+        from mpinn.comm.guard import run_guarded  # start-up: as mpinn.comm
         comm = Communicator()
         if comm.size > 1:
-            from mpinn.host.exits import terminate_as_interrupt
             terminate_as_interrupt()        # every rank removes its temporary files before the job ends
             return run_guarded(run_ranks, args, comm)
     return run_one_process(run if args.out else check, args)

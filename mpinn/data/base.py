@@ -5,6 +5,8 @@ import numpy as np
 
 from mpinn.core.batch import Batch, Layout
 from mpinn.core.errors import MpinnError
+from mpinn.data.fit.stats import ColumnStats, column_stats
+from mpinn.data.formats.times import sort_keys
 
 TASKS = ("multiclass", "binary", "regression")
 CHUNK_ROWS = 262_144        # rows per chunk when reading tables: bounds memory while streaming
@@ -35,7 +37,6 @@ class Rows:
     def numeric_stats(self):
         """ColumnStats of the stored numeric columns over every row (None without any): those the
         reader computed in its pass when it did, else one pass now, a chunk at a time."""
-        from mpinn.data.fit.stats import ColumnStats
         if not self.raw_dense:
             return None
         stats = self.meta.get("numeric_stats")
@@ -48,7 +49,6 @@ class Rows:
 
     def target_stats(self):
         """ColumnStats of a regression label (None for classification)."""
-        from mpinn.data.fit.stats import column_stats
         if self.task != "regression":
             return None
         return column_stats(np.asarray(self.y, dtype=np.float64).reshape(-1, 1), ["label"])
@@ -170,5 +170,4 @@ class Dataset(Rows):
 def _sort_keys(values, column=None):
     """Comparable times of a --holdout-by time column: numbers (epoch seconds, or any), or dates and times in one
     format (mpinn.data.formats.times), a missing value first; any other column is one line naming it."""
-    from mpinn.data.formats.times import sort_keys
     return sort_keys(values, column)

@@ -2,6 +2,8 @@
 contract and the numeric transform), for the configuration's resolution, the plan and the model."""
 from dataclasses import dataclass
 
+import numpy as np
+
 from mpinn.core.batch import Layout
 
 
@@ -42,7 +44,6 @@ def rarest_class(valid, meta, enough=10_000, chunk=1 << 20):
     until every class has `enough`; or None: a regression, no held-out rows, rows not held (a stream's, read a
     block at a time), or more than COUNTED_HELD_OUT of them (a packed file's held-out labels would be gathered
     whole: 8 bytes a row). For --numeric-embedding auto (mpinn.settings.shapes.embedding_trial)."""
-    import numpy as np
     if valid is None or meta.get("task") not in ("binary", "multiclass") or len(valid) > COUNTED_HELD_OUT:
         return None
     y = getattr(valid, "y", None)

@@ -2,8 +2,17 @@
 its columns, classes, hashing contract and numeric transform."""
 import numpy as np
 
+from mpinn import __version__
 from mpinn.core.errors import MpinnError
+from mpinn.data import DataSpec, HashSpec, load_data, load_default
+from mpinn.data.files import FileSet
+from mpinn.data.fit.transform import NumericTransform
+from mpinn.data.inputs import set_transform
+from mpinn.data.model_header import inputs_problem
 from mpinn.data.spec import read_like
+from mpinn.files.checkpoint import load_model
+from mpinn.hashing import check_contract
+from mpinn.model.mlp import MLP
 from mpinn.settings import messages
 
 
@@ -21,8 +30,6 @@ def use_transform(data, meta, where):
     if "transform" not in meta:
         data.transform = None
         return
-    from mpinn.data.inputs import set_transform
-    from mpinn.data.fit.transform import NumericTransform
     set_transform(data, NumericTransform.from_dict(meta["transform"]), where)
 
 
@@ -30,21 +37,16 @@ def model_reading(meta):
     """(DataSpec, HashSpec) that read rows as a model's training data was read (mpinn.data.spec.read_like): its
     columns, label (optional here: missing labels kept, unscored), task, classes and hashing contract, and the
     click-log format for a model trained on click-log text."""
-    from mpinn.data import DataSpec, HashSpec
     return read_like(meta, DataSpec(require_label=False, missing_labels="keep", label=meta.get("label"),
                                     format="criteo" if meta.get("source") == "criteo" else None), HashSpec())
 
 
 def _read_for_model(meta, path):
-    from mpinn.data import DataSpec, HashSpec, load_data
-    from mpinn.data.files import FileSet
-    from mpinn.hashing import check_contract
     # the model's own contract hashes the rows: no refitting of buckets or vocabularies to new data
     columns, hashing = model_reading(meta)
     if path is None:
         if meta.get("source") != "default":
             raise MpinnError(messages.predict_needs_data("the model was not trained on the embedded data"))
-        from mpinn.data import load_default
         data = load_default(meta["default_rows"], meta["default_seed"], hashing)
         last = (meta.get("config") or {}).get("holdout_by") == "last"      # random or last (rules: a table's alone)
         _, valid = data.split(meta["holdout"], meta["default_seed"], *(("time", np.arange(len(data))) if last else ()))
@@ -80,11 +82,8 @@ def _read_for_model(meta, path):
 def load_checked(model_path):
     """(model, towers, meta) of a model file, checked: its task, classes and parameters fit its header. towers:
     one parameter vector a replica (tower mode keeps every one)."""
-    from mpinn.files.checkpoint import load_model
-    from mpinn.model.mlp import MLP
     params, spec, meta = load_model(model_path)
     if meta.get("task") not in ("binary", "multiclass", "regression"):
-        from mpinn import __version__
         raise MpinnError("%s (written by mpinn %s) has no task in its header: not a model file this mpinn %s can "
                          "predict with" % (model_path, meta.get("written_by", "?"), __version__))
     classes = meta.get("classes")
@@ -99,7 +98,6 @@ def load_checked(model_path):
     if towers.shape[1] != spec.n_params:        # checked before the model is allocated from the header's sizes
         raise MpinnError("%s: %d parameters stored, the architecture in its header needs %d"
                          % (model_path, towers.shape[1], spec.n_params))
-    from mpinn.data.model_header import inputs_problem
     why = inputs_problem(meta, spec)
     if why:
         raise MpinnError("%s: its header does not fit its parameters: %s (an edited or damaged model file: train it "

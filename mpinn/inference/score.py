@@ -3,15 +3,19 @@ metrics (predict_file), and a chunk at a time for files too big to read whole (s
 import numpy as np
 
 from mpinn.core.errors import MpinnError
+from mpinn.data import Dataset, Rows
 from mpinn.data.files import FileSet
+from mpinn.data.fit.labels import labelled
+from mpinn.data.many import blocks_of
 from mpinn.inference.load import load_checked, load_for_model, model_reading, use_transform
+from mpinn.model.metrics import compute_metrics
+from mpinn.model.mlp import PREDICT_ROWS, predict_rows
 from mpinn.settings import messages
+from mpinn.training.towers import mix
 
 
 def predict_with(model, towers, meta, rows):
     """The predictions for every row of `rows` (read for the model: its transform set), in the label's units."""
-    from mpinn.model.mlp import predict_rows
-    from mpinn.training.towers import mix
     preds = []
     for p in towers:            # tower mode keeps every replica: mix their predictions
         model.params[...] = p
@@ -26,9 +30,6 @@ def predict_file(model_path, data=None, loaded=None):
     """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
     None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
     file's load_checked(), where it was loaded already."""
-    from mpinn.data import Rows
-    from mpinn.data.fit.labels import labelled
-    from mpinn.model.metrics import compute_metrics
     model, towers, meta = loaded or load_checked(model_path)
     rows = data if isinstance(data, Rows) else load_for_model(meta, data)
     if isinstance(data, Rows):
@@ -63,8 +64,6 @@ def predict_stream(model, towers, meta, files):
     """(predictions, rows) of the files' rows in turn, read as the model's training data was, PREDICT_ROWS at a
     time: predict_rows's blocks, so that every product has the shape it has when the files are read whole, and
     the predictions the same bits."""
-    from mpinn.data.many import blocks_of
-    from mpinn.model.mlp import PREDICT_ROWS
     for rows in blocks_of(files, *model_reading(meta), PREDICT_ROWS):
         use_transform(rows, meta, files.paths[0])
         yield predict_with(model, towers, meta, rows), rows
@@ -72,7 +71,6 @@ def predict_stream(model, towers, meta, files):
 
 def _relabel(rows, meta):
     """In-memory rows encoded with their own classes: re-express their label ids in the model's."""
-    from mpinn.data import Dataset
     theirs, ours = list(rows.meta.get("classes") or []), list(meta.get("classes") or [])
     unknown = sorted(set(theirs) - set(ours))
     if unknown:

@@ -5,6 +5,7 @@ import difflib
 import re
 
 from mpinn.core.errors import MpinnError
+from mpinn.files.checkpoint import load_model
 from mpinn.settings.table import DATA, GIVEN, OPTIONS
 
 try:
@@ -137,7 +138,6 @@ def config_toml(values, origin, source):
 def model_config_toml(path, given=None):
     """The TOML text of the options a model file was trained with (its header's "config" and "config_origin"), those
     in `given` ({option: value}, the command line's) set over them."""
-    from mpinn.files.checkpoint import load_model
     _, _, meta = load_model(path)
     if not isinstance(meta.get("config"), dict):
         raise MpinnError("--print-config %s: the model holds no run configuration (written by mpinn %s)"

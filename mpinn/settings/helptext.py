@@ -1,6 +1,7 @@
 """python -m mpinn.train --help: the options most runs use, grouped, each in a line or two, with the defaults by model
 shape; --help-all and docs/options.md list every option of the table (mpinn.settings.table)."""
 import argparse
+import sys
 import textwrap
 
 # (group, [(option, what it does, in a few words)]): the common options, in the order a new user reaches for them
@@ -94,6 +95,5 @@ class HelpAction(argparse.Action):
         self.text = text
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import sys
         parser._print_message(self.text(parser), sys.stdout)
         parser.exit()

@@ -3,8 +3,6 @@ that reads), and plan_input, a pure function of the configuration, those FileSet
 InputPlan (mpinn.data.plan) the input stage reads: where the rows live, who reads them, how rows are held out,
 each with its reason. What it refuses (a stream of files that cannot stream, more readers than ranks) is one line
 raised on every rank alike."""
-from dataclasses import replace
-
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data.files import FileSet

@@ -1,9 +1,12 @@
 """Command-line plumbing shared by the entry points: the parser that speaks on rank 0 only and exits 2 with
 one line, and the argument types. The training options themselves are a table: mpinn.settings."""
 import argparse
+import difflib
 
 from mpinn.core.errors import MpinnError
+from mpinn.data.fit import bins
 from mpinn.host.launch import launched_ranks
+from mpinn.model import periodic
 
 
 def _files(given):
@@ -35,7 +38,6 @@ class Parser(argparse.ArgumentParser):
                 setattr(ns, name, _files(getattr(ns, name)))
         unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") and a not in ("-", "--")]
         if unknown:     # named before anything else: its value may have been taken for the data file
-            import difflib
             close = difflib.get_close_matches(unknown[0], [o for o in self._option_string_actions
                                                            if o.startswith("--")], n=1, cutoff=0.75)
             self.error("unknown option %s%s" % (unknown[0], " (did you mean %s?)" % close[0] if close else ""))
@@ -156,8 +158,7 @@ def class_list(s):
 
 def numeric_embedding(s):
     """--numeric-embedding: auto, off, periodic or periodic:SIGMA (a positive number), normalised."""
-    from mpinn.model.periodic import parse
-    choice = parse(s)
+    choice = periodic.parse(s)
     if choice is None:
         raise argparse.ArgumentTypeError("wants auto, off, periodic or periodic:SIGMA (a positive number), not %r"
                                          % (s,))
@@ -179,9 +180,8 @@ def readers_value(s):
 
 def numeric_bins(s):
     """--numeric-bins: auto, off or 2..64 bins per column; kept as the text given."""
-    from mpinn.data.fit.bins import parse
     try:
-        return str(parse(s))
+        return str(bins.parse(s))
     except MpinnError as e:
         raise argparse.ArgumentTypeError(str(e).replace("--numeric-bins ", "", 1))
 

@@ -4,12 +4,17 @@ import argparse
 import os
 import re
 import sys
+from dataclasses import replace
 from types import MappingProxyType
 
 from mpinn.core.errors import MpinnError
+from mpinn.optim import REGISTRY
 from mpinn.settings.config_file import config_toml, model_config_toml, read_config
 from mpinn.settings.helptext import HelpAction, short_help
+from mpinn.settings.job_rules import JOB_RULES
 from mpinn.settings.options import Parser
+from mpinn.settings.rules import RULES, check
+from mpinn.settings.shapes import LOG_POINTS, LOG_ROWS, SHAPES, help_table
 from mpinn.settings.table import DEFAULT, GIVEN, GROUPS, OPTIONS, RunConfig
 
 
@@ -46,7 +51,6 @@ def add_options(parser, names=None, suppress=False):
 
 def build_parser(suppress=False):
     """python -m mpinn.train's parser (suppress: no defaults, so that only the given options are set)."""
-    from mpinn.settings.shapes import help_table
     p = Parser(prog="python -m mpinn.train",
                description="Train an MLP data-parallel over MPI ranks. Rank 0 reads and hashes the data and "
                            "scatters each global batch; every rank computes its slice; gradients are allreduced "
@@ -70,8 +74,6 @@ def build_parser(suppress=False):
 
 def _short_help(parser):
     """--help: the common options (mpinn.settings.helptext), the defaults by model shape, where the rest are."""
-    from mpinn.optim import REGISTRY
-    from mpinn.settings.shapes import LOG_POINTS, LOG_ROWS, SHAPES
     shapes = "; ".join("%s: %s lr %g, lr decay %s, %d epochs at most (early stop after %d)" % (
         shape, d["optimizer"], d["lr"], d["lr_decay"], d["epochs"], d["early_stop"]) for shape, d in SHAPES.items())
     shapes += "; but a log (hashed inputs, %d training rows or more): 1 epoch, with %d held-out checks in it" % (
@@ -124,7 +126,6 @@ def _merge_file(ns, given, parser):
 def _print_config(parser, cfg, model, given):
     """--print-config [MODEL]: a model's options with those this command line gives (`given`) over them, or this
     command line's (checked by the rules), as a TOML file for --config on standard output (rank 0), then exit 0."""
-    from mpinn.settings.rules import check
     try:
         if model:
             options = cfg.options()
@@ -163,7 +164,6 @@ def from_keywords(data=None, **options):
             raise TypeError("mpinn.api.train() got an unknown option %r (see python -m mpinn.train --help)" % key)
     argv = options_to_argv(data, options)
     cfg = from_argv(argv, raise_errors=True)
-    from dataclasses import replace
     if cfg.where("model_out") != GIVEN:      # the command line's default file is the command line's
         cfg = replace(cfg, model_out=None)
     if data is not None and not isinstance(data, (str, os.PathLike)):
@@ -187,6 +187,7 @@ def describe(cfg):
 def check_requirements(cfg):
     """What the options need from this machine, before anything is read (a missing plotting library)."""
     if cfg.plot:
+        # memory: training's report module, loaded before rank 0 reads only where --plot asks (as mpinn.api._run)
         from mpinn.files.report import plotting_missing
         missing = plotting_missing()
         if missing:
@@ -195,9 +196,6 @@ def check_requirements(cfg):
 
 def reference_markdown():
     """docs/options.md: every option by group, the defaults by model shape, and the rule table."""
-    from mpinn.settings.shapes import SHAPES
-    from mpinn.settings.rules import RULES
-    from mpinn.optim import REGISTRY
     out = ["# Training options", "",
            "Generated from `mpinn/settings/table.py` (`python scripts/options_reference.py --write`); the same "
            "table makes `python -m mpinn.train --help-all` (and `--help`, the options most runs use) and the "
@@ -235,7 +233,6 @@ def reference_markdown():
         message = re.sub(r"\{c\.(\w+)\}", lambda m: "<%s>" % flag(m.group(1)), r.message).replace("{_s}", "<suffix>")
         out.append("| %s | %s | `--data %s %s` | %s |" % (r.name, ", ".join(flag(o) for o in r.options), r.data,
                                                         r.example, message.replace("|", "\\|")))
-    from mpinn.settings.job_rules import JOB_RULES
     out += ["", "## What a job refuses", "",
             "Checked once the job is probed (its nodes, memory, shared memory, GPUs; before any data is read) and "
             "again when the run is planned (`mpinn.settings.plan`); one line and exit code 2 as well.", "",

@@ -7,7 +7,10 @@ import os
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.files import named
-from mpinn.files.outputs import check_apart, check_dir, check_file
+from mpinn.data.fit.transform import check_same
+from mpinn.files.checkpoint import list_checkpoints, member_dirs, remove_stale_temporaries
+from mpinn.files.outputs import Claims, check_apart, check_dir, check_file
+from mpinn.hashing import check_contract
 from mpinn.settings.table import OPTIONS
 
 
@@ -26,7 +29,6 @@ def check_outputs(cfg):
     check_apart(written, read)
     check_valid_apart(read)
     if cfg.resume:
-        from mpinn.files.checkpoint import list_checkpoints
         if not os.path.isdir(cfg.resume):
             raise MpinnError("--resume: checkpoint directory %s does not exist" % cfg.resume)
         if not list_checkpoints(cfg.resume):
@@ -50,7 +52,6 @@ def check_valid_apart(read):
 def own_checkpoint_dir(cfg):
     """A fresh run (no --resume) starts in a --checkpoint-dir that holds no checkpoint, or with
     --overwrite-checkpoints, which removes them now: another run's files are never mistaken for this one's."""
-    from mpinn.files.checkpoint import list_checkpoints, member_dirs, remove_stale_temporaries
     if not cfg.checkpoint_dir or cfg.resume:
         return
     places = [cfg.checkpoint_dir] + member_dirs(cfg.checkpoint_dir)      # an ensemble's members' too
@@ -116,11 +117,9 @@ def check_resume(header, config, spec, meta, n_train, batch):
     if header.get("spec") != spec.to_dict():
         raise MpinnError("--resume %s: the checkpoint's architecture %s does not match this run's %s"
                          % (path, header.get("spec"), spec.to_dict()))
-    from mpinn.data.fit.transform import check_same
     check_same((header.get("meta") or {}).get("transform"), meta.get("transform"), "--resume %s" % path)
     stored, wanted = (header.get("meta") or {}).get("hashing"), meta.get("hashing")
     if stored != wanted:
-        from mpinn.hashing import check_contract
         if stored is None or wanted is None:
             raise MpinnError("--resume %s: the checkpoint and this run's data differ in hashing" % path)
         check_contract(stored, wanted)
@@ -147,7 +146,6 @@ def claim_outputs(cfg):
     """Rank 0, before anything is read: the outputs checked, then claimed for this run (mpinn.files.outputs.Claims: a
     second run given the same file or checkpoint directory is refused now, not found out at the end), then a fresh
     run's checkpoint directory emptied where asked (another run's files never)."""
-    from mpinn.files.outputs import Claims
     check_outputs(cfg)
     files = [("--" + name.replace("_", "-"), getattr(cfg, name), False)
              for name in ("model_out", "metrics_out", "curve", "plot", "timeline")]

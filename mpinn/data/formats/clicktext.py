@@ -4,6 +4,7 @@ as 8-hex-digit hashes; an empty field is missing. A file without labels (a test 
 Plain or gzip-compressed (a name ending in .gz), read in chunks like the other tables (a TableSource's Parts):
 pyarrow's reader when it is installed, checked cell by cell; any problem sends the rest to the plain reader,
 which names the line."""
+import copy
 import csv
 import gzip
 import io
@@ -16,6 +17,8 @@ from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
 from mpinn.data.formats.csvtext import bounded_lines
 from mpinn.data.formats.names import gzipped
+from mpinn.data.formats.part import Part
+from mpinn.data.formats.tables import load_table
 from mpinn.data.spec import DataSpec
 from mpinn.hashing import HashSpec
 
@@ -98,7 +101,6 @@ class ClickTextSource:
     def spanned(self, lo, hi):
         """This source, reading only the lines that begin in bytes [lo, hi) of its (plain) file: byte ranges of
         one file read by several readers, each line by exactly one. Errors name the range's lines."""
-        import copy
         part = copy.copy(self)
         part.span = (lo, hi)
         part.path = "%s (the lines from byte %d)" % (self.file, lo) if lo else self.file
@@ -160,7 +162,6 @@ class ClickTextSource:
                 raise MpinnError("%s line %d: %s is %r, not an 8-hex-digit value" % (self.path, line, CAT_NAMES[k], v))
 
     def _part(self, rows, cat_i, num_i):
-        from mpinn.data.formats.tables import Part
         Xd = None
         if num_i:
             Xd = np.array([[float(r[i]) if r[i] else np.nan for i in num_i] for r in rows], dtype=np.float64)
@@ -169,9 +170,9 @@ class ClickTextSource:
 
     # ---- the fast path
     def _arrow_parts(self):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.csv as pacsv
+        import pyarrow as pa  # optional: pyarrow
+        import pyarrow.compute as pc  # optional: pyarrow
+        import pyarrow.csv as pacsv  # optional: pyarrow
         types = {name: pa.int64() for name in INT_NAMES}
         types.update({name: pa.string() for name in CAT_NAMES})
         if self.has_label:
@@ -206,7 +207,6 @@ class ClickTextSource:
                     if self.numeric:
                         Xd = np.column_stack([b.column(n).to_numpy(zero_copy_only=False).astype(np.float64)
                                               for n in self.numeric])   # a null (missing) count: NaN
-                    from mpinn.data.formats.tables import Part
                     yield Part([b.column(name) for name in self.categorical], Xd, labels, b.num_rows)
                     done += b.num_rows
         except (pa.ArrowException, ValueError, OSError, EOFError, zlib.error):
@@ -214,7 +214,7 @@ class ClickTextSource:
 
     def parts(self):
         try:
-            import pyarrow  # noqa: F401
+            import pyarrow  # noqa: F401 - optional: pyarrow
         except ImportError:
             return self._python_parts()
         return self._arrow_parts()
@@ -222,7 +222,6 @@ class ClickTextSource:
 
 def load_click_text(path, spec=DataSpec(), hashing=HashSpec(), chunk_rows=CHUNK_ROWS):
     """A click-log text file in memory as a Dataset, hashed like any table."""
-    from mpinn.data.formats.tables import load_table
     if not os.path.exists(path):
         raise MpinnError("data file %s does not exist" % path)
     source = ClickTextSource(path, spec.label, spec.categorical, spec.numeric, spec.require_label, chunk_rows,

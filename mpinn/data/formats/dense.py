@@ -1,5 +1,8 @@
 """Dense inputs: .npz (X, y) and .mat (Andrew Ng's exercise format) files, and in-memory arrays."""
 import os
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 
@@ -83,9 +86,6 @@ np.savez(sys.argv[2], **{k: d[k] for k in ("X", "y") if k in d})
 
 def load_mat(path, spec=DataSpec()):
     """Andrew Ng's exercise format: X (m, n) and y (m, 1) with labels 1..10 (10 stands for digit 0)."""
-    import subprocess
-    import sys
-    import tempfile
     with tempfile.TemporaryDirectory(prefix="mpinn-mat-") as tmp:
         out = os.path.join(tmp, "arrays.npz")
         r = subprocess.run([sys.executable, "-c", _LOADMAT, path, out], capture_output=True, text=True,

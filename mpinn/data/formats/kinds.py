@@ -175,7 +175,7 @@ def sample_csv(path, header, header_lines=1):
 
 def sample_parquet(pf, header):
     """The same for a Parquet file: its first rows, as text (a null as empty)."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
     batch = next(pf.iter_batches(batch_size=SAMPLE_ROWS), None)
     columns = {}
     for h in header:

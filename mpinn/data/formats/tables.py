@@ -178,8 +178,8 @@ class TableSource:
         """The fast path (pyarrow's C++ reader): any problem in a chunk, a parse error or a cell that
         does not convert, sends that chunk and the rest to the csv-module reader, which gives the same
         values and the error with its line number."""
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
+        import pyarrow as pa  # optional: pyarrow
+        import pyarrow.csv as pacsv  # optional: pyarrow
         cat_i, num_i, lab_i = self._wanted()
         names = ["f%d" % i for i in range(len(self.header))]
         types = {names[i]: pa.string() for i in cat_i}
@@ -216,7 +216,7 @@ class TableSource:
     # ---- Parquet
     def _parquet(self, read_dictionary=None):
         try:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # optional: pyarrow
         except ImportError:
             raise MpinnError("reading %s needs pyarrow: pip install 'mpinn[parquet]'" % self.path)
         try:
@@ -226,7 +226,7 @@ class TableSource:
 
     def _damaged_parquet_is_one_line(self, read):
         """read() of a Parquet file; what pyarrow raises on a damaged or truncated one is one line."""
-        import pyarrow as pa
+        import pyarrow as pa  # optional: pyarrow
         try:
             return read()
         except (OSError, pa.ArrowException) as e:
@@ -239,7 +239,7 @@ class TableSource:
 
     def _nested_columns(self, names):
         """The columns among `names` whose values are nested (lists, structs, maps): not inputs mpinn can read."""
-        import pyarrow as pa
+        import pyarrow as pa  # optional: pyarrow
         schema = self._parquet().schema_arrow
         out = []
         for name in dict.fromkeys(names):
@@ -258,7 +258,7 @@ class TableSource:
                              "row" % (self.path, name, self._parquet().schema_arrow.field(name).type))
 
     def _parquet_parts(self):
-        import pyarrow as pa
+        import pyarrow as pa  # optional: pyarrow
         schema = self._parquet().schema_arrow
         textual = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary)
         # string columns come back dictionary-encoded: each batch's dictionary is hashed, not its cells

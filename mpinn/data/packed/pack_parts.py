@@ -25,6 +25,8 @@ import numpy as np
 
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import CHUNK_ROWS
+from mpinn.data.fit.chunks import TablePass
+from mpinn.data.fit.stats import ColumnStats, PartFold, first_finite
 from mpinn.data.many import chained_source
 from mpinn.data.packed.format import PackedDataset
 from mpinn.data.packed.packer import Progress, finished_meta, known_up_front, prepare
@@ -46,7 +48,6 @@ def shares(sizes, n):
 def _decide(source, files, columns, spec, hashing, threads, report, chunk_rows):
     """Rank 0: what every part must share (JSON-able): the columns, the contract, the task and classes, the
     meta of the whole, and the numeric statistics when a scan of every file had to come first (else None)."""
-    from mpinn.data.fit.chunks import TablePass
     spec, hashing = known_up_front(source, spec, hashing)
     table = TablePass(source, spec, hashing, threads, count_values=report)
     first = source.sources[0]
@@ -108,7 +109,6 @@ def _fold_in_parallel(comm, path, names, rows):
     part); path: this rank's part. Each rank reads its part's numbers back (W4 text: a sixth to a third of the time
     packing them took, measured here), where rank 0 folding them as it packed (as one prepare does) would keep the
     others waiting."""
-    from mpinn.data.fit.stats import ColumnStats, PartFold, first_finite
     d = len(names)
     firsts = comm.allgather_obj(_on_every_rank(comm, lambda: first_finite(_dense_chunks(path), d) if rows[
         comm.rank] else None, asleep=True))

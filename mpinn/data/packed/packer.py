@@ -7,8 +7,12 @@ from dataclasses import replace
 import numpy as np
 
 from mpinn.core.errors import MpinnError
+from mpinn.data.fit.chunks import TablePass
+from mpinn.data.fit.labels import binary_classes
+from mpinn.data.fit.transform import NumericTransform
+from mpinn.data.packed.writing import PackedWriter, StreamingPackedWriter
 from mpinn.data.spec import DataSpec
-from mpinn.hashing import HashSpec
+from mpinn.hashing import HashSpec, per_feature_nnz
 
 
 class Progress:
@@ -39,7 +43,6 @@ def finished_meta(meta, numeric_stats, numeric, transform=None, numeric_transfor
     """`meta` with the numeric columns' statistics and the transform: `transform` (a fitted NumericTransform's
     dict, checked against the columns `numeric`) as it is, else one fitted to the statistics in mode
     `numeric_transform` (prepare's, and a multi-part dataset's manifest: mpinn.data.packed.pack_parts)."""
-    from mpinn.data.fit.transform import NumericTransform
     if numeric_stats is None:
         return meta
     meta["numeric_stats"] = numeric_stats
@@ -56,7 +59,6 @@ def finished_meta(meta, numeric_stats, numeric, transform=None, numeric_transfor
 def known_up_front(source, spec, hashing, passes=None):
     """(spec, hashing) with what a source's kind tells before any row is read: the click logs' task and
     classes, and their hash bits when auto."""
-    from mpinn.data.fit.labels import binary_classes
     if spec.classes is None and source.kind == "default":
         spec = replace(spec, task="binary", classes=["0", "1"])        # as training reads it (load_default)
     elif spec.classes is None and source.kind == "criteo" and source.has_label and spec.task in ("auto", "binary") \
@@ -92,9 +94,6 @@ def prepare(source, out, spec=DataSpec(), hashing=HashSpec(), transform=None, nu
     the transform go into the file's meta); None (not taken: a part of a multi-part dataset, whose statistics
     mpinn.data.packed.pack_parts folds afterwards). Returns a summary dict (rows, columns, passes,
     seconds, rows_per_s, collision report)."""
-    from mpinn.data.fit.chunks import TablePass
-    from mpinn.data.packed.writing import PackedWriter, StreamingPackedWriter
-    from mpinn.hashing import per_feature_nnz
     if passes not in (None, 1, 2) or stats not in ("meta", None):
         raise ValueError("passes: None, 1 or 2; stats: meta or None")
     progress = progress or Progress(False)
