@@ -178,6 +178,17 @@ def test_a_bad_file_in_the_middle_is_one_line_and_no_predictions(days, models, t
     assert not out.exists() and not [f for f in os.listdir(tmp_path) if f.startswith(".p.csv")]
 
 
+def test_a_stream_of_files_with_no_rows_is_one_line_naming_them(days, models, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for i in range(2):
+        (empty / ("day_%d.csv" % i)).write_text("user_id,city,x,amount,clicked,kind,value\n")
+    r = run([sys.executable, "-m", "mpinn.predict", "--model", models("clicked"), "--data", str(empty), "--stream",
+             "on"], timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == "mpinn: error: 2 files, %s .. %s: no rows" % (
+        empty / "day_0.csv", empty / "day_1.csv"), r.stderr
+
+
 def test_stream_on_for_rows_that_cannot_stream_is_one_line(tmp_path):
     X = np.random.default_rng(0).normal(size=(200, 3))
     np.savez(str(tmp_path / "a.npz"), X=X, y=(X[:, 0] > 0).astype(int))
