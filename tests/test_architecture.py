@@ -13,10 +13,6 @@ from conftest import ROOT
 PACKAGE = os.path.join(ROOT, "mpinn")
 FLAG = re.compile(r"--[a-z][a-z0-9-]+")
 WHY = ("memory", "optional", "cycle", "start-up")     # the reasons an import may stay inside a function (issue 61)
-# being rewritten by other branches right now: their in-function imports are checked once each is done, and its
-# path is then removed from here
-NOT_YET = ("mpinn/training/trainer.py", "mpinn/training/feed.py", "mpinn/training/evaluate.py",
-           "mpinn/training/hot.py", "mpinn/training/staging.py", "mpinn/bench/run.py")
 
 
 def modules(under=PACKAGE):
@@ -112,7 +108,7 @@ def test_imports_inside_functions_say_why():
         for name in sorted(files):
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
-            if name.endswith(".py") and not rel.startswith(NOT_YET):
+            if name.endswith(".py"):
                 with open(path) as f:
                     found += imports_without_why(f.read(), rel)
     assert not found, "\n".join("%s:%d: %s" % f for f in found)
