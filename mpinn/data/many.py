@@ -2,18 +2,19 @@
 columns (named, or chosen from its values) are every file's, and the rows follow each other as if the files were
 one. Hashed, labelled and counted through the same TablePass as one file, so the result equals one file holding
 them all, bit for bit."""
+import os
+from dataclasses import replace
+
 import numpy as np
 
-import os
-
 from mpinn.core.errors import MpinnError
-from mpinn.data import base, progress
+from mpinn.data import progress
 from mpinn.data.base import Dataset
 from mpinn.data.files import describe, unchanged_parts
 from mpinn.data.fit.chunks import TablePass
 from mpinn.data.fit.labels import missing_labels
+from mpinn.data.fragments import fragments_of
 from mpinn.data.formats import clicktext, csvtext
-from mpinn.data.formats.clicktext import ClickTextSource
 from mpinn.data.formats.tables import TableSource, load_table
 from mpinn.data.spec import DataSpec
 from mpinn.data.stream import concat_rows
@@ -21,12 +22,14 @@ from mpinn.hashing import HashSpec, csr_from_indices
 
 
 class ChainedSource:
-    """Table sources read one after another as one (see the module). `sources`: one a file, the first made
-    with the columns as given, the others with the first's columns named."""
+    """Fragments (mpinn.data.fragments) read one after another as one table (see the module): the union every reader
+    of several pieces reads (a stream and each of its readers, a load of several files, predict's blocks, prepare's
+    parts). `sources`: each fragment's table source, the first made with the columns as given, the others with the
+    first's columns named."""
 
-    def __init__(self, sources):
+    def __init__(self, sources, fragments=None):
         first = sources[0]
-        self.sources = sources
+        self.sources, self.fragments = sources, fragments
         self.kind = first.kind
         self.path = describe([s.path for s in sources])
         self.label, self.has_label = first.label, first.has_label
@@ -38,6 +41,23 @@ class ChainedSource:
                 raise MpinnError("%s has %s label column and %s %s" % (
                     s.path, "a" if s.has_label else "no", first.path, "has" if first.has_label else "has not"))
         self.meta = dict(first.meta, files=[s.path for s in sources])
+
+    @classmethod
+    def of(cls, fragments, spec, chunk_rows=None):
+        """The ChainedSource of `fragments` (their files' formats: csv, parquet or criteo, one family), read in
+        chunks of chunk_rows rows (default: the readers'): the first opened with spec's columns, the others with the
+        first's named. Each fragment's parts are checked to come from its file as the FileSet found it
+        (mpinn.data.files.unchanged_parts)."""
+        fragments = list(fragments)
+        formats = [f.file.format for f in fragments]
+        criteo = formats[0] == "criteo"
+        if any((f == "criteo") != criteo for f in formats):
+            odd = fragments[formats.index("criteo" if not criteo else formats[1])]
+            raise MpinnError("%s and %s: click-log text and CSV or Parquet files cannot be read as one table"
+                             % (fragments[0].path, odd.path))
+        first = fragments[0].open(spec, chunk_rows)
+        named = replace(spec, categorical=first.categorical, numeric=first.numeric)
+        return cls([first] + [f.open(named, chunk_rows) for f in fragments[1:]], fragments)
 
     def parts(self):
         for s in self.sources:
@@ -51,27 +71,8 @@ class ChainedSource:
 
 
 def chained_source(files, spec, chunk_rows=None):
-    """The ChainedSource of the table files of FileSet `files` (their formats: csv, parquet or criteo, one family),
-    read in chunks of chunk_rows rows (default: the readers'). Each file's parts are checked to come from the file
-    as the FileSet found it (mpinn.data.files.unchanged_parts)."""
-    chunk_rows = chunk_rows or base.CHUNK_ROWS      # read when called (a test sets it small)
-    paths, formats = files.paths, files.formats
-    criteo = formats[0] == "criteo"
-    if any((f == "criteo") != criteo for f in formats):
-        raise MpinnError("%s and %s: click-log text and CSV or Parquet files cannot be read as one table"
-                         % (paths[0], paths[formats.index("criteo" if not criteo else formats[1])]))
-
-    def source(path, categorical, numeric):
-        if criteo:
-            return ClickTextSource(path, spec.label, categorical, numeric, spec.require_label, chunk_rows,
-                                   spec.exclude)
-        return TableSource(path, spec.label, categorical, numeric, spec.require_label, exclude=spec.exclude,
-                           chunk_rows=chunk_rows, drop_unlabelled=spec.missing_labels == "drop")
-    first = source(paths[0], spec.categorical, spec.numeric)
-    sources = [first] + [source(p, first.categorical, first.numeric) for p in paths[1:]]
-    for s, f in zip(sources, files):
-        s.seen = (f.path, f.state)
-    return ChainedSource(sources)
+    """The ChainedSource (ChainedSource.of) of the table files of FileSet `files`, each read whole."""
+    return ChainedSource.of(fragments_of(files), spec, chunk_rows)
 
 
 def check_formats(files):

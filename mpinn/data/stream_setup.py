@@ -1,14 +1,14 @@
 """A streamed run's training data (the InputPlan's residency 'streamed'; see mpinn.data.stream): the files, the
 sample, the held-out share of the sample, and with --readers all or K each reader's own stream of its share of the
 files."""
-import os
 from dataclasses import replace
 
 import numpy as np
 
 from mpinn.data import progress
 from mpinn.data.fit.chunks import TablePass
-from mpinn.data.many import chained_source
+from mpinn.data.fragments import fragments_of, split
+from mpinn.data.many import ChainedSource, chained_source
 from mpinn.data.spec import read_like
 from mpinn.data.stream import Stream, open_stream
 from mpinn.hashing import HashSpec
@@ -32,8 +32,9 @@ def open_streamed(plan):
 
 
 class Recipe:
-    """How a stream's files (a FileSet) are opened: the first time with the columns as given (or chosen from the
-    first file's values), then with those columns named."""
+    """How a stream's files (a FileSet) are opened, as fragments (mpinn.data.fragments) read as one
+    (mpinn.data.many.ChainedSource): the first time with the columns as given (or chosen from the first file's
+    values), then with those columns named."""
 
     def __init__(self, files, spec):
         self.files = files
@@ -46,39 +47,24 @@ class Recipe:
     def sources(self, indices=None):
         """make_sources() of the files `indices` (default: all), in order (mpinn.data.stream.Stream); each checked
         against the file as the FileSet found it as it is read."""
-        indices = list(range(len(self.files)) if indices is None else indices)
+        fragments = fragments_of(self.files)
+        return self.fragment_sources([fragments[i] for i in (range(len(fragments)) if indices is None else indices)])
 
+    def fragment_sources(self, fragments):
+        """make_sources() of `fragments`: [(its file's index, its table source)], the sources made afresh each time
+        as one ChainedSource with the columns named."""
         def make():
-            if not indices:
+            if not fragments:
                 return []
-            return list(zip(indices, chained_source(self.files.pick(indices), self.named).sources))
+            return [(f.index, s) for f, s in zip(fragments, ChainedSource.of(fragments, self.named).sources)]
         return make
 
     def reader_sources(self, rank, size):
-        """make_sources() of reader `rank` of `size` (--readers all): a 1/size byte range of every plain click-log
-        text file (the lines that begin in it; mpinn.data.formats.clicktext.LineSpan), and of the other files (gzip,
-        CSV, Parquet: read whole) those of index rank, rank + size, ... Returns (make, what it reads)."""
-        split = self.shared_files()
-        whole = [i for i in range(len(self.files)) if i not in split]
-        mine = sorted(split + whole[rank::size])
-        make_all = self.sources(mine)
-        paths = self.files.paths
-
-        def make():
-            out = []
-            for i, source in make_all():
-                if i in split:
-                    n = os.path.getsize(paths[i])
-                    source = source.spanned(n * rank // size, n * (rank + 1) // size)
-                out.append((i, source))
-            return out
-        return make, ["%s%s" % (paths[i], " (part %d of %d)" % (rank + 1, size) if i in split else "")
-                      for i in mine]
-
-    def shared_files(self):
-        """The indices of the plain click-log text files: every reader reads a byte range of each (the others, gzip,
-        CSV, Parquet, are read whole by one reader)."""
-        return [i for i, f in enumerate(self.files) if f.format == "criteo" and not f.gzip]
+        """make_sources() of reader `rank` of `size` (--readers all): its fragments by the one rule
+        (mpinn.data.fragments.split: a 1/size byte range of every plain click-log text file, the other files whole,
+        file i to reader i mod size). Returns (make, what it reads)."""
+        mine = split(fragments_of(self.files), size)[rank]
+        return self.fragment_sources(mine), [f.describe() for f in mine]
 
     def __getstate__(self):         # sent to the other readers: the files and the columns, not rank 0's sources
         return {"files": self.files, "named": self.named}

@@ -5,6 +5,7 @@ each with its reason. What it refuses (a stream of files that cannot stream, mor
 raised on every rank alike."""
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
+from mpinn.data import fragments
 from mpinn.data.files import FileSet
 from mpinn.data.fit.labels import binary_classes
 from mpinn.data.plan import Holdout, InputPlan
@@ -142,10 +143,10 @@ def who_reads(readers, size, reading=None):
 
 
 def reading(files, readers):
-    """The readers (of `readers`) that have rows to read: every one where a plain click-log text file is shared in
-    byte ranges; else those given a file whole, which with fewer files than readers is not all."""
-    shared = any(f.format == "criteo" and not f.gzip for f in files)
-    return list(range(readers if shared else min(readers, len(files))))
+    """The readers (of `readers`) that have rows to read, as the readers' one rule deals the files' fragments
+    (mpinn.data.fragments.split): every one where a plain click-log text file is shared in byte ranges; else those
+    given a file whole, which with fewer files than readers is not all."""
+    return fragments.reading(fragments.fragments_of(files), readers)
 
 
 def plan_input(cfg, files, valid, size, available=None):
