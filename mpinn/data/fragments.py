@@ -1,7 +1,7 @@
 """Fragments: the pieces a run's readers read (as pyarrow's Fragment, Ray Data's read tasks). A fragment is a table
 file whole, or a byte range of a plain click-log text file (the lines that begin in it). The files a data option
 names are fragments (fragments_of); a stream's K readers each get theirs from one rule (split), which the input
-plan asks too (mpinn.settings.input_plan.reading), so what the plan says and what the readers read cannot differ;
+plan asks too (mpinn.settings.input_plan.plan_input), so what the plan says and what the readers read cannot differ;
 and fragments read one after another are one table (mpinn.data.many.ChainedSource)."""
 from dataclasses import dataclass, replace
 

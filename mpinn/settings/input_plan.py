@@ -142,13 +142,6 @@ def who_reads(readers, size, reading=None):
         readers, ", ".join(map(str, firsts)))
 
 
-def reading(files, readers):
-    """The readers (of `readers`) that have rows to read, as the readers' one rule deals the files' fragments
-    (mpinn.data.fragments.split): every one where a plain click-log text file is shared in byte ranges; else those
-    given a file whole, which with fewer files than readers is not all."""
-    return fragments.reading(fragments.fragments_of(files), readers)
-
-
 def plan_input(cfg, files, valid, size, available=None):
     """The InputPlan of configuration `cfg` (its data options) over FileSets `files` and `valid` (input_files; the
     same on every rank) on a job of `size` ranks, where the job may use `available` bytes of memory (None:
@@ -163,7 +156,7 @@ def plan_input(cfg, files, valid, size, available=None):
                                 format=cfg.format, positive=cfg.positive_class, exclude=[column] if column else [],
                                 missing_labels=cfg.missing_labels), **given_classes(cfg)))
     if who == "readers":
-        words = who_reads(readers, size, reading(files, readers))
+        words = who_reads(readers, size, fragments.reading(fragments.fragments_of(files), readers))
     elif who == "local":
         words = "every rank reads its own slice of each batch from the packed file"
     else:

@@ -1,6 +1,6 @@
 """Fragments (mpinn.data.fragments): the fragments split() deals K readers cover every row of the files exactly once,
 whatever K, for plain and gzipped click-log text and CSV files (checked against the files read whole); the plan's
-readers (mpinn.settings.input_plan.reading) are those given fragments; a byte range's rows are the lines that begin
+readers (mpinn.data.fragments.reading, which mpinn.settings.input_plan.plan_input asks) are those given fragments; a byte range's rows are the lines that begin
 in it; the stream line's words are today's."""
 import gzip
 
@@ -10,10 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 from mpinn.data import DataSpec
 from mpinn.data.files import FileSet
-from mpinn.data.fragments import Fragment, fragments_of, split
+from mpinn.data.fragments import Fragment, fragments_of, reading as dealt_to, split
 from mpinn.data.many import ChainedSource, chained_source
 from mpinn.data.stream_setup import Recipe
-from mpinn.settings.input_plan import reading
 
 CSV_SPEC = DataSpec(label="y", categorical=["a"], numeric=["x"])
 
@@ -113,7 +112,7 @@ def test_the_plans_readers_are_those_given_fragments(click, names, k):
     files = FileSet.of([next(p for p in click if p.rsplit("/", 1)[1].startswith(n + ".")) for n in names])
     recipe = Recipe(files, DataSpec())
     given = [r for r in range(k) if recipe.reader_sources(r, k)[1]]
-    assert reading(files, k) == given
+    assert dealt_to(fragments_of(files), k) == given
     assert given == [r for r in range(k) if recipe.reader_sources(r, k)[0]()]      # and what they open
 
 

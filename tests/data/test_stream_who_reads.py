@@ -10,7 +10,8 @@ from conftest import mpirun, w4_text
 from mpinn.data import DataSpec
 from mpinn.data.files import FileSet
 from mpinn.data.stream_setup import Recipe
-from mpinn.settings.input_plan import reading as readers_that_read, who_reads
+from mpinn.data.fragments import fragments_of, reading as dealt_to
+from mpinn.settings.input_plan import who_reads
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def files(tmp_path_factory):
 def test_the_readers_that_read_are_those_given_a_file_or_a_byte_range(files, names, count, reading):
     fs = FileSet.of([str(files / n) for n in names])
     recipe = Recipe(fs, DataSpec())
-    assert readers_that_read(fs, count) == reading      # the plan's word, and what the readers are given
+    assert dealt_to(fragments_of(fs), count) == reading      # the plan's word, and what the readers are given
     assert [g for g in range(count) if recipe.reader_sources(g, count)[1]] == reading
 
 
