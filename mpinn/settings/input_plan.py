@@ -3,6 +3,9 @@ that reads), and plan_input, a pure function of the configuration, those FileSet
 InputPlan (mpinn.data.plan) the input stage reads: where the rows live, who reads them, how rows are held out,
 each with its reason. What it refuses (a stream of files that cannot stream, more readers than ranks) is one line
 raised on every rank alike."""
+from dataclasses import dataclass
+from typing import Callable
+
 from mpinn.core.errors import MpinnError
 from mpinn.data.base import Rows
 from mpinn.data import fragments
@@ -25,11 +28,8 @@ def input_files(cfg):
 
 
 def reader_count(readers, size):
-    """How many ranks read a stream: --readers 1, all (every rank) or K (at most the ranks)."""
-    k = size if readers == "all" else int(readers)
-    if k > size:
-        raise MpinnError("--readers %d: more readers than the job's %d ranks" % (k, size), collective=True)
-    return k
+    """How many ranks read a stream: --readers 1, all (every rank) or K (INPUT_RULES keeps K within the ranks)."""
+    return size if readers == "all" else int(readers)
 
 
 def choose_reading(cfg, size):
@@ -80,32 +80,78 @@ def _why_not_stream(cfg, files, kind):
 
 def choose_residency(cfg, files, kind):
     """(memory | mapped | streamed, why): a stream where --stream on asks, or auto finds table files of more
-    estimated rows than mpinn.data.files.STREAM_FROM (FileSet.streams); a packed file through its memory map."""
-    if files is None or cfg.stream == "off":
-        if cfg.readers != "1":
-            raise MpinnError("--readers %s reads table files as a stream: not with --stream off" % cfg.readers,
-                             collective=True)
-        if files is None:
-            return "memory", "the embedded click log" if cfg.data is None else "the rows given"
+    estimated rows than mpinn.data.files.STREAM_FROM (FileSet.streams); a packed file through its memory map. What
+    cannot be read so was refused before (INPUT_RULES)."""
+    if files is None:
+        return "memory", "the embedded click log" if cfg.data is None else "the rows given"
+    if cfg.stream == "off":
         return _not_streamed(files, "--stream off")
-    on = cfg.stream == "on"
     why_not = _why_not_stream(cfg, files, kind)
     if why_not or not files.streams(cfg.stream):
-        if on or cfg.readers != "1":
-            raise MpinnError("%s: %s" % ("--stream on" if on else "--readers %s" % cfg.readers, why_not or
-                                         "the data is read into memory (about %d rows): add --stream on"
-                                         % files.n_estimate), collective=True)
         return _not_streamed(files, why_not or "about %d rows" % files.n_estimate)
-    if files[0].format != "criteo" and not cfg.label:
-        raise MpinnError("%s: a %s file needs --label COLUMN" % (files[0].path, files[0].format.upper()),
-                         collective=True)
-    return "streamed", "--stream on" if on else "about %d rows, more than read into memory" % files.n_estimate
+    return "streamed", "--stream on" if cfg.stream == "on" else ("about %d rows, more than read into memory"
+                                                                  % files.n_estimate)
 
 
 def _not_streamed(files, why):
     if files[0].format == "mpinn":
         return "mapped", "a packed file, read through its memory map"
     return "memory", why
+
+
+@dataclass(frozen=True)
+class InputRule:
+    """What the input refuses, written once: broken(cfg, files, kind, size) -> True when refused (files: the FileSet,
+    None for the embedded data or the API's rows; kind: --holdout-by's); message(...) -> the one line."""
+    name: str
+    options: tuple
+    broken: Callable
+    message: Callable
+    example: str
+
+
+def _readers(c):
+    return c.readers != "1"
+
+
+def _streams(c, f, k):
+    """Would these files stream but for the options' asking (--stream on or auto, tables that can)?"""
+    return f is not None and c.stream != "off" and not _why_not_stream(c, f, k) and f.streams(c.stream)
+
+
+INPUT_RULES = (
+    InputRule("readers-ranks", ("readers",),
+              lambda c, f, k, n: _readers(c) and c.readers != "all" and int(c.readers) > n,
+              lambda c, f, k, n: "--readers %d: more readers than the job's %d ranks" % (int(c.readers), n),
+              "--readers 3 at np 2"),
+    InputRule("readers-stream-off", ("readers", "stream"),
+              lambda c, f, k, n: _readers(c) and (f is None or c.stream == "off"),
+              lambda c, f, k, n: "--readers %s reads table files as a stream: not with --stream off" % c.readers,
+              "--readers all --stream off"),
+    InputRule("stream-cannot", ("stream", "readers", "data", "input", "holdout-by"),
+              lambda c, f, k, n: f is not None and c.stream != "off" and (c.stream == "on" or _readers(c))
+              and bool(_why_not_stream(c, f, k)),
+              lambda c, f, k, n: "%s: %s" % ("--stream on" if c.stream == "on" else "--readers %s" % c.readers,
+                                             _why_not_stream(c, f, k)),
+              "--stream on --data x.npz"),
+    InputRule("readers-in-memory", ("readers", "stream"),
+              lambda c, f, k, n: _readers(c) and f is not None and c.stream == "auto"
+              and not _why_not_stream(c, f, k) and not f.streams(c.stream),
+              lambda c, f, k, n: "--readers %s: the data is read into memory (about %d rows): add --stream on"
+              % (c.readers, f.n_estimate),
+              "--readers 2 on a CSV of 3,000 rows"),
+    InputRule("stream-label", ("label",),
+              lambda c, f, k, n: _streams(c, f, k) and f[0].format != "criteo" and not c.label,
+              lambda c, f, k, n: "%s: a %s file needs --label COLUMN" % (f[0].path, f[0].format.upper()),
+              "--stream on --data big.csv without --label"),
+)
+
+
+def check_input(cfg, files, kind, size):
+    """The first INPUT_RULES rule broken, raised as one line on every rank alike (each makes the same plan)."""
+    for rule in INPUT_RULES:
+        if rule.broken(cfg, files, kind, size):
+            raise MpinnError(rule.message(cfg, files, kind, size), collective=True)
 
 
 def choose_holdout(cfg, files, valid, kind, column, streamed):
@@ -147,6 +193,7 @@ def plan_input(cfg, files, valid, size, available=None):
     same on every rank) on a job of `size` ranks, where the job may use `available` bytes of memory (None:
     unknown)."""
     kind, column = split_holdout_by(cfg.holdout_by)
+    check_input(cfg, files, kind, size)
     who, readers = choose_reading(cfg, size)
     residency, why = choose_residency(cfg, files, kind)
     holdout = choose_holdout(cfg, files, valid, kind, column, residency == "streamed")

@@ -13,7 +13,7 @@ import pytest
 from mpinn import settings
 from mpinn.core.errors import MpinnError
 from mpinn.data.files import STREAM_FROM, FileSet
-from mpinn.settings.input_plan import input_files, plan_input
+from mpinn.settings.input_plan import INPUT_RULES, input_files, plan_input
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGE = os.path.join(ROOT, "mpinn")
@@ -85,6 +85,19 @@ def test_what_the_plan_refuses_is_one_line_on_every_rank(folder, data, options, 
     with pytest.raises(MpinnError, match=refusal) as e:
         plan_of(size=2, data=str(folder / data), **options)
     assert e.value.collective
+
+
+def test_the_refusals_are_a_table_each_rule_of_which_can_break():
+    """INPUT_RULES: what the input refuses, one rule a line (as JOB_RULES is for the job), each named and with its
+    example; test_what_the_plan_refuses_is_one_line_on_every_rank breaks five of them."""
+    names = [r.name for r in INPUT_RULES]
+    assert len(set(names)) == len(names) and all(r.example and r.options for r in INPUT_RULES)
+    assert {"readers-ranks", "readers-stream-off", "stream-cannot", "readers-in-memory", "stream-label"} == set(names)
+
+
+def test_a_stream_of_a_csv_needs_its_label(folder):
+    with pytest.raises(MpinnError, match=r"a.csv: a CSV file needs --label COLUMN"):
+        plan_of(data=str(folder / "a.csv"), stream="on")
 
 
 def test_which_rows_are_held_out(folder):
