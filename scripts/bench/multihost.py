@@ -19,8 +19,8 @@ MPI_Allreduce (n bytes of float32) for n = 256 B .. 16 MiB, and of an MPI_Alltoa
 fit t = alpha + x / B, x the bytes that cross (n (P - 1) / P of an Alltoallv, 2 (P - 1) / P n of an Allreduce:
 scripts/bench/crossing.py; alpha: the smallest size's time; B: the least-squares slope), and m = 1..64 messages
 of 256 B in flight to the other host (persistent requests, as scripts/bench/alltoallv.py): the slope is what
-each further message of an Alltoallv costs on the link; the same at 2 hosts x 2 ranks (no in-flight). Writes scripts/results/multihost-probe-DATE.json
-("fits" at 2x1; "fits"."2x2" at 2x2).
+each further message of an Alltoallv costs on the link; the same at 2 hosts x 2 ranks (no in-flight).
+Writes scripts/results/multihost-probe-DATE.json ("fits" at 2x1; "fits"."2x2" at 2x2).
 
 Bench runs: for each layout HxR (H hosts, R ranks each), each --config NAME=ARGS (ARGS: any arguments of
 python -m mpinn.bench, so new bench flags need no change here) and each repeat, `mpiexec -n H*R python -m
