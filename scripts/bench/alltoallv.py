@@ -13,8 +13,10 @@ Under `mpiexec -n P`, each timed call is the median of --reps calls (max over ra
               each, one Startall and one Waitall, so the loop over messages runs in C; m = 1..64): what
               each further message costs when they are posted together,
               as MPICH's Alltoallv posts its messages to the P - 1 peers (in blocks of 32); np 2 only
-The fit t = alpha + n / B over the alltoallv sweep gives the per-call latency alpha and bandwidth B
-(scripts/bench/scaling.py: fit_alpha_beta), the least-squares slope of in_flight over m the cost per
+The fit t = alpha + x / B over the alltoallv sweep, x = n (P - 1) / P the bytes that cross (a rank's part to
+itself does not; scripts/bench/crossing.py), gives the per-call latency alpha and the crossing bandwidth B
+("crossing_Bps"; files before 2026-12-02 have "bytes_per_s", fitted against n: twice that at np 2),
+the least-squares slope of in_flight over m the cost per
 further message; results in scripts/results/bench-alltoallv-DATE.json.
 """
 import argparse
@@ -26,6 +28,7 @@ import time
 
 from scripts import RESULTS, ROOT
 from scripts.bench.common import mpiexec, timed_on_all_ranks
+from scripts.bench.crossing import slope
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -62,19 +65,7 @@ def probe(out_path, reps):
     tail = np.ones(W2_TAIL, np.float32)
     res["sharded_w2"]["dense_allreduce"] = timed(lambda: comm.Allreduce(MPI.IN_PLACE, tail, op=MPI.SUM))
     if P == 2:
-        res["in_flight"] = {}
-        for m in (1, 2, 4, 8, 16, 32, 64):
-            sends, recvs = np.ones((m, 256), np.uint8), np.empty((m, 256), np.uint8)
-            # persistent requests, started and completed by MPI in C: no Python work per message
-            reqs = [comm.Recv_init(recvs[i], 1 - rank, i) for i in range(m)]
-            reqs += [comm.Send_init(sends[i], 1 - rank, i) for i in range(m)]
-
-            def burst(reqs=reqs):
-                MPI.Prequest.Startall(reqs)
-                MPI.Request.Waitall(reqs)
-            res["in_flight"][str(m)] = timed(burst)
-            for r in reqs:
-                r.Free()
+        res["in_flight"] = in_flight(comm, 1 - rank, timed)
     own = sum(comm.allgather(window.stop()))
     res["load"] = window.summary(own)       # foreign_cpu_cores: what other processes took meanwhile
     if rank == 0:
@@ -82,11 +73,25 @@ def probe(out_path, reps):
             json.dump(res, f)
 
 
-def slope(table):
-    """Least-squares seconds per unit of the keys (message counts) of {count: seconds}."""
-    pts = [(int(k), v) for k, v in table.items()]
-    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+def in_flight(comm, peer, timed, counts=(1, 2, 4, 8, 16, 32, 64), size=256):
+    """{m: seconds} of m messages of `size` bytes in flight at once to and from `peer` (m persistent sends and
+    receives, one Startall, one Waitall: the loop over messages runs in C, no Python work per message), as
+    MPICH's Alltoallv posts its messages to the P - 1 peers; timed(fn) -> seconds (every rank calls it)."""
+    import numpy as np
+    from mpi4py import MPI
+    out = {}
+    for m in counts:
+        sends, recvs = np.ones((m, size), np.uint8), np.empty((m, size), np.uint8)
+        reqs = [comm.Recv_init(recvs[i], peer, i) for i in range(m)]
+        reqs += [comm.Send_init(sends[i], peer, i) for i in range(m)]
+
+        def burst(reqs=reqs):
+            MPI.Prequest.Startall(reqs)
+            MPI.Request.Waitall(reqs)
+        out[str(m)] = timed(burst)
+        for r in reqs:
+            r.Free()
+    return out
 
 
 def main():
@@ -100,9 +105,10 @@ def main():
     args = ap.parse_args()
     if args.probe:
         return probe(args.probe, args.reps)
-    from scripts.bench.scaling import fit_alpha_beta, wait_quiet
+    from scripts.bench.crossing import fit_crossing
+    from scripts.bench.scaling import wait_quiet
     cores = os.cpu_count() or 1
-    probes, lines = {}, ["| np | Alltoallv latency us | bandwidth GB/s | Alltoall of P counts us | W2 ids us | "
+    probes, lines = {}, ["| np | Alltoallv latency us | GB/s crossing | Alltoall of P counts us | W2 ids us | "
                          "W2 rows us | W2 dense Allreduce us | foreign cores |", "|---|---|---|---|---|---|---|---|"]
     for P in args.nps:
         path = "/tmp/bench-alltoallv-%d-%d.json" % (os.getpid(), P)
@@ -116,8 +122,8 @@ def main():
                 probes[P] = got
             if got["load"]["foreign_cpu_cores"] <= 0.2:
                 break
-        a, b = fit_alpha_beta(probes[P]["alltoallv"])
-        probes[P]["fit"] = {"alpha_s": a, "bytes_per_s": b, "oversubscribed": P > cores}
+        a, b = fit_crossing(probes[P]["alltoallv"], "alltoallv", P)
+        probes[P]["fit"] = {"alpha_s": a, "crossing_Bps": b, "oversubscribed": P > cores}
         if "in_flight" in probes[P]:
             probes[P]["fit"]["per_message_s"] = slope(probes[P]["in_flight"])
         w = probes[P]["sharded_w2"]

@@ -16,9 +16,11 @@ are both 4 ranks on 2 cores (oversubscribed): compare configurations with each o
 --probe: under 2 hosts x 1 rank, the median (of several calls, slowest rank) of MPI_Alltoallv (n bytes per
 rank in total, split evenly over the P ranks, itself included: as scripts/bench/alltoallv.py), of
 MPI_Allreduce (n bytes of float32) for n = 256 B .. 16 MiB, and of an MPI_Alltoall of P int64 counts; the
-fit t = alpha + n / B of scripts/bench/scaling.py's fit_alpha_beta (alpha: the smallest size's time; B: the
-least-squares slope); the same at 2 hosts x 2 ranks. Writes scripts/results/multihost-probe-DATE.json
-("fits" at 2x1; "fits"."2x2" at 2x2).
+fit t = alpha + x / B, x the bytes that cross (n (P - 1) / P of an Alltoallv, 2 (P - 1) / P n of an Allreduce:
+scripts/bench/crossing.py; alpha: the smallest size's time; B: the least-squares slope), and m = 1..64 messages
+of 256 B in flight to the other host (persistent requests, as scripts/bench/alltoallv.py): the slope is what
+each further message of an Alltoallv costs on the link; the same at 2 hosts x 2 ranks (no in-flight).
+Writes scripts/results/multihost-probe-DATE.json ("fits" at 2x1; "fits"."2x2" at 2x2).
 
 Bench runs: for each layout HxR (H hosts, R ranks each), each --config NAME=ARGS (ARGS: any arguments of
 python -m mpinn.bench, so new bench flags need no change here) and each repeat, `mpiexec -n H*R python -m
@@ -82,6 +84,9 @@ def probe_worker(out_path):
         res["alltoallv"][str(n)] = timed(lambda: comm.Alltoallv([send, (counts, displs)], [recv, (counts, displs)]), n)
         buf = np.ones(n // 4, np.float32)
         res["allreduce"][str(n)] = timed(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), n)
+    if P == 2:                  # one rank a host: messages in flight across the link
+        from scripts.bench.alltoallv import in_flight
+        res["in_flight"] = in_flight(comm, 1 - comm.rank, lambda fn: timed_on_all_ranks(comm, fn, 50))
     if comm.rank == 0:
         with open(out_path, "w") as f:
             json.dump(res, f)
@@ -126,7 +131,7 @@ def hostfile(c, ranks_per_host):
 
 
 def run_probe(args):
-    from scripts.bench.scaling import fit_alpha_beta
+    from scripts.bench.crossing import CONVENTION, probe_fits
     points, fits, link = {}, {}, None
     with tempfile.TemporaryDirectory() as tmp:
         c = open_lab(2, tmp, args)
@@ -147,26 +152,28 @@ def run_probe(args):
         finally:
             c.down()
     for lay in ("2x1", "2x2"):
-        f = {}
-        for coll in ("alltoallv", "allreduce"):
-            a, b = fit_alpha_beta(points[lay][coll])
-            f[coll] = {"alpha_s": a, "bandwidth_Bps": b}
-        f["alltoall_counts_s"] = points[lay]["alltoall_counts"]
-        fits[lay] = f
+        fits[lay] = probe_fits(points[lay], int(lay.split("x")[1]))
     rec = {"date": time.strftime("%Y-%m-%d"), "link": link,
            "fits": dict(fits["2x1"], **{"2x2": fits["2x2"]}), "points": points,
            "sizes": "alltoallv: n bytes sent per rank in total, split evenly over the P ranks (itself included); "
-                    "allreduce: n bytes of float32; alltoall_counts: P int64 per rank; seconds, median of 20 "
-                    "calls (5 from 1 MiB), the slowest rank's",
+                    "allreduce: n bytes of float32; alltoall_counts: P int64 per rank; in_flight (2x1): m messages "
+                    "of 256 B in flight to the other host (median of 50); seconds, median of 20 calls (5 from "
+                    "1 MiB), the slowest rank's",
+           "convention": CONVENTION,
            "command": command(), "source": source()}
     path = args.out or os.path.join(RESULTS, "multihost-probe-%s.json" % rec["date"])
     with open(path, "w") as f:
         json.dump(rec, f, indent=1)
-    print("\n| layout | collective | alpha us | B GB/s |\n|---|---|---|---|")
+    print("\n| layout | collective | alpha us | GB/s crossing a rank's links | GB/s on a host's link |\n"
+          "|---|---|---|---|---|")
     for lay in ("2x1", "2x2"):
         for coll in ("alltoallv", "allreduce"):
-            print("| %s | %s | %.1f | %.3f |" % (lay, coll, fits[lay][coll]["alpha_s"] * 1e6,
-                                                fits[lay][coll]["bandwidth_Bps"] / 1e9))
+            f = fits[lay][coll]
+            print("| %s | %s | %.1f | %.3f | %s |" % (lay, coll, f["alpha_s"] * 1e6, f["crossing_Bps"] / 1e9,
+                                                     "%.3f" % (f["link_Bps"] / 1e9) if "link_Bps" in f else "-"))
+        if "per_message_s" in fits[lay]["alltoallv"]:
+            print("| %s | each further 256 B message in flight | %.2f | | |" % (
+                lay, fits[lay]["alltoallv"]["per_message_s"] * 1e6))
         print("| %s | alltoall of P counts | %.1f | |" % (lay, fits[lay]["alltoall_counts_s"] * 1e6))
     print("TCP stream host 1 -> 2: %.2f Gbit/s; link: %s; latency %s\n%s" % (
         points["tcp_stream_Bps"] * 8e-9, link["qdisc"], LATENCY, path))

@@ -28,6 +28,7 @@ import time
 
 from scripts import RESULTS, ROOT
 from scripts.bench.common import mpiexec, timed_on_all_ranks
+from scripts.bench.crossing import fit_crossing, fit_line
 
 CORES = os.cpu_count() or 1
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -155,14 +156,9 @@ def probe(out_path):
 
 
 def fit_alpha_beta(table):
-    """Least-squares t = alpha + n / B over the sweep's sizes (bytes): (alpha s, B bytes/s)."""
-    pts = [(int(k), v) for k, v in table.items() if k.isdigit()]
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-    alpha = max(min(y for x, y in pts if x == min(p[0] for p in pts)), 0.0)
-    return alpha, 1.0 / slope
+    """Least-squares t = alpha + n / B over the sweep's sizes n (bytes, the table's keys): (alpha s, B per s).
+    B is per byte of n, not per byte that crosses: the model uses scripts/bench/crossing.py's fit_crossing."""
+    return fit_line([(int(k), v) for k, v in table.items() if k.isdigit()])
 
 
 def roofline(wl, P, kernels, comm_probe):
@@ -296,9 +292,10 @@ def main():
     speeds = "measured here: sgemm %.1f GFLOP/s, dgemm %.1f GFLOP/s, SpMM (CSR 20 nnz/row @ 2^18x64) %.2f GFLOP/s, one thread" % (
         kernels["sgemm_flops"] / 1e9, kernels["dgemm_flops"] / 1e9, kernels["spmm_flops"] / 1e9)
     for P, pr in sorted(probes.items()):
-        a, b = fit_alpha_beta(pr["allreduce"])
-        ga, gb = fit_alpha_beta(pr["allgatherv"])
-        speeds += ("\nnp=%d: Allreduce latency %.1f us, bandwidth %.2f GB/s (fit t = a + n/B, 256 B..16 MiB); "
+        a, b = fit_crossing(pr["allreduce"], "allreduce", int(P))
+        ga, gb = fit_crossing(pr["allgatherv"], "allgatherv", int(P))
+        speeds += ("\nnp=%d: Allreduce latency %.1f us, %.2f GB/s crossing a rank's links one way (fit t = a + "
+                   "x/B, x the bytes a rank sends to others, scripts/bench/crossing.py; 256 B..16 MiB); "
                    "Allgatherv %.1f us, %.2f GB/s" % (P, a * 1e6, b / 1e9, ga * 1e6, gb / 1e9))
     table = "\n".join(lines) + "\n\n" + speeds
     print()

@@ -135,3 +135,66 @@ def test_floor_bounds_every_prediction():
             assert 0 < e <= f <= 1.0, (key, e, f)
             seen_below |= f < 1.0
     assert seen_below                     # the floor bites somewhere (R = 8: a node's 8 ranks share a link)
+
+
+def synthetic_probe(B_true, alpha=20e-6, P=2, per_message=3e-6):
+    """A probe's points made from a known crossing bandwidth: an Alltoallv of n bytes a rank (split over the
+    P ranks, itself included) sends n (P - 1) / P across; an Allreduce of n sends 2 (P - 1) / P n."""
+    sizes = [1 << k for k in range(8, 25)]
+    return {"np": P, "alltoall_counts": 10e-6,
+            "alltoallv": {str(n): alpha + n * (P - 1) / P / B_true for n in sizes},
+            "allreduce": {str(n): alpha + 2 * (P - 1) / P * n / B_true for n in sizes},
+            "in_flight": {str(m): 5e-6 + m * per_message for m in (1, 2, 4, 8, 16, 32, 64)}}
+
+
+def test_the_probe_fit_gives_back_the_crossing_bandwidth(tmp_path):
+    """Issue 63: at P = 2 only half of an Alltoallv's n crosses; a fit against n measured twice the link."""
+    import json
+    from scripts.bench import crossing
+    from scripts.bench.cluster_model.model import read_network
+    B = 0.84e9
+    pts = synthetic_probe(B)
+    f = crossing.probe_fits(pts, 1)
+    assert f["alltoallv"]["crossing_Bps"] == pytest.approx(B)
+    assert f["alltoallv"]["link_Bps"] == pytest.approx(B)               # one rank a host: the same bytes
+    assert f["allreduce"]["crossing_Bps"] == pytest.approx(B)
+    assert f["alltoallv"]["per_message_s"] == pytest.approx(3e-6)
+    # 2 hosts x 2 ranks: a host's link carries R n (P - R) / P of an Alltoallv, a rank n (P - 1) / P
+    pts4 = synthetic_probe(B, P=4)
+    assert crossing.probe_fits(pts4, 2)["alltoallv"]["crossing_Bps"] == pytest.approx(B)
+    assert crossing.probe_fits(pts4, 2)["alltoallv"]["link_Bps"] == pytest.approx(B * 4 / 3)
+    # the model reads the points, not the file's old-convention fit (bandwidth_Bps was per byte of n: 2 B)
+    path = tmp_path / "multihost-probe-x.json"
+    path.write_text(json.dumps({"link": {"rate": "10gbit"}, "points": {"2x1": pts},
+                                "fits": {"alltoallv": {"alpha_s": 20e-6, "bandwidth_Bps": 2 * B}}}))
+    net = read_network(str(path))
+    assert net["b_v"] == pytest.approx(B) and net["b_ar"] == pytest.approx(B)
+    assert net["per_message"] == pytest.approx(3e-6)
+    # the shared-memory sweep (scripts/bench/alltoallv.py) under the same convention
+    assert crossing.fit_crossing(pts["alltoallv"], "alltoallv", 2)[1] == pytest.approx(B)
+    assert crossing.crossing_bytes("alltoallv", 1000, 2) == 500
+    assert crossing.crossing_bytes("allgatherv", 1000, 3) == 2000
+
+
+def test_link_terms_and_floor_divide_crossing_bytes_by_the_fitted_B(monkeypatch):
+    """w2's inter-node bytes term and the floor: the node's crossing bytes / the probe's crossing B, not 2 B."""
+    from scripts.bench import crossing
+    B = 0.84e9
+    f = crossing.probe_fits(synthetic_probe(B), 1)
+    net = dict(costs.ASSUMED, label="lab", a2a=0.0, a_v=0.0, a_ar=0.0, per_message=None,
+               b_v=f["alltoallv"]["crossing_Bps"], b_ar=f["allreduce"]["crossing_Bps"])
+    shm = dict(net, label="shm", b_v=1e30, b_ar=1e30, a_ag=0.0, b_ag=1e30)
+    P, R, per = 64, 8, 4
+    idx = small_idx(P * per, cols=20, seed=11)
+    counts = w2_loads.loads([P], [R], per, idx)
+    c = counts[(P, R)]
+    t = {"take": 0.0, "row": 0.0, "unique": 0.0}
+    terms = costs.w2_cluster_terms(c, "flat", shm, net, t)
+    pb = w2_loads.phase_bytes(c["schemes"]["flat"]["inter"])
+    data = pb["ids"] + pb["rows"] + pb["gradient rows"]
+    assert terms["Alltoallv bytes, inter-node"] == pytest.approx(data / B)
+    comp = 1e-3
+    monkeypatch.setattr(costs, "CLUSTER_RANKS", [P])
+    got = costs.cluster({"W1": comp, "W2": comp}, shm, [net], counts, t, [R])
+    floor = got[("W2", "flat", "lab", R)]["floor"][0]
+    assert floor == pytest.approx(comp / max(comp, w2_loads.node_bytes(c["schemes"]["flat"]["inter"]) / B))

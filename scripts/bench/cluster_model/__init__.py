@@ -7,18 +7,25 @@ The package: costs.py (the formulas below: what each exchange costs), w2_loads.p
 data), model.py (the measurements read and the curves drawn from them), report.py (tables, plot, JSON), and
 __main__.py (the command line).
 
-Inputs (no number is taken from a table; the one assumed network is labelled "assumed"):
-  * Allreduce and Allgatherv latency alpha and bandwidth B: the fit t = alpha + n / B over the
-    256 B .. 16 MiB sweep that scripts/bench/scaling.py runs at np = 2 (in its JSON);
+Inputs (no number is taken from a table; the one assumed network is labelled "assumed"). Every bandwidth B
+is bytes that CROSS per second, one direction (scripts/bench/crossing.py): each fit is re-made here from the
+stored points with the sizes converted to the bytes a rank sends to the others (an Alltoallv of n bytes a
+rank split over P ranks, itself included: n (P - 1) / P; an Allreduce of n: 2 (P - 1) / P n; an Allgatherv
+of n a rank: (P - 1) n), and every cost below divides crossing bytes by it. (Before 2026-12-02 the Alltoallv
+fits were against n: at np 2 twice the crossing rate, so the link and shared memory counted twice as fast.)
+  * Allreduce and Allgatherv latency alpha and bandwidth B: the fit t = alpha + x / B over the
+    256 B .. 16 MiB sweep that scripts/bench/scaling.py runs at np = 2 (in its JSON; at np 2 x = n for both);
   * Alltoallv latency and bandwidth (the same fit), the latency of an Alltoall of P counts, and the
     cost of each further message in flight (persistent sends posted together), from
     scripts/bench/alltoallv.py at np = 2 (its JSON), for the sharded table;
     these two files are this machine's shared memory: the cost of a collective INSIDE a node;
   * the network between nodes: the lab's two-host probe, scripts/results/multihost-probe-*.json (the
-    newest, or --network FILE): Alltoallv and Allreduce alpha/B fits and the latency of an Alltoall of
-    counts, measured with MPI over TCP between network namespaces joined by veths on ONE machine, the
-    link's rate shaped (its "link" entry says how); latency is NOT shaped (netem is missing from this
-    kernel), so alpha is a veth's + TCP's, not a switch's or a cable's. Without that file only the
+    newest, or --network FILE): its 2 hosts x 1 rank points re-fitted (Alltoallv and Allreduce alpha/B,
+    the latency of an Alltoall of counts and, in probes from 2026-12-02 on, the cost of each further
+    message in flight across the link: persistent sends posted together, as for shared memory),
+    measured with MPI over TCP between network namespaces joined by veths on ONE machine, the link's
+    rate shaped (its "link" entry says how); latency is NOT shaped (netem is missing from this kernel),
+    so alpha is a veth's + TCP's, not a switch's or a cable's. Without that file only the
     assumed network is modelled. The assumed one: 10 GbE, alpha = 30 us, B = 1.1 GB/s for every
     collective (the model's earlier scenario, kept for before/after comparisons);
   * W2's own data (the peers' generator, hashed; w2_loads.py): P slices of 512 rows, nodes of
@@ -77,8 +84,9 @@ Assumptions (the model is only as good as these):
      Every exchange also Allreduces the 129-float dense tail (recursive doubling: ceil(log2 R)
      rounds in the node, ceil(log2 N) between nodes). Messages of one Alltoallv: in the node, the
      measured latency for the first and the measured in-flight cost for each further one; between
-     nodes, the network's alpha for every one, one after another (no overlap: the probe does not
-     measure messages in flight; a "per_message_s" in its alltoallv fit is used if present), and the
+     nodes, the network's alpha for the first and its measured in-flight cost for each further one (a
+     probe from before 2026-12-02 has no in-flight points: then the alpha for every one, one after
+     another; the assumed 10 GbE always so), and the
      intra- and inter-node messages of a flat Alltoallv do not overlap either. The busiest owner's
      work (measured per-row costs): gathering the rows it answers, updating the gradient rows beyond
      one slice's, and (node schemes) deduplicating the ids its node's ranks send it as relay.

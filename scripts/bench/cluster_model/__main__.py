@@ -20,6 +20,7 @@ def main(argv=None):
     p.add_argument("--network", help="the lab's multihost probe JSON (default: the newest "
                    "scripts/results/multihost-probe-*.json; without one, only the assumed 10 GbE)")
     p.add_argument("--ranks-per-node", default="1,8", help="R values, comma-separated (default 1,8)")
+    p.add_argument("--tag", default="", help="a word added to the output's name: cluster-model-DATE-TAG.json/.png")
     args = p.parse_args(argv)
     scaling = args.scaling or latest("bench-scaling-2*.json")
     a2a_path = args.alltoallv or latest("bench-alltoallv-*.json")
@@ -46,7 +47,8 @@ def main(argv=None):
     print("assumptions: weak scaling at fixed per-rank batch, ring collectives, no overlap, no stragglers; "
           "see scripts/bench/cluster_model/__init__.py")
     report.print_tables(curves, inputs, terms, clusters, nets, rpns)
-    png = report.save(curves, inputs, terms, clusters, (scaling, a2a_path) + ((net_path,) if net_path else ()))
+    png = report.save(curves, inputs, terms, clusters, (scaling, a2a_path) + ((net_path,) if net_path else ()),
+                      args.tag)
     print("\nwrote %s and its .json" % os.path.relpath(png, ROOT))
 
 

@@ -12,7 +12,7 @@ from scripts.bench.cluster_model import w2_loads
 from scripts.bench.cluster_model.costs import (ASSUMED, NET_10GBE, PER_RANK, RANKS, ROW_BYTES, W1_PARAMS,
                                                W2_DENSE_TAIL, W2_H, W2_ROWS_PER_RANK, W2_TABLE, cluster, predict,
                                                ring_allgather, ring_allreduce, w2_sharded_terms)
-from scripts.bench.scaling import fit_alpha_beta
+from scripts.bench.crossing import CONVENTION, fit_crossing, probe_fits
 
 
 def update_times():
@@ -41,23 +41,26 @@ def update_times():
 
 
 def read_network(path):
+    """The lab's probe as the model's network: its 2x1 points (one rank a host) re-fitted under
+    scripts/bench/crossing.py's convention (the file's own fits may be older: bandwidth_Bps was per byte of n)."""
     with open(path) as f:
         doc = json.load(f)
-    fits, link = doc["fits"], doc.get("link", {})
+    link = doc.get("link", {})
+    fits = probe_fits(doc["points"]["2x1"], 1)
     return {"label": "lab %s (%s)" % (link.get("rate", "?"), os.path.basename(path)),
             "a2a": fits["alltoall_counts_s"], "a_v": fits["alltoallv"]["alpha_s"],
-            "b_v": fits["alltoallv"]["bandwidth_Bps"], "a_ar": fits["allreduce"]["alpha_s"],
-            "b_ar": fits["allreduce"]["bandwidth_Bps"], "per_message": fits["alltoallv"].get("per_message_s"),
+            "b_v": fits["alltoallv"]["crossing_Bps"], "a_ar": fits["allreduce"]["alpha_s"],
+            "b_ar": fits["allreduce"]["crossing_Bps"], "per_message": fits["alltoallv"].get("per_message_s"),
             "link": link}
 
 
 def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
     rows = {(r["workload"], r["np"]): r for r in doc["rows"]}
     probe = doc["probes"].get("2") or doc["probes"].get(2)
-    a_ar, b_ar = fit_alpha_beta(probe["allreduce"])
-    a_ag, b_ag = fit_alpha_beta(probe["allgatherv"])
+    a_ar, b_ar = fit_crossing(probe["allreduce"], "allreduce", 2)      # bytes that cross, a second, one way
+    a_ag, b_ag = fit_crossing(probe["allgatherv"], "allgatherv", 2)
     p2 = a2a["probes"]["2"]
-    a_v, b_v = fit_alpha_beta(p2["alltoallv"])
+    a_v, b_v = fit_crossing(p2["alltoallv"], "alltoallv", 2)
     t_row, dense_update, t_take, t_unique = update_times()
     counts = w2_loads.loads(RANKS, sorted(set(rpns) | {1}))
     loads = {P: (c["unique_ids_per_rank"], c["schemes"]["flat"]["grad_max"]) for (P, R), c in counts.items() if R == 1}
@@ -100,7 +103,8 @@ def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
               "w2_compute_ms_per_rank_step": comp["W2"] * 1e3, "w2_row_update_us": t_row * 1e6,
               "w2_dense_update_ms": dense_update * 1e3, "w2_id_unique_us": t_unique * 1e6,
               "networks": {n["label"]: {k: v for k, v in n.items() if k != "label"} for n in nets},
-              "alltoallv_alpha_us": a_v * 1e6, "alltoallv_GBps": b_v / 1e9, "alltoall_counts_us": p2["alltoall"] * 1e6,
+              "alltoallv_alpha_us": a_v * 1e6, "alltoallv_GBps": b_v / 1e9, "bandwidth_convention": CONVENTION,
+              "alltoall_counts_us": p2["alltoall"] * 1e6,
               "message_in_flight_us": p2["fit"]["per_message_s"] * 1e6, "w2_row_take_us": t_take * 1e6,
               "w2_counts": {"%d/%d" % k: count_summary(c) for k, c in counts.items()}}
     return curves, inputs, terms, clusters

@@ -80,8 +80,8 @@ def print_cluster(clusters, inputs, nets, rpns):
 
 
 
-def save(curves, inputs, terms, clusters, sources):
-    """The plot (cluster-model-DATE.png) and every number (cluster-model-DATE.json); returns the PNG's path."""
+def save(curves, inputs, terms, clusters, sources, tag=""):
+    """The plot (cluster-model-DATE[-TAG].png) and every number (its .json); returns the PNG's path."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -108,6 +108,7 @@ def save(curves, inputs, terms, clusters, sources):
     fig.suptitle("Cluster model: predicted efficiency, weak scaling (solid: measured, dashed: assumed 10 GbE)")
     fig.tight_layout()
     stamp = time.strftime("%Y-%m-%d")
+    stamp += "-" + tag if tag else ""
     png = os.path.join(RESULTS, "cluster-model-%s.png" % stamp)
     fig.savefig(png, dpi=110)
     with open(os.path.join(RESULTS, "cluster-model-%s.json" % stamp), "w") as f:
