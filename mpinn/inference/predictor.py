@@ -38,6 +38,8 @@ class Predictor:
         self.model, self.towers, self.meta = loaded if loaded is not None else load_checked(model_path)
         self.task = self.meta["task"]
         self.hashing = model_reading(self.meta)[1]      # the model's hashing contract: no refitting to new rows
+        if len(self.towers) == 1:       # one parameter vector: in the network once (several: each in turn, a call)
+            self.model.params[...] = self.towers[0]
 
     @property
     def classes(self):
@@ -67,7 +69,7 @@ class Predictor:
 
     def predict_rows(self, rows):
         """The predictions of rows read for this model (read(), or an estimator's rows: the transform set)."""
-        return predict_with(self.model, self.towers, self.meta, rows)
+        return predict_with(self.model, self.towers, self.meta, rows, set_already=True)
 
     def read(self, data):
         """`data` read for the model, its numeric transform set: what predict_rows scores."""

@@ -14,11 +14,14 @@ from mpinn.settings import messages
 from mpinn.training.towers import mix
 
 
-def predict_with(model, towers, meta, rows):
-    """The predictions for every row of `rows` (read for the model: its transform set), in the label's units."""
+def predict_with(model, towers, meta, rows, set_already=False):
+    """The predictions for every row of `rows` (read for the model: its transform set), in the label's units.
+    set_already: the model's parameters are the one tower's already (a Predictor's: copying a large table's
+    parameters in at every call would cost more than scoring a few rows)."""
     preds = []
     for p in towers:            # tower mode keeps every replica: mix their predictions
-        model.params[...] = p
+        if not (set_already and len(towers) == 1):
+            model.params[...] = p
         preds.append(predict_rows(model, rows))
     pred = preds[0] if len(preds) == 1 else mix(preds, meta.get("towers", {}).get("weights"))
     if rows.transform is not None:
