@@ -23,7 +23,7 @@ from mpinn.data.formats.dense import dense_xy  # noqa: E402
 from mpinn.data.inputs import load_everywhere  # noqa: E402
 from mpinn.data.progress import reading  # noqa: E402
 from mpinn.host.memory import memory_limits  # noqa: E402
-from mpinn.inference.score import predict_file  # noqa: E402
+from mpinn.inference.predictor import Predictor  # noqa: E402
 from mpinn.model.metrics import format_metrics  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
 from mpinn.settings.input_plan import job_input_plan  # noqa: E402
@@ -60,9 +60,10 @@ def train(data=None, comm=None, **options):
 
 def predict(model_path, data=None):
     """(predictions, metrics) of a model file on a data path, in-memory data (arrays()), or None
-    for a model trained on the embedded data (its held-out rows). One process, no MPI."""
-    pred, metrics, _, _ = predict_file(model_path, data)
-    return pred, metrics
+    for a model trained on the embedded data (its held-out rows). One process, no MPI. The model file is read at
+    every call: a service that scores again and again loads it once, Predictor(model_path), and calls its
+    predict()."""
+    return Predictor(model_path).scored(data)
 
 
 def arrays(X, y, task="auto"):

@@ -14,9 +14,10 @@ from mpinn.core.errors import MpinnError
 from mpinn.data import Dataset, DataSpec, HashSpec, split_names
 from mpinn.data.fit.labels import _label_str, encode_labels
 from mpinn.data.formats.dense import dense_xy
-from mpinn.data.formats.tables import Part, load_table
+from mpinn.data.formats.frames import FrameSource
+from mpinn.data.formats.tables import load_table
 from mpinn.inference.load import use_transform
-from mpinn.inference.score import predict_with
+from mpinn.inference.predictor import Predictor
 from mpinn.model.mlp import MLP
 from mpinn.settings.table import OPTIONS
 
@@ -39,36 +40,6 @@ def _signature():
 
 def _is_frame(X):
     return hasattr(X, "columns") and hasattr(X, "dtypes") and hasattr(X, "iloc")
-
-
-def _category_text(column):
-    """A categorical column as text, a missing cell the empty text (as in a CSV file). A whole number in a float
-    column is written as the integer it is: an integer column that gains a missing value becomes float64 in
-    pandas, and 94103.0 must be the category 94103 (scikit-learn's encoders take them as one)."""
-    text = column.astype("string").fillna("").to_numpy(dtype=object)
-    if column.dtype.kind == "f":
-        v = column.to_numpy(dtype=np.float64, na_value=np.nan)
-        whole = np.flatnonzero(np.isfinite(v) & (v == np.round(v)) & (np.abs(v) < 2.0 ** 53))
-        text[whole] = [str(int(x)) for x in v[whole]]
-    return text
-
-
-class _FrameSource:
-    """A DataFrame as the table source mpinn.data.formats.tables.load_table reads (TableSource's interface), in one part:
-    the categorical columns as text (a missing cell is the empty text, as in a CSV file), the numeric ones as
-    float64 (a missing cell is NaN: imputed and flagged)."""
-    path = "the DataFrame"
-    dropped = 0         # rows without a label left out: none (fit's y has every row's)
-
-    def __init__(self, X, categorical, numeric, labels):
-        self.categorical, self.numeric, self.has_label = categorical, numeric, labels is not None
-        self.meta = {"source": "dataframe", "label": None, "categorical": categorical, "numeric": numeric}
-        cats = [_category_text(X[c]) for c in categorical]
-        Xd = X[numeric].to_numpy(dtype=np.float64, na_value=np.nan) if numeric else None
-        self.part = Part(cats, Xd, labels, len(X))
-
-    def parts(self):
-        return iter([self.part])
 
 
 class _MpinnEstimator(BaseEstimator):
@@ -124,7 +95,7 @@ class _MpinnEstimator(BaseEstimator):
             categorical, numeric = self.columns_
             if hashing is None:
                 hashing = HashSpec(contract=self.meta_.get("hashing"))
-            source = _FrameSource(X, categorical, numeric, labels)
+            source = FrameSource(X, categorical, numeric, labels)
             return load_table(source, DataSpec(task=task, classes=classes, require_label=labels is not None), hashing)
         X = validate_data(self, X, reset=fit, accept_sparse="csr", dtype=np.float64, ensure_all_finite="allow-nan")
         if not hasattr(X, "tocsr"):
@@ -174,8 +145,14 @@ class _MpinnEstimator(BaseEstimator):
             use_transform(rows, self.meta_, "X")
         except MpinnError as e:
             raise ValueError(str(e)) from None
-        model = MLP(self.spec_)     # several parameter vectors (ensemble=K, tower mode): their predictions mixed
-        return predict_with(model, np.reshape(self.params_, (-1, model.size)), self.meta_, rows)
+        return self._predictor().predict_rows(rows)
+
+    def _predictor(self):
+        """The fitted parameters (several vectors: ensemble=K, tower mode; their predictions mixed) as a Predictor:
+        held in memory since fit (no model file is read). Made at each call, as the network was before: a fitted
+        estimator keeps only what pickles and what predict may not change."""
+        model = MLP(self.spec_)
+        return Predictor(None, (model, np.reshape(self.params_, (-1, model.size)), self.meta_))
 
 
 class MpinnClassifier(ClassifierMixin, _MpinnEstimator):

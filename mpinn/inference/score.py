@@ -14,11 +14,14 @@ from mpinn.settings import messages
 from mpinn.training.towers import mix
 
 
-def predict_with(model, towers, meta, rows):
-    """The predictions for every row of `rows` (read for the model: its transform set), in the label's units."""
+def predict_with(model, towers, meta, rows, set_already=False):
+    """The predictions for every row of `rows` (read for the model: its transform set), in the label's units.
+    set_already: the model's parameters are the one tower's already (a Predictor's: copying a large table's
+    parameters in at every call would cost more than scoring a few rows)."""
     preds = []
     for p in towers:            # tower mode keeps every replica: mix their predictions
-        model.params[...] = p
+        if not (set_already and len(towers) == 1):
+            model.params[...] = p
         preds.append(predict_rows(model, rows))
     pred = preds[0] if len(preds) == 1 else mix(preds, meta.get("towers", {}).get("weights"))
     if rows.transform is not None:
@@ -29,20 +32,34 @@ def predict_with(model, towers, meta, rows):
 def predict_file(model_path, data=None, loaded=None):
     """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
     None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
-    file's load_checked(), where it was loaded already."""
+    file's load_checked(), where it was loaded already (a Predictor's: the file is not opened again)."""
     model, towers, meta = loaded or load_checked(model_path)
-    rows = data if isinstance(data, Rows) else load_for_model(meta, data)
-    if isinstance(data, Rows):
-        if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
-            rows = _relabel(rows, meta)
-        use_transform(rows, meta, "the data")
+    rows = rows_for(meta, data)
     pred = predict_with(model, towers, meta, rows)
+    return pred, metrics_of(meta, rows, pred), meta, rows
+
+
+def rows_for(meta, data):
+    """`data` read for the model as predict_file reads it: a path as its training data was read, in-memory Rows
+    with their labels re-expressed in the model's classes, None: the embedded data's held-out rows; the model's
+    numeric transform set."""
+    if not isinstance(data, Rows):
+        return load_for_model(meta, data)
+    rows = data
+    if meta["task"] != "regression" and rows.meta.get("classes") != meta.get("classes"):
+        rows = _relabel(rows, meta)
+    use_transform(rows, meta, "the data")
+    return rows
+
+
+def metrics_of(meta, rows, pred):
+    """The metrics of the predictions `pred` of `rows`: {"n": rows} where they have no labels."""
     metrics = {"n": len(rows)}
     if rows.meta.get("has_label", True):
         known = labelled(rows.y)
         metrics = compute_metrics(meta["task"], rows.y[known], pred[known]) if known.any() else {"n": 0}
         metrics["unlabelled"] = int((~known).sum())
-    return pred, metrics, meta, rows
+    return metrics
 
 
 def streamed_files(choice, meta, path):
