@@ -78,7 +78,7 @@ def run(args):
     if args.batch_per_rank:     # weak scaling: N rows a rank, the peers' rows in their order, N P at a time
         B = args.batch_per_rank * P
         if B > wl.n:
-            raise MpinnError("--batch-per-rank %d at %d ranks: the global batch %d is more than the workload's %d "
+            raise MpinnError("%d rows a rank at %d ranks: the global batch %d is more than the workload's %d "
                              "rows" % (args.batch_per_rank, P, B, wl.n), collective=True)
         cfg = workload_config(args, wl, B)
         settings.check(cfg)
