@@ -57,6 +57,10 @@ def build_parser():
                    help="the optimizer (default sgd, as the peers); the others at their default learning "
                         "rate (see python -m mpinn.train --help), so their loss_final is not the peers'")
     p.add_argument("--lr", type=float, help="learning rate (default: the workload's for sgd)")
+    p.add_argument("--batch-per-rank", type=positive_int, metavar="N",
+                   help="weak scaling: each rank trains N rows a step, the global batch N x ranks (default: the "
+                        "peers' global batch, split over the ranks); the rows and their order otherwise as the "
+                        "workload's. Not W3 (full-batch GD: its batch is every row)")
     p.add_argument("--steps", type=positive_int, help="total steps (default: the workload's)")
     p.add_argument("--warmup", type=int, help="untimed steps first (default: the workload's)")
     p.add_argument("--timing-steps", type=int, default=30,
@@ -80,6 +84,9 @@ def main(argv=None):
     warmup, steps = wl.warmup if args.warmup is None else args.warmup, args.steps or wl.steps
     if not 0 <= warmup < steps:
         p.error("the warm-up (%d steps) must be fewer than the steps (%d), and not negative" % (warmup, steps))
+    if args.batch_per_rank and args.workload == "w3":
+        p.exit(2, "mpinn: error: --batch-per-rank: W3 is full-batch gradient descent (its batch is all %d rows at "
+                  "any number of ranks), so it has no per-rank batch to set\n" % wl.n)
     from mpinn.comm.guard import run_guarded  # start-up: --table and --help need no MPI (mpi4py starts it at import)
     return run_guarded(run, args)
 

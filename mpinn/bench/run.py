@@ -9,6 +9,7 @@ import numpy as np
 from mpinn import __version__, settings
 from mpinn.bench.measure import LoadWindow, peak_rss_mb, thread_info, write_result
 from mpinn.bench.workloads import WORKLOADS
+from mpinn.core.errors import MpinnError
 from mpinn.comm.node import mpi_library_version
 from mpinn.data.info import DataInfo
 from mpinn.host.memory import memory_mb
@@ -26,12 +27,12 @@ def bench_reading(args):
     return Reading("local" if args.input == "local" else "rank0")
 
 
-def workload_config(args, wl):
-    """The RunConfig of a benchmark run: the workload's model and batch, the benchmark's options."""
+def workload_config(args, wl, batch=None):
+    """The RunConfig of a benchmark run: the workload's model and batch (or `batch`), the benchmark's options."""
     lr = args.lr or (wl.lr if args.optimizer == "sgd" else REGISTRY[args.optimizer].lr)
     return settings.from_keywords(
         None, hidden=wl.spec.hidden, wide="off", activation=wl.spec.activation, loss=wl.spec.loss, dtype=wl.spec.dtype,
-        task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=wl.batch, epochs=1, early_stop=0, holdout=0,
+        task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=batch or wl.batch, epochs=1, early_stop=0, holdout=0,
         reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap, device=args.device,
         average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True,
         shard_exchange=args.shard_exchange, hot_rows=args.hot_rows)
@@ -74,6 +75,13 @@ def run(args):
     settings.check(cfg)
     job = open_job(device=cfg.device)      # binds each rank to its GPU for --device gpu
     rank0, P, B = job.rank == 0, job.size, wl.batch
+    if args.batch_per_rank:     # weak scaling: N rows a rank, the peers' rows in their order, N P at a time
+        B = args.batch_per_rank * P
+        if B > wl.n:
+            raise MpinnError("%d rows a rank at %d ranks: the global batch %d is more than the workload's %d "
+                             "rows" % (args.batch_per_rank, P, B, wl.n), collective=True)
+        cfg = workload_config(args, wl, B)
+        settings.check(cfg)
     reading = bench_reading(args)
     local_input = reading.who == "local"
     data = wl.make() if rank0 or local_input else None   # local: every rank has the data (as DDP's do)
@@ -160,7 +168,8 @@ def run(args):
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
         "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
         "input": args.input, "comm": r.plan.transport, "device": r.plan.device_note,
-        "launcher": "mpiexec", "global_batch": B, "lr": lr, "optimizer": args.optimizer,
+        "launcher": "mpiexec", "global_batch": B, "batch_per_rank": B // P if args.batch_per_rank else B / P,
+        "batch": "per rank (--batch-per-rank: weak scaling)" if args.batch_per_rank else "global (the workload's)", "lr": lr, "optimizer": args.optimizer,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,
         "samples_per_s": measured * B / (t1 - t0), "step_ms": step_ms,
         "compute_ms": per["compute"] + per["update"], "comm_ms": per["data"] + per["comm"],

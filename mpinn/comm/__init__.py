@@ -12,6 +12,7 @@
     gpu        GPU buffers: nccl, cuda-aware, staged
     guard      ending a job on an error or a hang (fail, run_guarded, Watchdog)
     topology   the job's shape, probed once (nodes, memory, shared memory, GPUs); the node communicators
+    timing     collectives timed across the ranks: the network probe (mpinn.bench.netprobe, the lab's)
     node       facts about the MPI library and the launcher, for the doctor
 """
 from mpinn.comm.allreduce import AllreduceCommunicator

@@ -14,7 +14,7 @@ Under `mpiexec -n P`, each timed call is the median of --reps calls (max over ra
               each further message costs when they are posted together,
               as MPICH's Alltoallv posts its messages to the P - 1 peers (in blocks of 32); np 2 only
 The fit t = alpha + x / B over the alltoallv sweep, x = n (P - 1) / P the bytes that cross (a rank's part to
-itself does not; scripts/bench/crossing.py), gives the per-call latency alpha and the crossing bandwidth B
+itself does not; mpinn/bench/crossing.py), gives the per-call latency alpha and the crossing bandwidth B
 ("crossing_Bps"; files before 2026-12-02 have "bytes_per_s", fitted against n: twice that at np 2),
 the least-squares slope of in_flight over m the cost per
 further message; results in scripts/results/bench-alltoallv-DATE.json.
@@ -28,7 +28,7 @@ import time
 
 from scripts import RESULTS, ROOT
 from scripts.bench.common import mpiexec, timed_on_all_ranks
-from scripts.bench.crossing import slope
+from mpinn.bench.crossing import slope
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
@@ -39,6 +39,7 @@ W2_ROWS, W2_H, W2_TAIL = 3120, 64, 64 + 64 + 1 + 1     # unique rows of a 512-ro
 def probe(out_path, reps):
     import numpy as np
     from mpi4py import MPI
+    from mpinn.comm.timing import in_flight
     comm = MPI.COMM_WORLD
     P, rank = comm.size, comm.rank
 
@@ -73,27 +74,6 @@ def probe(out_path, reps):
             json.dump(res, f)
 
 
-def in_flight(comm, peer, timed, counts=(1, 2, 4, 8, 16, 32, 64), size=256):
-    """{m: seconds} of m messages of `size` bytes in flight at once to and from `peer` (m persistent sends and
-    receives, one Startall, one Waitall: the loop over messages runs in C, no Python work per message), as
-    MPICH's Alltoallv posts its messages to the P - 1 peers; timed(fn) -> seconds (every rank calls it)."""
-    import numpy as np
-    from mpi4py import MPI
-    out = {}
-    for m in counts:
-        sends, recvs = np.ones((m, size), np.uint8), np.empty((m, size), np.uint8)
-        reqs = [comm.Recv_init(recvs[i], peer, i) for i in range(m)]
-        reqs += [comm.Send_init(sends[i], peer, i) for i in range(m)]
-
-        def burst(reqs=reqs):
-            MPI.Prequest.Startall(reqs)
-            MPI.Request.Waitall(reqs)
-        out[str(m)] = timed(burst)
-        for r in reqs:
-            r.Free()
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nps", nargs="+", type=int, default=[2, 3])
@@ -105,7 +85,7 @@ def main():
     args = ap.parse_args()
     if args.probe:
         return probe(args.probe, args.reps)
-    from scripts.bench.crossing import fit_crossing
+    from mpinn.bench.crossing import fit_crossing
     from scripts.bench.scaling import wait_quiet
     cores = os.cpu_count() or 1
     probes, lines = {}, ["| np | Alltoallv latency us | GB/s crossing | Alltoall of P counts us | W2 ids us | "

@@ -3,7 +3,6 @@ table then writing it with its records as JSON under scripts/results/NAME-DATE.j
 import json
 import os
 import shutil
-import statistics
 import sys
 import time
 
@@ -17,15 +16,11 @@ def mpiexec():
 
 
 def timed_on_all_ranks(comm, fn, reps):
-    """The slowest rank's median time of fn() over reps runs (one warm-up), each run started together."""
-    fn()
-    ts = []
-    for _ in range(reps):
-        comm.Barrier()
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return max(comm.allgather(statistics.median(ts)))
+    """The slowest rank's median time of fn() over reps runs (one warm-up), each run started together
+    (mpinn.comm.timing's, the network probe's)."""
+    # start-up: mpi4py starts MPI at import, and the scripts that only launch mpiexec import this module too
+    from mpinn.comm.timing import timed_on_all_ranks as timed
+    return timed(comm, fn, reps)
 
 
 def command_module():

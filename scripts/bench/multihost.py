@@ -17,7 +17,7 @@ are both 4 ranks on 2 cores (oversubscribed): compare configurations with each o
 rank in total, split evenly over the P ranks, itself included: as scripts/bench/alltoallv.py), of
 MPI_Allreduce (n bytes of float32) for n = 256 B .. 16 MiB, and of an MPI_Alltoall of P int64 counts; the
 fit t = alpha + x / B, x the bytes that cross (n (P - 1) / P of an Alltoallv, 2 (P - 1) / P n of an Allreduce:
-scripts/bench/crossing.py; alpha: the smallest size's time; B: the least-squares slope), and m = 1..64 messages
+mpinn/bench/crossing.py; alpha: the smallest size's time; B: the least-squares slope), and m = 1..64 messages
 of 256 B in flight to the other host (persistent requests, as scripts/bench/alltoallv.py): the slope is what
 each further message of an Alltoallv costs on the link; the same at 2 hosts x 2 ranks (no in-flight).
 Writes scripts/results/multihost-probe-DATE.json ("fits" at 2x1; "fits"."2x2" at 2x2).
@@ -60,34 +60,14 @@ DEFAULT_CONFIGS = [("w2-flat", "--workload w2 --hashed-table sharded --shard-exc
                    ("w1-mpi", "--workload w1 --comm mpi"),
                    ("w1-shm", "--workload w1 --comm shm")]
 SOURCE = None
-SIZES = [1 << k for k in range(8, 25)]          # 256 B .. 16 MiB
 
 
 # ---------------------------------------------------------------- under mpiexec
 def probe_worker(out_path):
-    import numpy as np
-    from mpi4py import MPI
-    from scripts.bench.common import timed_on_all_ranks
-    comm = MPI.COMM_WORLD
-    P = comm.size
-
-    def timed(fn, nbytes):
-        return timed_on_all_ranks(comm, fn, 20 if nbytes < (1 << 20) else 5)
-
-    res = {"np": P, "hosts": comm.allgather(MPI.Get_processor_name()), "alltoallv": {}, "allreduce": {}}
-    c_send, c_recv = np.ones(P, np.int64), np.empty(P, np.int64)
-    res["alltoall_counts"] = timed_on_all_ranks(comm, lambda: comm.Alltoall(c_send, c_recv), 50)
-    for n in SIZES:
-        per = max(n // P, 1)
-        counts, displs = np.full(P, per, np.int64), np.arange(P, dtype=np.int64) * per
-        send, recv = np.ones(per * P, np.uint8), np.empty(per * P, np.uint8)
-        res["alltoallv"][str(n)] = timed(lambda: comm.Alltoallv([send, (counts, displs)], [recv, (counts, displs)]), n)
-        buf = np.ones(n // 4, np.float32)
-        res["allreduce"][str(n)] = timed(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), n)
-    if P == 2:                  # one rank a host: messages in flight across the link
-        from scripts.bench.alltoallv import in_flight
-        res["in_flight"] = in_flight(comm, 1 - comm.rank, lambda fn: timed_on_all_ranks(comm, fn, 50))
-    if comm.rank == 0:
+    """Under mpiexec in the lab: mpinn.comm.timing's probe (the one mpinn.bench.netprobe runs on a cluster)."""
+    from mpinn.comm.timing import probe_points, world
+    res = probe_points(world())
+    if world().Get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump(res, f)
 
@@ -131,7 +111,7 @@ def hostfile(c, ranks_per_host):
 
 
 def run_probe(args):
-    from scripts.bench.crossing import CONVENTION, probe_fits
+    from mpinn.bench.crossing import CONVENTION, probe_fits
     points, fits, link = {}, {}, None
     with tempfile.TemporaryDirectory() as tmp:
         c = open_lab(2, tmp, args)

@@ -28,7 +28,7 @@ import time
 
 from scripts import RESULTS, ROOT
 from scripts.bench.common import mpiexec, timed_on_all_ranks
-from scripts.bench.crossing import fit_crossing, fit_line
+from mpinn.bench.crossing import fit_crossing, fit_line
 
 CORES = os.cpu_count() or 1
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -157,7 +157,7 @@ def probe(out_path):
 
 def fit_alpha_beta(table):
     """Least-squares t = alpha + n / B over the sweep's sizes n (bytes, the table's keys): (alpha s, B per s).
-    B is per byte of n, not per byte that crosses: the model uses scripts/bench/crossing.py's fit_crossing."""
+    B is per byte of n, not per byte that crosses: the model uses mpinn/bench/crossing.py's fit_crossing."""
     return fit_line([(int(k), v) for k, v in table.items() if k.isdigit()])
 
 
@@ -295,7 +295,7 @@ def main():
         a, b = fit_crossing(pr["allreduce"], "allreduce", int(P))
         ga, gb = fit_crossing(pr["allgatherv"], "allgatherv", int(P))
         speeds += ("\nnp=%d: Allreduce latency %.1f us, %.2f GB/s crossing a rank's links one way (fit t = a + "
-                   "x/B, x the bytes a rank sends to others, scripts/bench/crossing.py; 256 B..16 MiB); "
+                   "x/B, x the bytes a rank sends to others, mpinn/bench/crossing.py; 256 B..16 MiB); "
                    "Allgatherv %.1f us, %.2f GB/s" % (P, a * 1e6, b / 1e9, ga * 1e6, gb / 1e9))
     table = "\n".join(lines) + "\n\n" + speeds
     print()

@@ -142,3 +142,31 @@ def test_bench_w4_runs_and_learns(tmp_path, launcher):
     rec = json.loads(out.read_text())
     assert rec["workload"] == "W4" and rec["np"] == 2 and rec["samples_per_s"] > 0
     assert rec["loss_final"] < rec["loss_initial"] - 0.05
+
+
+@pytest.mark.mpi
+def test_batch_per_rank_is_weak_scaling_and_the_same_training(tmp_path, launcher):
+    """--batch-per-rank N (issue 63): the global batch is N x P, and np 2 at N trains what np 1 at 2 N does (the
+    same rows in the same order, the gradient summed over the ranks): W2's loss_final is bitwise the same here."""
+    recs = {}
+    for P, N in ((1, 256), (2, 128), (2, 256)):
+        out = tmp_path / ("%d-%d.jsonl" % (P, N))
+        r = mpirun(P, ["-m", "mpinn.bench", "--workload", "w2", "--batch-per-rank", str(N), "--steps", "12",
+                       "--warmup", "2", "--timing-steps", "0", "--out", str(out)], timeout=120)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        recs[P, N] = json.loads(out.read_text())
+    for (P, N), rec in recs.items():
+        assert rec["np"] == P and rec["batch_per_rank"] == N and rec["global_batch"] == N * P
+        assert rec["batch"].startswith("per rank") and rec["config"]["batch_size"] == N * P
+    assert recs[2, 128]["loss_final"] == recs[1, 256]["loss_final"]
+    assert recs[2, 256]["loss_final"] != recs[1, 256]["loss_final"]     # 512 rows a step: another training
+
+
+@pytest.mark.mpi
+def test_batch_per_rank_refusals(tmp_path, launcher):
+    r = run([sys.executable, "-m", "mpinn.bench", "--workload", "w3", "--batch-per-rank", "8"])
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "full-batch" in r.stderr, r.stderr
+    r = mpirun(2, ["-m", "mpinn.bench", "--workload", "w1", "--batch-per-rank", "40000", "--steps", "3",
+                   "--warmup", "1"], timeout=120)
+    assert r.returncode == 2 and "global batch 80000 is more than the workload's 60000 rows" in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr

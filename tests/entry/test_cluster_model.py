@@ -150,7 +150,7 @@ def synthetic_probe(B_true, alpha=20e-6, P=2, per_message=3e-6):
 def test_the_probe_fit_gives_back_the_crossing_bandwidth(tmp_path):
     """Issue 63: at P = 2 only half of an Alltoallv's n crosses; a fit against n measured twice the link."""
     import json
-    from scripts.bench import crossing
+    from mpinn.bench import crossing
     from scripts.bench.cluster_model.model import read_network
     B = 0.84e9
     pts = synthetic_probe(B)
@@ -178,7 +178,7 @@ def test_the_probe_fit_gives_back_the_crossing_bandwidth(tmp_path):
 
 def test_link_terms_and_floor_divide_crossing_bytes_by_the_fitted_B(monkeypatch):
     """w2's inter-node bytes term and the floor: the node's crossing bytes / the probe's crossing B, not 2 B."""
-    from scripts.bench import crossing
+    from mpinn.bench import crossing
     B = 0.84e9
     f = crossing.probe_fits(synthetic_probe(B), 1)
     net = dict(costs.ASSUMED, label="lab", a2a=0.0, a_v=0.0, a_ar=0.0, per_message=None,

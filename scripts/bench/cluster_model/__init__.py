@@ -8,7 +8,7 @@ data), model.py (the measurements read and the curves drawn from them), report.p
 __main__.py (the command line).
 
 Inputs (no number is taken from a table; the one assumed network is labelled "assumed"). Every bandwidth B
-is bytes that CROSS per second, one direction (scripts/bench/crossing.py): each fit is re-made here from the
+is bytes that CROSS per second, one direction (mpinn/bench/crossing.py): each fit is re-made here from the
 stored points with the sizes converted to the bytes a rank sends to the others (an Alltoallv of n bytes a
 rank split over P ranks, itself included: n (P - 1) / P; an Allreduce of n: 2 (P - 1) / P n; an Allgatherv
 of n a rank: (P - 1) n), and every cost below divides crossing bytes by it. (Before 2026-12-02 the Alltoallv

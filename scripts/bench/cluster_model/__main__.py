@@ -17,7 +17,7 @@ def main(argv=None):
                                 description=package.__doc__.split("\n")[0])
     p.add_argument("scaling", nargs="?", help="scripts.bench.scaling's JSON (default: the newest in scripts/results)")
     p.add_argument("alltoallv", nargs="?", help="scripts.bench.alltoallv's JSON (default: the newest)")
-    p.add_argument("--network", help="the lab's multihost probe JSON (default: the newest "
+    p.add_argument("--network", help="a network probe's JSON: python -m mpinn.bench.netprobe's from your cluster, or the lab's (default: the newest "
                    "scripts/results/multihost-probe-*.json; without one, only the assumed 10 GbE)")
     p.add_argument("--ranks-per-node", default="1,8", help="R values, comma-separated (default 1,8)")
     p.add_argument("--tag", default="", help="a word added to the output's name: cluster-model-DATE-TAG.json/.png")

@@ -12,7 +12,7 @@ from scripts.bench.cluster_model import w2_loads
 from scripts.bench.cluster_model.costs import (ASSUMED, NET_10GBE, PER_RANK, RANKS, ROW_BYTES, W1_PARAMS,
                                                W2_DENSE_TAIL, W2_H, W2_ROWS_PER_RANK, W2_TABLE, cluster, predict,
                                                ring_allgather, ring_allreduce, w2_sharded_terms)
-from scripts.bench.crossing import CONVENTION, fit_crossing, probe_fits
+from mpinn.bench.crossing import CONVENTION, fit_crossing, probe_fits
 
 
 def update_times():
@@ -41,13 +41,14 @@ def update_times():
 
 
 def read_network(path):
-    """The lab's probe as the model's network: its 2x1 points (one rank a host) re-fitted under
-    scripts/bench/crossing.py's convention (the file's own fits may be older: bandwidth_Bps was per byte of n)."""
+    """A network probe (the lab's, or mpinn.bench.netprobe's from a cluster) as the model's network: its 2x1 points (one rank a host) re-fitted under
+    mpinn/bench/crossing.py's convention (the file's own fits may be older: bandwidth_Bps was per byte of n)."""
     with open(path) as f:
         doc = json.load(f)
     link = doc.get("link", {})
     fits = probe_fits(doc["points"]["2x1"], 1)
-    return {"label": "lab %s (%s)" % (link.get("rate", "?"), os.path.basename(path)),
+    where = "" if "measured" in link else "lab "      # mpinn.bench.netprobe's files say where they were measured
+    return {"label": "%s%s (%s)" % (where, link.get("rate", "?"), os.path.basename(path)),
             "a2a": fits["alltoall_counts_s"], "a_v": fits["alltoallv"]["alpha_s"],
             "b_v": fits["alltoallv"]["crossing_Bps"], "a_ar": fits["allreduce"]["alpha_s"],
             "b_ar": fits["allreduce"]["crossing_Bps"], "per_message": fits["alltoallv"].get("per_message_s"),

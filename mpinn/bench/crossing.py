@@ -12,6 +12,7 @@ Per call of n bytes at P ranks, what one rank sends to the others:
 Between hosts, a link carries what its ranks send off the host: for an Alltoallv with R ranks a host,
 R n (P - R) / P a direction (link_bytes); at 1 rank a host that is crossing_bytes.
 
+Moved from scripts/bench/crossing.py so that mpinn.bench.netprobe (the probe a cluster runs) can fit.
 Until 2026-12-02 the Alltoallv fits (scripts/bench/multihost.py --probe, scripts/bench/alltoallv.py) were made
 against n, so their B was twice the crossing rate at P = 2, while the model divided crossing bytes by it.
 """
@@ -58,14 +59,14 @@ def slope(table):
 
 
 CONVENTION = ("crossing_Bps: bytes a rank sends to other ranks per second, one direction (Alltoallv: n (P-1)/P of "
-              "its n; Allreduce: 2 (P-1)/P n), scripts/bench/crossing.py; link_Bps (Alltoallv): bytes on a host's "
+              "its n; Allreduce: 2 (P-1)/P n), mpinn/bench/crossing.py; link_Bps (Alltoallv): bytes on a host's "
               "link per second, one direction, R n (P-R)/P; per_message_s: the slope of m messages in flight. "
               "Files before 2026-12-02 have bandwidth_Bps, fitted against n: at 2x1 twice the Alltoallv's "
               "crossing rate")
 
 
 def probe_fits(pts, R):
-    """The multihost probe's fits of one layout's points (scripts/bench/multihost.py --probe) at R ranks a host:
+    """The multihost probe's fits of one layout's points (mpinn.bench.netprobe, and scripts/bench/multihost.py --probe in the lab) at R ranks a host:
     per collective alpha_s and crossing_Bps, the Alltoallv's link_Bps and (if measured) per_message_s, and
     alltoall_counts_s. The cluster model re-fits stored points with this, whatever the file's own fits say."""
     P = pts["np"]
