@@ -108,6 +108,11 @@ def main(argv=None):
           "%.2f us a further message in flight; wrote %s" % (
               f["alltoallv"]["alpha_s"] * 1e6, f["alltoallv"]["crossing_Bps"] / 1e9, f["allreduce"]["alpha_s"] * 1e6,
               f["allreduce"]["crossing_Bps"] / 1e9, f["alltoallv"]["per_message_s"] * 1e6, args.out), flush=True)
+    unresolved = [k for k in ("alltoallv", "allreduce") if not f[k]["crossing_Bps"] > 0 or not f[k]["alpha_s"] > 0]
+    if unresolved:      # the times did not grow with the bytes: noise (a busy machine) or too small a --largest
+        print("netprobe: warning: the %s fit is not a line of positive latency and bandwidth (the times did not "
+              "grow with the bytes): probe again on a quiet machine, with a larger --largest"
+              % " and ".join(unresolved), flush=True)
     return 0
 
 

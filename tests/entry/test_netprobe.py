@@ -3,6 +3,7 @@ one machine, only its dry run (--allow-one-node) can measure; the file must be w
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import mpirun
@@ -33,11 +34,17 @@ def test_the_dry_run_writes_what_the_cluster_model_reads(tmp_path, launcher):
                timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     progress = [l for l in r.stdout.splitlines() if l.startswith("netprobe: ")]
-    assert len(progress) == 1 + 1 + 9 + 1 + 1          # layout, counts, 256 B .. 64 KiB, in flight, the fits
+    assert len(progress) - progress[-1].startswith("netprobe: warning") == 1 + 1 + 9 + 1 + 1   # layout, counts,
+    #                                                                   256 B .. 64 KiB, in flight, the fits
     doc = json.loads(out.read_text())
     assert doc["link"]["one_node"] is True and doc["points"]["2x1"]["np"] == 2
     net = read_network(str(out))                         # what --network FILE does
-    assert net["b_v"] > 0 and net["b_ar"] > 0 and net["a_v"] > 0 and net["per_message"] is not None
+    # (the fitted values are a measurement: on a busy machine the small sizes of a dry run can fit a negative slope,
+    # which the probe then warns of; the file and its reading are what this checks)
+    assert all(np.isfinite(net[k]) for k in ("b_v", "b_ar", "a_v")) and net["per_message"] is not None
+    fits = doc["fits"]
+    resolved = all(fits[k]["crossing_Bps"] > 0 and fits[k]["alpha_s"] > 0 for k in ("alltoallv", "allreduce"))
+    assert ("warning" in progress[-1]) == (not resolved)
     assert net["label"].startswith("one node (dry run")
     assert doc["fits"]["alltoallv"]["crossing_Bps"] == pytest.approx(net["b_v"])
 
