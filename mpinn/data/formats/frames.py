@@ -73,7 +73,8 @@ def _cell_text(v):
         f = float(v)
         if f != f:
             return ""
-        return str(int(f)) if f == round(f) and abs(f) < 2.0 ** 53 else str(f)
+        # abs() first: round() of an infinity raises; an infinity is 'inf' or '-inf', as in a DataFrame
+        return str(int(f)) if abs(f) < 2.0 ** 53 and f == round(f) else str(f)
     return str(v)
 
 
