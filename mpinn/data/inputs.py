@@ -91,18 +91,15 @@ def load_everywhere(plan, comm, say, resplit=None):
             held = plan.holdout.how()
         transform = fit_transform(data, plan.transform, plan.bins)
         set_transform(data, transform, "the data")
-        if plan.streamed:
-            train = data
-            if plan.holdout.kind == "files":
-                valid = held_out_rows(plan, data.meta)
-                set_transform(valid, transform, plan.holdout.files.given)
-            elif valid is not None:
-                set_transform(valid, transform, "the held-out rows")
-        elif plan.holdout.kind == "files":
+        if plan.holdout.kind == "files":        # --valid's, or a stream's last files: read like the training set
             train, valid = data, held_out_rows(plan, data.meta)
             set_transform(valid, transform, plan.holdout.files.given)
-            if resplit is not None:
+            if resplit is not None and not plan.streamed:       # a stream is opened anew for each member
                 resplit.append(lambda: (data, valid))
+        elif plan.streamed:                     # a share of the stream's sample, or none
+            train = data
+            if valid is not None:
+                set_transform(valid, transform, "the held-out rows")
         else:
             split = split_rows(plan, data)
             train, valid = split()

@@ -1,12 +1,25 @@
 """What the benchmark scripts share: the MPI launcher, timing a collective on every rank, and printing a Markdown
 table then writing it with its records as JSON under scripts/results/NAME-DATE.json."""
+import glob
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
-from scripts import RESULTS
+from scripts import RESULTS, ROOT
+
+
+def revision_tree(rev, where):
+    """A clean git worktree of rev at `where` with this checkout's compiled kernels (the same kernels at both
+    revisions of a side-by-side comparison); its own mpinn/ is what runs there (PYTHONPATH=where)."""
+    shutil.rmtree(where, ignore_errors=True)
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", where, rev], check=True,
+                   capture_output=True)
+    for so in glob.glob(os.path.join(ROOT, "mpinn", "optim", "*.so")):
+        shutil.copy(so, os.path.join(where, "mpinn", "optim"))
+    return where
 
 
 def mpiexec():

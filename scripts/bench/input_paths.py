@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from scripts import RESULTS, ROOT
-from scripts.bench.common import mpiexec
+from scripts.bench.common import mpiexec, revision_tree
 
 TRAIN = ["--epochs", "1", "--ensemble", "1", "--seed", "0", "--no-progress", "--hash-bits", "14"]
 CSV = ["--label", "clicked", "--categorical", "site,ad,device", "--numeric", "price,age"]
@@ -144,12 +144,7 @@ def main(argv=None):
     os.makedirs(os.path.join(a.work, "data"))
     trees = {}
     for rev in (a.rev_a, a.rev_b):
-        tree = os.path.join(a.work, "tree-" + rev.replace("/", "_"))
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", tree, rev], check=True,
-                       capture_output=True)
-        for so in glob.glob(os.path.join(ROOT, "mpinn", "optim", "*.so")):     # the same compiled kernels
-            shutil.copy(so, os.path.join(tree, "mpinn", "optim"))
-        trees[rev] = tree
+        trees[rev] = revision_tree(rev, os.path.join(a.work, "tree-" + rev.replace("/", "_")))
     try:
         d = os.path.join(a.work, "data")
         make_data(d)

@@ -10,16 +10,14 @@ peak resident set per rank and samples/s come from its own summary (--metrics-ou
 trained the same rows. Prints a Markdown table (medians over --reps) and writes JSON."""
 import argparse
 import datetime
-import glob
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 
 from scripts import RESULTS, ROOT
-from scripts.bench.common import mpiexec, w4_day_files
+from scripts.bench.common import mpiexec, revision_tree, w4_day_files
 
 
 def run(tree, data, out, readers):
@@ -49,13 +47,7 @@ def main(argv=None):
     os.makedirs(a.work, exist_ok=True)
     revs, trees = (a.rev_a, a.rev_b), {}
     for rev in revs:
-        tree = os.path.join(a.work, "tree-" + rev.replace("/", "_"))
-        shutil.rmtree(tree, ignore_errors=True)
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", tree, rev], check=True,
-                       capture_output=True)
-        for so in glob.glob(os.path.join(ROOT, "mpinn", "optim", "*.so")):
-            shutil.copy(so, os.path.join(tree, "mpinn", "optim"))
-        trees[rev] = tree
+        trees[rev] = revision_tree(rev, os.path.join(a.work, "tree-" + rev.replace("/", "_")))
     rows = []
     try:
         print("| rows | rev | rank 0 peak MiB | samples/s | held-out logloss |\n|---|---|---|---|---|")
