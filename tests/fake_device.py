@@ -48,9 +48,16 @@ class FakeStream:
         self.enqueue(lambda: event.stream.run_until(event.mark))
 
     def synchronize(self):
+        self.device.no_host_wait("a stream's synchronize")
         self.device.syncs += 1
         self.run_until(len(self.ops))
         _sleep_until(self.busy_until)
+
+    def __enter__(self):        # `with stream:` (cupy's: kernels go to it); the fake's kernels are FakeOps'
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 class FakeEvent:
@@ -88,11 +95,26 @@ class FakeBackend(Backend):
         self.syncs = 0
         self.compute = FakeStream(self, immediate=not lazy_compute)
         self.copies = 0
+        self.capturing = None       # the FakeGraph being captured: no host wait, host read or copy allowed
+        self._ops = None
+
+    def no_host_wait(self, what):
+        """Raise when a graph is being captured: a captured step must not wait, read back or copy (CUDA's
+        stream capture refuses them too: cudaErrorStreamCaptureUnsupported)."""
+        if self.capturing is not None:
+            raise CaptureError("%s during graph capture" % what)
+
+    def graph_ops(self):
+        """The step plan's operations on this device: FakeOps (numpy's, queued on the compute stream)."""
+        if self._ops is None:
+            self._ops = FakeOps(self)
+        return self._ops
 
     def is_device_array(self, a):
         return isinstance(a, np.ndarray)
 
     def asnumpy(self, a):
+        self.no_host_wait("a read back to the host")
         self.synchronize()          # a copy to the host waits for the work queued before it
         return np.array(a)
 
@@ -125,6 +147,7 @@ class FakeBackend(Backend):
         return event.done
 
     def host_wait(self, event):
+        self.no_host_wait("a wait on an event")
         if not event.done:
             self.syncs += 1
             event.synchronize()
@@ -145,11 +168,13 @@ class FakeBackend(Backend):
         return X
 
     def copy_to_device_async(self, dst, src, stream):
+        self.no_host_wait("a host-to-device copy")
         assert dst.shape == src.shape and dst.dtype == src.dtype
         self.copies += 1
         stream.enqueue(lambda: np.copyto(dst, src))
 
     def copy_to_host_(self, src, out):
+        self.no_host_wait("a copy to the host")
         self.synchronize()
         np.copyto(out, src)
         return out
@@ -157,6 +182,64 @@ class FakeBackend(Backend):
     def copy_to_device_(self, src, out):
         np.copyto(out, src)
         return out
+
+
+class CaptureError(RuntimeError):
+    """Something a CUDA graph cannot hold was done while one was captured."""
+
+
+class FakeGraph:
+    """The operations recorded while capturing, with the arrays and numbers they were given: replay() queues
+    them again as they are (a number given at capture is frozen, as in a CUDA graph)."""
+
+    def __init__(self, backend):
+        self.b, self.ops = backend, []
+
+    def replay(self):
+        for op in self.ops:
+            self.b.compute.enqueue(op)
+
+
+class FakeOps:
+    """mpinn.device.ops.HostOps on the fake device: each operation queued on the compute stream (run there in
+    order), or recorded into the graph being captured (run only when it is replayed)."""
+
+    def __init__(self, backend):
+        from mpinn.device.ops import HostOps
+        self.b, self.host, self.launches = backend, HostOps(), 0
+
+    def stream(self):
+        return self.b.compute
+
+    def synchronize(self):
+        self.b.compute.synchronize()
+
+    def capture(self, fn):
+        assert self.b.capturing is None, "a capture inside a capture"
+        graph = self.b.capturing = FakeGraph(self.b)
+        try:
+            fn()
+        finally:
+            self.b.capturing = None
+        return graph
+
+    def hashed_workspace(self, *args):
+        ws = self.host.hashed_workspace(*args)
+        for a in ws.values():       # garbage that cannot pass for data, as device_empty's
+            a[...] = np.nan if a.dtype.kind == "f" else np.iinfo(a.dtype).max // 2
+        return ws
+
+    def __getattr__(self, name):
+        fn = getattr(self.host, name)
+
+        def queued(*args, **kw):
+            self.launches += 1
+            op = lambda: fn(*args, **kw)        # noqa: E731
+            if self.b.capturing is not None:
+                self.b.capturing.ops.append(op)
+            else:
+                self.b.compute.enqueue(op)
+        return queued
 
 
 def messy_csr(n, cols, rng, dtype=np.float32, per_row=6):

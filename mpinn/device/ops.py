@@ -7,7 +7,8 @@ captured graph's replay computes what an eager step would (a Python number passe
 
 The conventions shared with the kernels:
 - `scalars` (float64, the batch's slot): SCALE the step's 1/n, LR the rate.
-- `state` (int64, two values): POS the steps recorded so far (the ring's next place), T Adam's global count.
+- `state` (int64, two values): POS the steps recorded so far (the ring's next place), T the steps taken (not
+  skipped): the optimizer's count, Adam's bias correction.
 - `ring` (float64, RING x 2): a step's (loss sum, verdict) at ring[POS % RING]; verdict 1.0 for a finite step.
   Every update reads the verdict and changes nothing (parameters, optimizer state, counts) when it is 0.
 - A batch's hashed rows: CSR over capacity-sized arrays (indptr has n + 1 entries; the rows' entries are the
@@ -64,16 +65,18 @@ class HostOps:
             d *= a * (1 - a)
 
     def rows_times(self, indptr, indices, data, B, out, base=None, bias=None):
-        """out = ((0 + X B) + base) + bias, X the CSR rows (len(out) of them; duplicates summed in order)."""
+        """out = ((0 + X B) + base) + bias, X the CSR rows (len(out) of them; duplicates summed in order); base may be
+        out itself (each element is read, then written)."""
         n = out.shape[0]
         nnz = int(indptr[n])
         X = scipy.sparse.csr_matrix((data[:nnz], indices[:nnz], indptr[:n + 1]), shape=(n, B.shape[0]))
-        out[...] = 0
-        out += X @ B
+        s = np.zeros(out.shape, out.dtype)      # base may be out itself: each element read before it is written
+        s += X @ B
         if base is not None:
-            out += base
+            s += base
         if bias is not None:
-            out += bias
+            s += bias
+        out[...] = s
 
     def head(self, loss, z, y, scalars, rows, d):
         """rows[r] = row r's loss, d = d loss / d z times scalars[SCALE]: softmax (y class ids), sigmoid (one
@@ -128,11 +131,14 @@ class HostOps:
         ws["k"][0] = k
 
     def verdict(self, buf, rows, k, ring, state):
-        """ring[POS] = (buf's last value: the loss sum, 1.0 when every element of buf and of rows[:k] is finite)."""
+        """ring[POS] = (buf's last value: the loss sum, 1.0 when every element of buf and of rows[:k] is finite);
+        a finite step counts: T += 1 (the optimizer's step count, Adam's bias correction reads it)."""
         ok = bool(np.isfinite(buf).all()) and (rows is None or bool(np.isfinite(rows[:int(k[0])]).all()))
         at = state[POS] % RING
         ring[at, 0] = buf[-1]
         ring[at, 1] = 1.0 if ok else 0.0
+        if ok:
+            state[T] += 1
 
     def advance(self, state):
         """The step is recorded: the ring's next place."""
@@ -151,11 +157,10 @@ class HostOps:
             table[ids[:k]] -= rows[:k] * table.dtype.type(scalars[LR])
 
     def adam_dense(self, p, g, m, v, state, scalars, ring, b1, b2, eps):
-        """Adam on scaled moments (mpinn.optim.adam): T += 1; m = b1 m + g; v = b2 v + g^2;
+        """Adam on scaled moments (mpinn.optim.adam), T already counting this step: m = b1 m + g; v = b2 v + g^2;
         p -= (lr c(T)) m / (sqrt(v) + eps), c(T) = (1 - b1) / sqrt(1 - b2) sqrt(1 - b2^T) / (1 - b1^T) in float64."""
         if not ok_at(ring, state):
             return
-        state[T] += 1
         f = p.dtype.type
         step = f(float(scalars[LR]) * adam_factor(b1, b2, np.float64(state[T])))
         _adam(p, g, m, v, f(b1), f(b2), f(eps), step)

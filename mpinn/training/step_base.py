@@ -31,6 +31,7 @@ class Step:
     finiteness verdict, and the step's phases on the timeline."""
 
     shares_params = False       # do the node's ranks hold one copy of the parameters?
+    stages = False              # does it stage its host batches onto the device itself (GraphStep)?
 
     def __init__(self, model, optimizer, comm, faults, timeline, grad_accum=1, towers=None):
         self.model, self.optimizer, self.comm = model, optimizer, comm
@@ -42,6 +43,10 @@ class Step:
 
     def __call__(self, local, n_global, step, lr):
         raise NotImplementedError
+
+    def outcomes(self, result, flush=False):
+        """The settled steps' (loss, ok, n_global, step): the one just taken, at once (a GraphStep's later)."""
+        return [result] if result is not None else []
 
     def broadcast_params_(self):
         """At start: every rank takes rank 0's parameters (initial or restored)."""

@@ -143,6 +143,7 @@ class Trainer:
         """The parameters to evaluate or save (local SGD: averaged now if steps were taken since)."""
         with self.watchdog.guard("the ranks' parameters averaged after step %d" % self.global_step):
             self.stepper.settle_(self.global_step + 1)
+        self.tally(None, self.epoch, flush=True)    # a GraphStep's queued results read
 
     def feed(self, train, n_train, epoch, steps):
         """Where this epoch's local batches come from (mpinn.training.feed.make_feed, from the epoch's order and who
@@ -157,7 +158,7 @@ class Trainer:
                          self.model.dtype, steps=steps, prefetch=self.prefetch, replicate=self.towers == "same")
         if n_train is not None:
             self.posted = feed
-        return device_feed(feed, self.model.backend)
+        return feed if self.stepper.stages else device_feed(feed, self.model.backend)
 
     # ---------------------------------------------------------------- the loop
     def fit(self, train, valid, epochs, progress=True):
@@ -199,8 +200,9 @@ class Trainer:
                     self.first_step_s = time.perf_counter() - self.t_origin
                 self.global_step += 1
                 self.next_step += 1
-                self.tally(loss, ok, n_global, epoch)
-                bar.update(epoch, epochs, s + 1, max(shown, s + 1), loss,
+                self.tally((loss, ok, n_global, self.global_step), epoch)
+                shown_loss = self.loss_sum / max(self.loss_n, 1) if ok is None else loss    # a GraphStep's: later
+                bar.update(epoch, epochs, s + 1, max(shown, s + 1), shown_loss,
                            (self.samples - samples0) / max(time.perf_counter() - t_epoch, 1e-9))
                 if (self.checkpoints is not None and self.checkpoints.due(self.global_step)
                         and self.more(steps) and not self.bad_streak):    # only good states are checkpointed
@@ -307,19 +309,19 @@ class Trainer:
         if not point:
             record["best_epoch"] = self.best["epoch"]
 
-    def tally(self, loss, ok, n_global, epoch):
-        """A step's loss into the epoch's mean, or a skipped step counted; too many in a row end training."""
-        if ok:
-            self.loss_sum += loss * n_global
-            self.loss_n += n_global
-            self.bad_streak = 0
-            return
-        self.skipped, self.bad_streak = self.skipped + 1, self.bad_streak + 1
-        self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"
-                 % (self.global_step, self.bad_streak, self.skipped))
-        if self.bad_streak >= self.max_bad_steps:
-            raise MpinnError(messages.diverged(self.bad_streak, self.global_step, epoch, self.last_checkpoint),
-                             collective=True, code=4)
+    def tally(self, result, epoch, flush=False):
+        """Each settled step's loss (result: the step's (loss, ok, n_global, step); a GraphStep's settle later, see
+        Step.outcomes) into the epoch's mean, or a skipped step counted; too many in a row end training."""
+        for loss, ok, n_global, step in self.stepper.outcomes(result, flush):
+            if ok:
+                self.loss_sum, self.loss_n, self.bad_streak = self.loss_sum + loss * n_global, self.loss_n + n_global, 0
+                continue
+            self.skipped, self.bad_streak = self.skipped + 1, self.bad_streak + 1
+            self.log("step %d skipped: non-finite loss or gradient (%d in a row, %d in all)"
+                     % (step, self.bad_streak, self.skipped))
+            if self.bad_streak >= self.max_bad_steps:
+                raise MpinnError(messages.diverged(self.bad_streak, step, epoch, self.last_checkpoint),
+                                 collective=True, code=4)
 
     def evaluate(self, data, chunk=65536):
         """Held-out metrics (see mpinn.training.evaluate); collective, data on rank 0 only. Its seconds add to
