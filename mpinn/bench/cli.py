@@ -37,6 +37,8 @@ def build_parser():
                    help="local SGD: average the parameters every K steps instead of reducing gradients")
     p.add_argument("--overlap", action="store_true",
                    help="Iallreduce the later layers' gradients while earlier layers back-propagate")
+    p.add_argument("--graph", default="auto", choices=["auto", "on", "off"],
+                   help="a GPU rank's step as one captured CUDA graph, as training's --graph (off: eager steps)")
     p.add_argument("--hashed-table", default="auto", choices=["auto", "replicated", "sharded"],
                    help="the hashed block (W2): replicated, sharded over the ranks, or auto: as training's --table")
     p.add_argument("--shard-exchange", default="auto", choices=["auto", "flat", "node"],

@@ -33,7 +33,7 @@ def workload_config(args, wl, batch=None):
     return settings.from_keywords(
         None, hidden=wl.spec.hidden, wide="off", activation=wl.spec.activation, loss=wl.spec.loss, dtype=wl.spec.dtype,
         task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=batch or wl.batch, epochs=1, early_stop=0, holdout=0,
-        reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap, device=args.device,
+        reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap, device=args.device, graph=args.graph,
         average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True,
         shard_exchange=args.shard_exchange, hot_rows=args.hot_rows)
 
@@ -103,8 +103,9 @@ def run(args):
     def feed(first, stop):      # the trainer's feed, in the peers' batch order
         # the workloads' rows are slices of arrays in memory: no read-ahead thread, which only competed with the
         # compute for the cores (W2 np 1: 568k against 641k samples/s with it, medians of 5)
-        return device_feed(make_feed(rows, order, reading, first, comm, wl.layout, B, wl.spec.dtype, steps=stop,
-                                     prefetch=args.prefetch, read_ahead=False), model.backend)   # staged on a GPU
+        f = make_feed(rows, order, reading, first, comm, wl.layout, B, wl.spec.dtype, steps=stop,
+                      prefetch=args.prefetch, read_ahead=False)
+        return f if trainer.stepper.stages else device_feed(f, model.backend)   # staged on a GPU (a graph step: by it)
 
     def run_steps(first, stop, last=None):
         f = feed(first, stop)
@@ -112,10 +113,11 @@ def run(args):
             t = time.perf_counter()
             local = f.next()
             trainer.timeline.add("data", t, time.perf_counter(), trainer.global_step + 1)
-            loss, _ = trainer.step_slice(local, B)
+            loss, ok = trainer.step_slice(local, B)
             trainer.global_step += 1
-            if last is not None and s >= stop - 10:
-                last.append(loss)
+            for loss, _, _, step in trainer.stepper.outcomes((loss, ok, B, s), flush=s == stop - 1):
+                if last is not None and step >= stop - 10:      # a graph step's settle later
+                    last.append(loss)
 
     def eval_loss():
         return model.loss_sum(wl.rows(data, 0, wl.eval_rows)) / wl.eval_rows if rank0 else None
@@ -160,7 +162,7 @@ def run(args):
     variant = (" gpu" if r.plan.device == "gpu" else "") + (
         " " + r.plan.transport if args.reduce == "allreduce" and table != "sharded" else "") + (
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
-        " avg%d" % args.average_every if args.average_every else "") + (
+        " avg%d" % args.average_every if args.average_every else "") + (" graph" if r.plan.step == "graph" else "") + (
         " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
@@ -227,6 +229,7 @@ def compute_alone_ms(r, rows, order, args, steps):
     tc = time.perf_counter()
     for _ in steps:
         null.step_slice(f.next(), B)
+    null.stepper.outcomes(None, flush=True)     # a graph step's queued work done (the host ran ahead)
     ms = (time.perf_counter() - tc) / len(steps) * 1e3
     comm.barrier()
     comm.comm.Free()

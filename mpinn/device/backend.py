@@ -57,6 +57,10 @@ class Backend:
     def describe(self):
         return "cpu (numpy)"
 
+    def graph_ops(self):
+        """The step plan's operations on this device (mpinn.training.graph_plan): a GPU's kernels."""
+        raise NotImplementedError("the step plan runs on a GPU")
+
     def __repr__(self):
         return "Backend(%s)" % self.name
 
@@ -75,6 +79,7 @@ class CupyBackend(Backend):
         self.cupy, self.device = cupy, int(device)
         self.syncs = 0
         self._none = {}
+        self._graph_ops = None
 
     def is_device_array(self, a):
         return isinstance(a, self.cupy.ndarray)
@@ -190,6 +195,13 @@ class CupyBackend(Backend):
         """d *= activation'(z), written in a = activation(z), in place, one kernel."""
         kernel(self.cupy, "grad_" + activation)(a, d)
         return d
+
+    def graph_ops(self):
+        """The step plan's operations as this GPU's kernels (mpinn.device.cuda_ops), made once."""
+        if self._graph_ops is None:
+            from mpinn.device.cuda_ops import CudaOps  # start-up: its kernels compile only for a graph step
+            self._graph_ops = CudaOps(self.cupy)
+        return self._graph_ops
 
     def describe(self):
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device)

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from mpinn.core.errors import MpinnError
 from mpinn.settings.job_rules import check_job, slot_bytes
 from mpinn.settings.rules import check, not_with_sharded
 from mpinn.settings.table import DATA
@@ -94,7 +95,9 @@ def make_plan(cfg, topo, spec, optimizer):
         transport, transport_note = "none", ""
     step, step_why = choose_step(cfg, topo, spec, optimizer, transport)
     rows_always = optimizer.needs_touched_rows and not sharded
-    plan = Plan(cfg, topo, device, device_line(cfg, topo), reduce, transport, transport_note, step, step_why,
+    note = device_line(cfg, topo) + ("; step: %s" % step_why if step == "graph" else "; step eager (%s)" % step_why
+                                     if device == "gpu" and step_why.startswith("--graph") else "")
+    plan = Plan(cfg, topo, device, note, reduce, transport, transport_note, step, step_why,
                 step == "shared", float("inf") if rows_always else float(cfg.sparse_threshold), table, table_why)
     if sharded:
         exchange, exchange_why = choose_exchange(cfg.shard_exchange, topo)
@@ -211,7 +214,35 @@ def choose_step(cfg, topo, spec, optimizer, transport):
     if transport == "shm" and cfg.parallel != "tower" and (spec.n_sparse > 0 or optimizer.stateful) \
             and min(topo.node_sizes) > 1 and (topo.nodes == 1 or topo.even):
         return "shared", "shared-memory gradients, %s" % ("hashed inputs" if spec.n_sparse else "optimizer state")
+    if cfg.graph == "on" and cfg.device != "gpu":
+        raise MpinnError("--graph on: a captured CUDA graph needs a GPU; this run computes on the %s" % cfg.device,
+                         collective=True)
+    if cfg.device == "gpu" and cfg.graph != "off":
+        why_not = graph_refusal(spec, optimizer, cfg.grad_accum, cfg.parallel == "tower", topo.size)
+        if why_not is None:
+            return "graph", "one captured CUDA graph a step (--graph %s)" % cfg.graph
+        if cfg.graph == "on":
+            raise MpinnError("--graph on: the step plan does not cover this run: %s (--graph auto runs it eagerly)"
+                             % why_not, collective=True)
+        return "reduce", "--graph auto: not captured, %s" % why_not
     return "reduce", "the communicator's reduction"
+
+
+def graph_refusal(spec, optimizer, grad_accum=1, towers=False, ranks=1):
+    """Why a GPU run's step cannot be the step plan (mpinn.training.graph_plan: one CUDA graph a step), or None when
+    it can: what the plan covers so far."""
+    why = ["%d ranks (the exchange is not in the graph yet)" % ranks if ranks != 1 else None,
+           "--grad-accum %d" % grad_accum if grad_accum != 1 else None,
+           "--parallel tower" if towers else None,
+           "periodic embeddings" if spec.periodic else None,
+           "--wide" if spec.has_wide else None,
+           "a %s head of %d columns" % (spec.loss, spec.n_out) if spec.loss != "softmax" and spec.n_out > 1 else None,
+           "a table of 2^31 rows or more" if spec.n_sparse >= 2 ** 31 else None,
+           "--optimizer %s (the plan has sgd and adam)" % optimizer.name if optimizer.name not in ("sgd", "adam")
+           else None,
+           "--weight-decay" if optimizer.weight_decay else None,
+           "--hashed-update dense" if spec.n_sparse and not optimizer.sparse_ok else None]
+    return next((w for w in why if w), None)
 
 
 # ---------------------------------------------------------------- the hashed table

@@ -303,6 +303,9 @@ class RunConfig:
                                      "chrome://tracing", resume=True, metavar="FILE")
     overlap: bool = option(False, "distribution", "post the later layers' gradient Allreduce (non-blocking, in "
                            "buckets) while the earlier layers still back-propagate", action="store_true")
+    graph: str = option("auto", "distribution", "a GPU rank's step as one captured CUDA graph, replayed with no "
+                        "host wait (auto: where the step plan covers the run, else eager with the reason on the "
+                        "device line; on: refuse a run it does not cover; off: eager)", choices=("auto", "on", "off"))
     # ------------------------------------------------------------------ checkpoints and failure handling
     checkpoint_dir: Optional[str] = option(None, "checkpoints", "write checkpoints here (rank 0, atomically): every "
                                            "--checkpoint-every steps and at each epoch end", resume=True)

@@ -6,7 +6,7 @@ mpinn.device.cuda_ops's kernels on a GPU), in the order and with the arithmetic 
 value on the host or allocates: the rows, the scale and the rate come in the batch's slot (BatchSlot), Adam's count
 and the ring's place live in device memory, so a replay does what an eager step would.
 
-What it covers (graph_refusal says why not, for everything else): one rank; an MLP with hashed and/or dense
+What it covers (mpinn.settings.plan.graph_refusal says why not, for everything else): one rank; an MLP with hashed and/or dense
 inputs, no periodic embeddings, no wide part; a softmax (class ids), sigmoid (one column) or squared-error head;
 SGD or Adam without weight decay, lazy on the hashed block; one gradient pass a step (no --grad-accum)."""
 import numpy as np
@@ -14,31 +14,6 @@ import numpy as np
 from mpinn.device.ops import N_SCALARS
 
 INDEX = np.int32            # a slot's column ids and row offsets
-
-
-def graph_refusal(spec, optimizer, grad_accum=1, towers=None, ranks=1):
-    """Why this run's step cannot be the step plan (a short reason), or None when it can."""
-    if ranks != 1:
-        return "%d ranks (the plan covers one rank; the exchange is not in the graph yet)" % ranks
-    if grad_accum != 1:
-        return "--grad-accum %d" % grad_accum
-    if towers:
-        return "--parallel tower"
-    if spec.periodic:
-        return "periodic embeddings"
-    if spec.has_wide:
-        return "--wide"
-    if spec.loss not in ("softmax", "sigmoid", "squared"):
-        return "the %s head" % spec.loss
-    if spec.n_sparse >= 2 ** 31:
-        return "a table of 2^31 rows or more"
-    if optimizer.name not in ("sgd", "adam"):
-        return "--optimizer %s (the plan has sgd and adam)" % optimizer.name
-    if optimizer.weight_decay:
-        return "--weight-decay"
-    if spec.n_sparse and not optimizer.sparse_ok:
-        return "--hashed-update dense"
-    return None
 
 
 def nnz_class(nnz, least=256):

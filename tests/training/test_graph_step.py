@@ -18,7 +18,8 @@ from mpinn.model.mlp import MLP
 from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 from mpinn.training.faults import Faults
-from mpinn.training.graph_plan import BatchSlot, graph_refusal, nnz_class
+from mpinn.settings.plan import graph_refusal
+from mpinn.training.graph_plan import BatchSlot, nnz_class
 from mpinn.training.graph_step import GraphStep
 from mpinn.training.steps import ReduceStep
 from mpinn.training.timeline import Timeline

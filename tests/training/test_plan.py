@@ -164,12 +164,32 @@ def test_one_rank_on_a_gpu_moves_nothing_through_the_host():
     every step for nothing); asked for, a transport is what runs; two ranks stage or go CUDA-aware."""
     p = plan(gpu_job(1), device="gpu")
     assert (p.device, p.transport, p.lines(WIDE.n_sparse)) == ("gpu", "none", [])
-    assert p.device_note == "gpu 0; gradients stay on the GPU (one rank: nothing to exchange)"
+    assert p.device_note == ("gpu 0; gradients stay on the GPU (one rank: nothing to exchange); step: one captured "
+                             "CUDA graph a step (--graph auto)")
     assert plan(gpu_job(1, aware=True), device="auto").transport == "none"
     assert plan(gpu_job(1), device="gpu", comm="staged").transport == "staged"
     assert plan(gpu_job(2), device="gpu").transport == "staged"
     p = plan(gpu_job(2, aware=True), device="gpu")
     assert p.transport == "cuda-aware" and "gradients by cuda-aware (CUDA-aware MPI: MPIX" in p.device_note
+
+
+def test_a_gpu_rank_steps_by_one_captured_graph_where_the_plan_covers_the_run():
+    """--graph auto: the step plan (mpinn.training.graph_plan) at one GPU rank for sgd and adam; eager, with the
+    reason on the device line, for what it does not cover; --graph on refuses that; --graph off and the CPU: eager."""
+    for spec, opt in ((WIDE, "sgd"), (DENSE, "adam")):
+        p = plan(gpu_job(1), spec, opt, device="gpu")
+        assert (p.step, p.step_why) == ("graph", "one captured CUDA graph a step (--graph auto)")
+    p = plan(gpu_job(1), optimizer="adagrad", device="gpu")
+    assert p.step == "reduce" and p.device_note.endswith(
+        "; step eager (--graph auto: not captured, --optimizer adagrad (the plan has sgd and adam))")
+    assert plan(gpu_job(2), device="gpu").step_why == "--graph auto: not captured, 2 ranks (the exchange is not " \
+                                                       "in the graph yet)"
+    with pytest.raises(MpinnError, match="--graph on: a captured CUDA graph needs a GPU; this run computes on the cpu"):
+        plan(job(1, 1), graph="on")
+    with pytest.raises(MpinnError, match="--graph on: the step plan does not cover this run: --optimizer adagrad"):
+        plan(gpu_job(1), optimizer="adagrad", device="gpu", graph="on")
+    assert plan(gpu_job(1), device="gpu", graph="off").step == "reduce"
+    assert plan(job(1, 1)).step == "reduce"
 
 
 def test_the_communicator_of_one_gpu_rank_copies_nothing_to_the_host():
