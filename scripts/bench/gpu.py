@@ -8,7 +8,8 @@ one).
 
 The parts, in this order, each started only with enough of the budget left (else recorded as skipped); the
 JSON is rewritten after every part, so a run cut short keeps what it measured:
-  workloads  W1-W4 at np 1: python -m mpinn.bench --device gpu against --device cpu (one rank, one BLAS thread:
+  workloads  W1-W4 at np 1: python -m mpinn.bench --device gpu (--graph auto: the step captured where the plan covers
+             it; and again with --graph off, eager) against --device cpu (one rank, one BLAS thread:
              one CPU core), the same data, initial weights and batch order: samples/s, the speed-up against the
              issue's targets (W1 >= 20x, W2 >= 10x), and loss_final, which must agree (1e-3 relative: float32
              summed in another order)
@@ -42,12 +43,12 @@ def say(msg):
     print("bench_gpu: " + msg, file=sys.stderr, flush=True)
 
 
-def bench(workload, device, ranks, timeout):
-    """One python -m mpinn.bench run's record (the peers' format), or {"error": ...}."""
+def bench(workload, device, ranks, timeout, graph="auto"):
+    """One python -m mpinn.bench run's record (the peers' format), or {"error": ...}; graph: its --graph."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.jsonl")
         cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpinn.bench", "--workload", workload,
-               "--device", device, "--timing-steps", "0", "--out", out]
+               "--device", device, "--graph", graph, "--timing-steps", "0", "--out", out]
         say(" ".join(cmd[3:]))
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -65,9 +66,12 @@ def bench(workload, device, ranks, timeout):
 def part_workloads(rec, left, workloads):
     rows = rec["workloads"] = {}
     for w in workloads:
-        cpu = bench(w, "cpu", 1, max(30, left() / 3))
-        gpu = bench(w, DEVICE, 1, max(30, left() / 3))
-        row = rows[w] = {"cpu": cpu, "gpu": gpu}
+        cpu = bench(w, "cpu", 1, max(30, left() / 4))
+        gpu = bench(w, DEVICE, 1, max(30, left() / 4))          # --graph auto: one captured graph a step where it can
+        eager = bench(w, DEVICE, 1, max(30, left() / 4), graph="off")
+        row = rows[w] = {"cpu": cpu, "gpu": gpu, "gpu_eager": eager}
+        if "error" not in gpu and "error" not in eager:
+            row["graph_over_eager"] = gpu["samples_per_s"] / eager["samples_per_s"]
         if "error" not in cpu and "error" not in gpu:
             row["speedup"] = gpu["samples_per_s"] / cpu["samples_per_s"]
             row["loss_final_rel_diff"] = abs(gpu["loss_final"] - cpu["loss_final"]) / abs(cpu["loss_final"])
@@ -141,6 +145,13 @@ def table(rec):
         lines.append("| %s | %.0f | %.0f | %.1fx%s | %.6f / %.6f%s |" % (
             w.upper(), cpu["samples_per_s"], gpu["samples_per_s"], row["speedup"], target, cpu["loss_final"],
             gpu["loss_final"], "" if row["same_loss_final"] else " DIFFER"))
+    for w, row in rec.get("workloads", {}).items():
+        if "graph_over_eager" in row:
+            lines.append("%s on the GPU: %s %.0f samples/s against eager %.0f (%.2fx); loss_final %r / %r%s" % (
+                w.upper(), row["gpu"]["variant"], row["gpu"]["samples_per_s"], row["gpu_eager"]["samples_per_s"],
+                row["graph_over_eager"], row["gpu"]["loss_final"], row["gpu_eager"]["loss_final"],
+                "" if row["gpu"]["loss_final"] == row["gpu_eager"]["loss_final"] else " (not the same bits: "
+                "the graph's GEMMs are mpinn's own, the eager step's cuBLAS's)"))
     for w, r in rec.get("shared", {}).items():
         lines.append("%s at np 2 sharing the GPU: %s" % (
             w.upper(), r.get("error") or "%.0f samples/s, loss_final %.6f" % (r["samples_per_s"], r["loss_final"])))

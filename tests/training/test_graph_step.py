@@ -209,3 +209,11 @@ def test_what_the_plan_does_not_cover_is_named(change, reason):
     opt = create_optimizer(change.pop("optimizer", "sgd"), 10, np, weight_decay=change.pop("weight_decay", 0.0))
     assert reason in graph_refusal(spec, opt, **change)
     assert graph_refusal(ModelSpec(64, 2, (4,), 1), create_optimizer("adam", 10, np)) is None
+
+
+def test_the_gpu_probe_rehearsed_on_the_fake_device():
+    """scripts.lab.graph_probe (the launch-cost probe the GPU machine runs) on the fake device: eager and replayed
+    runs equal bit for bit, no host wait inside a replayed step."""
+    from scripts.lab.graph_probe import probe
+    rows = probe(FakeBackend(), ["w1", "w2"], ["sgd", "adam"], steps=12)
+    assert len(rows) == 4 and all(r["bitwise_equal"] and r["graph_host_waits_in_steps"] == 0 for r in rows)
