@@ -34,17 +34,7 @@ class Compressed16:
                 np.copyto(words.view(np.float16), body, casting="unsafe")
             exp = FP16_MAX_EXP
         else:
-            with np.errstate(over="ignore"):
-                u = np.ascontiguousarray(body, dtype=np.float32).view(np.uint32)
-            # round to nearest even: add 0x7FFF plus the lowest kept bit, keep the top 16 bits
-            r = (u >> 16) & 1
-            r += 0x7FFF
-            r += u
-            np.right_shift(r, 16, out=r)
-            np.copyto(words, r, casting="unsafe")
-            nan = np.isnan(body)      # the rounding add can carry a NaN's payload into the sign
-            if nan.any():
-                words[nan] = 0x7FC0
+            to_bf16(body, words)
             exp = BF16_MAX_EXP
         return bool(np.any((words & exp) == exp))
 
@@ -55,9 +45,9 @@ class Compressed16:
             for r in range(1, rows.shape[0]):
                 acc += rows[r].view(np.float16)
         else:
-            acc = (rows[0].astype(np.uint32) << 16).view(np.float32)
+            acc = from_bf16(rows[0])
             for r in range(1, rows.shape[0]):
-                acc += (rows[r].astype(np.uint32) << 16).view(np.float32)
+                acc += from_bf16(rows[r])
         out[...] = acc
 
     def allreduce_sum_(self, buf):
@@ -85,3 +75,25 @@ class Compressed16:
             self.overflows += 1
             buf[n] = np.nan
         return buf
+
+
+def to_bf16(body, words):
+    """body (float32; float64 is rounded to float32 first) as bfloat16 words (uint16, body's shape) into words, each
+    the top half of the float32 rounded to nearest even (numpy has no bfloat16); NaN stays NaN."""
+    with np.errstate(over="ignore"):
+        u = np.ascontiguousarray(body, dtype=np.float32).view(np.uint32)
+    # round to nearest even: add 0x7FFF plus the lowest kept bit, keep the top 16 bits
+    r = (u >> 16) & 1
+    r += 0x7FFF
+    r += u
+    np.right_shift(r, 16, out=r)
+    np.copyto(words, r, casting="unsafe")
+    nan = np.isnan(body)      # the rounding add can carry a NaN's payload into the sign
+    if nan.any():
+        words[nan] = 0x7FC0
+    return words
+
+
+def from_bf16(words):
+    """bfloat16 words as float32 values (exact)."""
+    return (words.astype(np.uint32) << 16).view(np.float32)

@@ -5,6 +5,7 @@ import numpy as np
 
 from mpinn.core.batch import SparseRows
 from mpinn.comm.buffers import displs, split_counts
+from mpinn.comm.wire import Wire
 
 ID = np.int64       # row ids on the wire (a table may outgrow int32 one day; ids are ~3% of the bytes)
 
@@ -114,8 +115,9 @@ class TableShards:
 
     name = "flat"
 
-    def __init__(self, comm, n_rows, width, owners=None, node_of=None):
+    def __init__(self, comm, n_rows, width, owners=None, node_of=None, wire="fp32"):
         self.comm, self.n_rows, self.width = comm, int(n_rows), int(width)
+        self.wire = Wire(wire, self.n_rows)         # the rows' and ids' format on the wire (--wire-rows)
         self.owners = owners or RowOwners(n_rows, comm.size)
         self.counts, self.bounds = self.owners.counts, self.owners.bounds
         self.lo, self.hi = int(self.bounds[comm.rank]), int(self.bounds[comm.rank + 1])
@@ -141,7 +143,7 @@ class TableShards:
         Three exchanges: the id counts (Alltoall of P integers), the ids (Alltoallv), the rows
         (Alltoallv back). Hot rows' ids go to their owners too (their gradient rows follow the same
         plan), but no row comes back for them: their values are the local replica's."""
-        comm, w, owners = self.comm, self.width, self.owners
+        comm, w, owners, wire = self.comm, self.width, self.owners, self.wire
         hot = owners.n_hot > 0
         if hot:
             owner, hot_ids = owners.locate(ids)
@@ -152,26 +154,27 @@ class TableShards:
             order, asked, send = None, self.owners_of(ids), ids
         given = comm.Alltoall_(asked, np.empty(comm.size, np.int64), "row id counts")
         self._count(np.ones(comm.size, np.int64), 8)
-        wanted = comm.Alltoallv_(np.ascontiguousarray(send, ID), asked, np.empty(int(given.sum()), ID),
-                                 given, "row ids")
-        self._count(asked, 8)
+        wanted = comm.Alltoallv_(np.ascontiguousarray(send, wire.ids), asked, np.empty(int(given.sum()), wire.ids),
+                                 given, "row ids").astype(ID, copy=False)
+        self._count(asked, wire.id_bytes)
         check_owned(owners, wanted, comm.rank)
+        row_bytes = w * wire.itemsize(table.dtype)
         if not hot:
-            out = np.take(table, wanted, axis=0)
-            rows = comm.Alltoallv_(out, given * w, np.empty((ids.shape[0], w), table.dtype), asked * w,
+            out = wire.out(np.take(table, wanted, axis=0))
+            rows = comm.Alltoallv_(out, given * w, wire.buffer(ids.shape[0], w, table.dtype), asked * w,
                                    "table rows")
-            self._count(given, w * table.itemsize)
-            return rows, RowPlan(asked, given, wanted)
+            self._count(given, row_bytes)
+            return wire.back(rows, table.dtype), RowPlan(asked, given, wanted)
         cold = ~owners.hot_mask(wanted)                          # the rows to answer with
         reply = segment_sums(cold, given)
         need = ~hot_ids                                          # in ids' order
         back = np.bincount(owner[need], minlength=comm.size).astype(np.int64, copy=False)
-        got = comm.Alltoallv_(np.take(table, wanted[cold], axis=0), reply * w,
-                              np.empty((int(back.sum()), w), table.dtype), back * w, "table rows")
-        self._count(reply, w * table.itemsize)
+        got = comm.Alltoallv_(wire.out(np.take(table, wanted[cold], axis=0)), reply * w,
+                              wire.buffer(int(back.sum()), w, table.dtype), back * w, "table rows")
+        self._count(reply, row_bytes)
         rows = np.empty((ids.shape[0], w), table.dtype)
-        rows[order[need[order]]] = got
-        rows[~need] = table[ids[~need]]
+        rows[order[need[order]]] = wire.back(got, table.dtype)
+        rows[~need] = wire.round(table[ids[~need]])
         return rows, RowPlan(asked, given, wanted, order)
 
     def send_back(self, plan, grad_rows):
@@ -179,13 +182,13 @@ class TableShards:
         each owner, SparseRows of its rows with one segment per asking rank in rank order (ids unique
         within a segment; .coalesced() sums them in rank order, and SGD applies them in turn, as the
         replicated exchange does: the same arithmetic, element by element)."""
-        w = self.width
+        w, wire = self.width, self.wire
         send = grad_rows if plan.order is None else grad_rows[plan.order]
-        got = self.comm.Alltoallv_(np.ascontiguousarray(send), plan.asked * w,
-                                   np.empty((plan.wanted.shape[0], w), grad_rows.dtype), plan.given * w,
+        got = self.comm.Alltoallv_(wire.out(send), plan.asked * w,
+                                   wire.buffer(plan.wanted.shape[0], w, grad_rows.dtype), plan.given * w,
                                    "gradient rows")
-        self._count(plan.asked, w * grad_rows.itemsize)
-        return SparseRows(plan.wanted, got, self.n_rows, displs(np.r_[plan.given, 0]))
+        self._count(plan.asked, w * wire.itemsize(grad_rows.dtype))
+        return SparseRows(plan.wanted, wire.back(got, grad_rows.dtype), self.n_rows, displs(np.r_[plan.given, 0]))
 
     # ------------------------------------------------------------ the hot rows' replica
     def refresh_hot_(self, table):

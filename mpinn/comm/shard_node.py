@@ -26,7 +26,7 @@ from mpi4py import MPI
 from mpinn.core.batch import SparseRows
 from mpinn.comm.base import Communicator
 from mpinn.comm.buffers import displs
-from mpinn.comm.shard import ID, TableShards, check_owned, segment_sums, sorted_unique
+from mpinn.comm.shard import TableShards, check_owned, segment_sums, sorted_unique
 from mpinn.comm.topology import node_comms
 
 
@@ -43,10 +43,10 @@ class NodeShards(TableShards):
 
     name = "node"
 
-    def __init__(self, comm, n_rows, width, owners=None, topology=None):
+    def __init__(self, comm, n_rows, width, owners=None, topology=None, wire="fp32"):
         if topology.uneven:
             raise ValueError(topology.uneven)
-        super().__init__(comm, n_rows, width, owners, node_of=topology.node_of)
+        super().__init__(comm, n_rows, width, owners, node_of=topology.node_of, wire=wire)
         node, leaders, peers = node_comms(comm, topology, peers_by_node=True)
         self.node, self.peers = Communicator(node), Communicator(peers)             # mpinn Communicators (Dups)
         for c in (node, leaders, peers):
@@ -74,6 +74,7 @@ class NodeShards(TableShards):
         if self.node is None:
             return TableShards.fetch(self, table, ids)
         owners, w, node, peers, N, R = self.owners, self.width, self.node, self.peers, self.N, self.R
+        wire, ID = self.wire, self.wire.ids
         owner, hot_ids = owners.locate(ids)
         relay = self.local_of[owner]
         order = np.argsort(relay, kind="stable")               # by relay, each group sorted
@@ -83,7 +84,7 @@ class NodeShards(TableShards):
         ids_in = node.Alltoallv_(np.ascontiguousarray(ids[order], ID), sent, np.empty(int(got_counts.sum()), ID),
                                  got_counts, "row ids (node)")
         self._count_node(np.ones(R, np.int64), 8)
-        self._count_node(sent, 8)
+        self._count_node(sent, wire.id_bytes)
         # 2. to the owners' nodes, grouped by (node, asking rank), each group sorted
         owner_in, hot_in = owners.locate(ids_in)
         dest = self.node_of[owner_in]
@@ -94,8 +95,9 @@ class NodeShards(TableShards):
         self._count_peers(np.full(N, R, np.int64), 8)
         send_n, recv_n = per.reshape(N, R).sum(1), per_in.reshape(N, R).sum(1)
         wanted = peers.Alltoallv_(np.ascontiguousarray(ids_in[fwd]), send_n, np.empty(int(recv_n.sum()), ID),
-                                  recv_n, "row ids (between nodes)")
-        self._count_peers(send_n, 8)
+                                  recv_n, "row ids (between nodes)").astype(np.int64, copy=False)
+        self._count_peers(send_n, wire.id_bytes)
+        ids_in = ids_in.astype(np.int64, copy=False)
         check_owned(owners, wanted, self.comm.rank)
         # 3. the owners answer each node once per row: the node's distinct cold ids, in (node, id) order;
         # the relay knows the same sets from what it sent
@@ -108,11 +110,12 @@ class NodeShards(TableShards):
         keys = sorted_unique(key)
         where = np.searchsorted(keys, key)
         ask = np.bincount(keys // self.n_rows, minlength=N).astype(np.int64, copy=False)
-        urows = peers.Alltoallv_(np.take(table, answer % self.n_rows, axis=0), give * w,
-                                 np.empty((keys.shape[0], w), table.dtype), ask * w, "table rows (between nodes)")
-        self._count_peers(give, w * table.itemsize)
-        # 4. each rank its rows, inside the node
-        rows_in = np.empty((ids_in.shape[0], w), table.dtype)
+        row_bytes = w * wire.itemsize(table.dtype)
+        urows = peers.Alltoallv_(wire.out(np.take(table, answer % self.n_rows, axis=0)), give * w,
+                                 wire.buffer(keys.shape[0], w, table.dtype), ask * w, "table rows (between nodes)")
+        self._count_peers(give, row_bytes)
+        # 4. each rank its rows, inside the node (as they came: rounded once, by the owner)
+        rows_in = wire.buffer(ids_in.shape[0], w, table.dtype)
         pos = fwd[mine]                                     # the cold entries of ids_in, in forwarding order
         rows_in[pos] = urows[where]
         cold_in = np.zeros(ids_in.shape[0], bool)
@@ -120,29 +123,31 @@ class NodeShards(TableShards):
         reply = segment_sums(cold_in, got_counts)
         need = ~hot_ids
         back = np.bincount(relay[need], minlength=R).astype(np.int64, copy=False)
-        got = node.Alltoallv_(rows_in[cold_in], reply * w, np.empty((int(back.sum()), w), table.dtype), back * w,
+        got = node.Alltoallv_(rows_in[cold_in], reply * w, wire.buffer(int(back.sum()), w, table.dtype), back * w,
                               "table rows (node)")
-        self._count_node(reply, w * table.itemsize)
+        self._count_node(reply, row_bytes)
         rows = np.empty((ids.shape[0], w), table.dtype)
-        rows[order[need[order]]] = got
-        rows[~need] = table[ids[~need]]
+        rows[order[need[order]]] = wire.back(got, table.dtype)
+        rows[~need] = wire.round(table[ids[~need]])
         return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted)
 
     def send_back(self, plan, grad_rows):
         if self.node is None:
             return TableShards.send_back(self, plan, grad_rows)
-        w, node, peers, N, R = self.width, self.node, self.peers, self.N, self.R
-        # 1. every rank's gradient rows to the relays, inside the node (the fetch's counts)
-        rows_in = node.Alltoallv_(np.ascontiguousarray(grad_rows[plan.order]), plan.sent * w,
-                                  np.empty((plan.n_in, w), grad_rows.dtype), plan.got_counts * w,
+        w, node, peers, N, R, wire = self.width, self.node, self.peers, self.N, self.R, self.wire
+        row_bytes = w * wire.itemsize(grad_rows.dtype)
+        # 1. every rank's gradient rows to the relays, inside the node (the fetch's counts; rounded once, here)
+        rows_in = node.Alltoallv_(wire.out(grad_rows[plan.order]), plan.sent * w,
+                                  wire.buffer(plan.n_in, w, grad_rows.dtype), plan.got_counts * w,
                                   "gradient rows (node)")
-        self._count_node(plan.sent, w * grad_rows.itemsize)
+        self._count_node(plan.sent, row_bytes)
         # 2. to the owners, as the ids went (each asking rank's rows apart)
         send_n, recv_n = plan.per.reshape(N, R).sum(1), plan.per_in.reshape(N, R).sum(1)
         got = peers.Alltoallv_(np.ascontiguousarray(rows_in[plan.fwd]), send_n * w,
-                               np.empty((int(recv_n.sum()), w), grad_rows.dtype), recv_n * w,
+                               wire.buffer(int(recv_n.sum()), w, grad_rows.dtype), recv_n * w,
                                "gradient rows (between nodes)")
-        self._count_peers(send_n, w * grad_rows.itemsize)
+        self._count_peers(send_n, row_bytes)
+        got = wire.back(got, grad_rows.dtype)
         # the asking ranks' segments in world-rank order, as the flat exchange delivers them
         starts = displs(plan.per_in)
         seg = self.world_order

@@ -148,10 +148,11 @@ RULES = tuple([
          "--average-every or --compress", "--overlap --grad-accum 2"),
     Rule("grad-accum-cpu", ("grad_accum", "device"), lambda c: c.grad_accum > 1 and c.device == "gpu",
          "--grad-accum runs on --device cpu only (for now)", "--grad-accum 2 --device gpu"),
-    Rule("sharded-exchange", ("table", "shard_exchange", "hot_rows"),
-         lambda c: c.table == "replicated" and (c.shard_exchange == "node" or c.hot_rows not in ("auto", "off")),
-         "--shard-exchange node and --hot-rows K are for a sharded table, and this run's table is replicated "
-         "(--table auto keeps it replicated on one node): give --table sharded",
+    Rule("sharded-exchange", ("table", "shard_exchange", "hot_rows", "wire_rows"),
+         lambda c: c.table == "replicated" and (c.shard_exchange == "node" or c.hot_rows not in ("auto", "off")
+                                                or c.wire_rows != "fp32"),
+         "--shard-exchange node, --hot-rows K and --wire-rows bf16 are for a sharded table, and this run's table is "
+         "replicated (--table auto keeps it replicated on one node): give --table sharded",
          "--table replicated --hot-rows 100"),
     Rule("hot-rows-lazy", ("hot_rows", "hashed_update"),
          lambda c: c.hot_rows not in ("auto", "off") and c.hashed_update == "dense",

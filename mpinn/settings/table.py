@@ -303,6 +303,10 @@ class RunConfig:
                                      "chrome://tracing", resume=True, metavar="FILE")
     overlap: bool = option(False, "distribution", "post the later layers' gradient Allreduce (non-blocking, in "
                            "buckets) while the earlier layers still back-propagate", action="store_true")
+    wire_rows: str = option("fp32", "distribution", "a sharded table's rows and gradient rows on the wire: fp32, or "
+                            "bf16 (half the bytes; every row rounded to nearest even whichever rank sends it, ids as "
+                            "int32; the table and its optimizer state stay in their own precision)",
+                            choices=("fp32", "bf16"))
     graph: str = option("auto", "distribution", "a GPU rank's step as one captured CUDA graph, replayed with no "
                         "host wait (auto: where the step plan covers the run, else eager with the reason on the "
                         "device line; on: refuse a run it does not cover; off: eager)", choices=("auto", "on", "off"))

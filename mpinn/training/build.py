@@ -31,7 +31,7 @@ def build_step(plan, comm, model, optimizer, faults=None, timeline=None, hot=())
     kw = dict(faults=faults or Faults(), timeline=timeline, grad_accum=cfg.grad_accum, towers=cfg.towers)
     if plan.step == "sharded":
         return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, plan.topology, plan.exchange,
-                           plan.exchange_why, hot, **kw)
+                           plan.exchange_why, hot, wire=cfg.wire_rows, **kw)
     comm.adopt_(model)          # e.g. the gradients in a slot of the node's shared-memory window
     if plan.step == "local-sgd":
         return LocalSGDStep(model, optimizer.allocate_(dtype=model.dtype), comm, average_every=cfg.average_every,

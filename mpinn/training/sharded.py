@@ -40,13 +40,17 @@ class ShardedStep(Step):
     (the rank's own batch's rows, and about as many as its owner part receives; the replicated
     exchange gathers every rank's rows on every rank).
 
+    --wire-rows bf16 (mpinn.comm.wire): the rows and the gradient rows travel as bfloat16, every row rounded
+    whichever rank holds it, so P ranks still compute what one process does with the ranks' shares as micro-batches.
+
     The exchange is flat (TableShards) or node-aware (NodeShards, --shard-exchange: the node's ranks
     combine their requests), with the same arithmetic. With hot rows (`hot`), every rank holds
     the most frequent rows, their owners dealt round robin (RowOwners): they are not fetched, their
     owners step them from every rank's gradient rows, and one Allgatherv after the step refreshes every
     rank's copy (refresh_hot_); checkpoints gather their state from those owners."""
 
-    def __init__(self, model, optimizer, comm, topology, exchange="flat", exchange_why="", hot=(), **kw):
+    def __init__(self, model, optimizer, comm, topology, exchange="flat", exchange_why="", hot=(), wire="fp32",
+                 **kw):
         super().__init__(model, optimizer, comm, **kw)
         self.n_rows, self.width = model.table
         self.exchange, self.exchange_why = exchange, exchange_why
@@ -54,9 +58,9 @@ class ShardedStep(Step):
             raise ValueError("hot rows need the lazy update of the hashed table")
         owners = RowOwners(self.n_rows, comm.size, hot)
         if exchange == "node":
-            self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology)
+            self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology, wire=wire)
         else:
-            self.shards = TableShards(comm, self.n_rows, self.width, owners, node_of=topology.node_of)
+            self.shards = TableShards(comm, self.n_rows, self.width, owners, node_of=topology.node_of, wire=wire)
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
         for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
             if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends

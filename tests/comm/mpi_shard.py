@@ -61,3 +61,41 @@ def test_alltoallv_checks_its_buffers():
         c.Alltoallv_(np.zeros(c.size + 1), counts, np.empty(c.size), counts)
     with pytest.raises(ValueError, match="dtype"):
         c.Alltoallv_(np.zeros(c.size, np.float32), counts, np.empty(c.size), counts)
+
+
+def nearest_bf16(x):
+    """x (float32) to the nearest bfloat16, ties to the even one, by comparing the two candidates around it (the
+    published rule; mpinn.comm.compress rounds by an integer add instead)."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    down = (u & np.uint32(0xFFFF0000)).view(np.float32)
+    up = ((u & np.uint32(0xFFFF0000)) + np.uint32(0x10000)).view(np.float32)
+    d_down, d_up = np.abs(x - down.astype(np.float64)), np.abs(up.astype(np.float64) - x)
+    even_down = ((u >> 16) & 1) == 0
+    return np.where((d_down < d_up) | ((d_down == d_up) & even_down), down, up)
+
+
+@pytest.mark.parametrize("n_rows", [7, 10])
+def test_bf16_rows_and_gradient_rows_are_rounded_once_and_ids_go_as_int32(n_rows):
+    """--wire-rows bf16: a fetched row is the owner's value rounded to bfloat16 (whichever rank owns it: its own
+    rows too), a gradient row arrives rounded once; half the bytes of fp32 rows, 4-byte ids."""
+    c = create_communicator("allreduce", transport="mpi")
+    sh, flat = TableShards(c, n_rows, 3, wire="bf16"), TableShards(c, n_rows, 3)
+    table = np.full((n_rows, 3), np.nan, np.float32)
+    table[sh.lo:sh.hi] = (np.arange(sh.lo, sh.hi)[:, None] + np.arange(3) / 7 + 1 / 3).astype(np.float32)
+    ids = np.arange(c.rank % 2, n_rows, 2)
+    rows, plan = sh.fetch(table, ids)
+    want = nearest_bf16((ids[:, None] + np.arange(3) / 7 + 1 / 3).astype(np.float32))
+    agree(rows.dtype == np.float32 and np.array_equal(rows, want), "fetched %s, want %s" % (rows, want))
+    agree(not np.array_equal(rows, (ids[:, None] + np.arange(3) / 7 + 1 / 3).astype(np.float32)), "nothing rounded")
+    grads = np.full((ids.size, 3), c.rank + 1 / 3, np.float32)
+    mine = sh.send_back(plan, grads)
+    asked = [r for r in range(c.size) for i in range(r % 2, n_rows, 2) if sh.lo <= i < sh.hi]
+    agree(np.array_equal(mine.rows[:, 0], nearest_bf16(np.array([r + 1 / 3 for r in asked], np.float32))))
+    _, plan32 = flat.fetch(table, ids)
+    flat.send_back(plan32, grads)
+    # what this rank sent to the others: ids (8 -> 4 bytes), rows answered and gradient rows (3 x 4 -> 3 x 2 bytes)
+    others = np.arange(c.size) != c.rank
+    ids_out, rows_out = int(plan.asked[others].sum()), int(plan.given[others].sum())
+    saved = ids_out * 4 + rows_out * 3 * 2 + ids_out * 3 * 2
+    agree(flat.traffic.bytes - sh.traffic.bytes == saved, "bytes fp32 %d, bf16 %d, saved %d" % (
+        flat.traffic.bytes, sh.traffic.bytes, saved))

@@ -48,11 +48,11 @@ def cut(R, dealt, c):
     return Topology.of_nodes([r % (c.size // R) if dealt else r // R for r in range(c.size)])
 
 
-def trainer(optimizer, exchange="flat", R=None, hot=(), batch=12, sub=None, dealt=False):
+def trainer(optimizer, exchange="flat", R=None, hot=(), batch=12, sub=None, dealt=False, **kw):
     """A sharded trainer whose plan sees the job cut into nodes of R ranks (R None: as it is), with `exchange`
     asked for (the plan takes the flat one where a node holds one rank) and `hot` rows."""
     topo = cut(R, dealt, sub or COMM) if R is not None else None
-    t = make_trainer("sharded", optimizer, batch, mpi_comm=sub, shard_exchange=exchange, topology=topo, hot=hot)
+    t = make_trainer("sharded", optimizer, batch, mpi_comm=sub, shard_exchange=exchange, topology=topo, hot=hot, **kw)
     MADE.append(t)
     return t
 
@@ -81,6 +81,23 @@ def written_outside(t, hot):
         elif k in opt.row_state:
             bad |= a[~allowed].any()
     return bool(bad)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_bf16_rows_give_the_flat_exchanges_bits_through_the_node_exchange_and_hot_rows(optimizer):
+    """--wire-rows bf16: each row is rounded once, by its sender, whichever way it travels (relays forward the 16-bit
+    words) and a hot row's replica the same way: every cut into nodes, with and without hot rows, the flat bits."""
+    def bf16(**kw):
+        t = trainer(optimizer, wire_rows="bf16", **kw)
+        t.start()
+        steps(t, data_for(), 12, 0, 6)
+        return COMM.bcast(t.final_params())
+    ref = bf16()
+    for exchange, R, dealt, hot in [("node", R, dealt, ()) for R, dealt in cuts()] + [("flat", None, False, HOT)] + [
+            ("node", R, dealt, HOT[:5]) for R, dealt in cuts()]:
+        got = bf16(exchange=exchange, R=R, hot=hot, dealt=dealt)
+        agree(np.array_equal(got, ref), "%s R=%s dealt=%s hot=%d: max diff %g" % (
+            exchange, R, dealt, len(hot), np.max(np.abs(got - ref))))
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)

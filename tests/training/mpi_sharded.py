@@ -68,6 +68,38 @@ def one_process(optimizer, batch, n, data, n_sparse=64):
     return model.params
 
 
+def one_process_bf16(optimizer, batch, n, data, ranks, n_sparse=64):
+    """--wire-rows bf16 at `ranks` ranks, reproduced in one process: each rank's share of a batch (the scatter's
+    contiguous split) is a micro-batch over its own unique ids, whose rows it sees rounded to bfloat16 and whose
+    gradient rows leave it rounded; the rows' segments are applied in rank order, the dense gradients summed."""
+    from mpinn.comm.buffers import displs, split_counts
+    from mpinn.comm.wire import Wire
+    from mpinn.core.batch import SparseRows
+    from mpinn.device.backend import compact_csr
+    model = MLP(spec_for(n_sparse)).init_(0)
+    opt, wire, Xs, Xd, y = make_optimizer(optimizer, model), Wire("bf16", n_sparse), *data
+    width = model.table[1]
+    table = model.params[:n_sparse * width].reshape(n_sparse, width)
+    start = model.dense_start
+    for s in range(n):
+        rows = np.arange(s * batch, (s + 1) * batch) % len(y)
+        whole = Batch(Xs[rows], np.ascontiguousarray(Xd[rows]), y[rows])
+        dense, ids, grads = np.zeros_like(model.grad_buffer[start:]), [], []
+        bounds = np.r_[0, np.cumsum(split_counts(batch, ranks))]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            part = whole.slice(a, b)
+            k, Xc = compact_csr(np, sp, part.Xs)
+            g = model.loss_grad_(Batch(Xc, part.Xd, part.y), 1.0 / batch, sparse_grad=True,
+                                 table=wire.round(table[k])).rows
+            dense += model.grad_buffer[start:]
+            ids.append(k)
+            grads.append(wire.round(g))
+        model.grad_buffer[start:] = dense
+        touched = SparseRows(np.concatenate(ids), np.concatenate(grads), n_sparse, displs(np.r_[[len(k) for k in ids], 0]))
+        opt.step_(model.params, model.grads, touched, lr=LR)
+    return model.params
+
+
 def trained(table, optimizer, batch, n=6, n_sparse=64, data=None, **kw):
     """The whole parameters after n steps, on every rank (gathered to rank 0, then broadcast)."""
     t = make_trainer(table, optimizer, batch, n_sparse=n_sparse, **kw)
@@ -234,3 +266,15 @@ def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
     agree(True)
     if COMM.rank == 0:
         shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
+def test_bf16_rows_on_the_wire_equal_one_process_rounding_each_ranks_share(optimizer):
+    """--wire-rows bf16 at P ranks equals one process whose micro-batches are the ranks' shares, each rounding its
+    rows and its gradient rows as a rank does (the dense sums within MPI's order: 1e-12); and it is not the fp32
+    run (the rounding happened)."""
+    got, _ = trained("sharded", optimizer, 12, wire_rows="bf16")
+    ref = one_process_bf16(optimizer, 12, 6, data_for(), COMM.size)
+    agree(np.max(np.abs(got - ref)) < 1e-12, "bf16 vs one process: max diff %g" % np.max(np.abs(got - ref)))
+    fp32, _ = trained("sharded", optimizer, 12)
+    agree(np.max(np.abs(got - fp32)) > 1e-6, "bf16 rows changed nothing")
