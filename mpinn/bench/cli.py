@@ -37,6 +37,8 @@ def build_parser():
                    help="local SGD: average the parameters every K steps instead of reducing gradients")
     p.add_argument("--overlap", action="store_true",
                    help="Iallreduce the later layers' gradients while earlier layers back-propagate")
+    p.add_argument("--wire-rows", default="fp32", choices=["fp32", "bf16"],
+                   help="a sharded table's rows and gradient rows on the wire, as training's --wire-rows")
     p.add_argument("--graph", default="auto", choices=["auto", "on", "off"],
                    help="a GPU rank's step as one captured CUDA graph, as training's --graph (off: eager steps)")
     p.add_argument("--hashed-table", default="auto", choices=["auto", "replicated", "sharded"],

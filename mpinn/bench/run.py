@@ -35,7 +35,7 @@ def workload_config(args, wl, batch=None):
         task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=batch or wl.batch, epochs=1, early_stop=0, holdout=0,
         reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap, device=args.device, graph=args.graph,
         average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True,
-        shard_exchange=args.shard_exchange, hot_rows=args.hot_rows)
+        shard_exchange=args.shard_exchange, hot_rows=args.hot_rows, wire_rows=args.wire_rows)
 
 
 def workload_info(wl):
@@ -163,7 +163,8 @@ def run(args):
         " " + r.plan.transport if args.reduce == "allreduce" and table != "sharded" else "") + (
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "") + (" graph" if r.plan.step == "graph" else "") + (
-        " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "")
+        " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "") + (
+        " bf16-rows" if args.wire_rows != "fp32" else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
