@@ -124,6 +124,10 @@ class CudaOps:
             graph = s.end_capture()
         return Captured(graph, s)
 
+    def synchronize(self):
+        """The host waits for the step's stream (the ring read, a plan made anew)."""
+        self._stream.synchronize()
+
     def zeros(self, shape, dtype):
         return self.cp.zeros(shape, dtype=dtype)
 
@@ -281,7 +285,8 @@ class CudaOps:
 
     # ---------------------------------------------------------------- the verdict and the ring
     def verdict(self, buf, rows, k, ring, state):
-        """ring[POS] = (buf's last value, 1.0 when every element of buf and of rows[:k] is finite)."""
+        """ring[POS] = (buf's last value, 1.0 when every element of buf and of rows[:k] is finite); a finite step
+        counts: T += 1 (its own launch, after the verdict is whole)."""
         s = _value(buf)
         _contiguous(ring, state)
         if buf.size == 0:
@@ -292,6 +297,7 @@ class CudaOps:
             r = _value(rows)
             width = rows.shape[1] if rows.ndim == 2 else 1
             self._go("verdict_scan_" + r, rows.size, rows, _ll(rows.size), _ll(width), k, _int(1), ring, state)
+        self._go("adam_count", 1, state, ring)      # a step not skipped counts: T += 1 (the optimizer's count)
 
     def advance(self, state):
         """The step is recorded: the ring's next place."""
@@ -319,10 +325,8 @@ class CudaOps:
         self._go("sgd_rows_" + s, kcap * width, table, ids, rows, k, _ll(kcap), _ll(width), scalars, ring, state)
 
     def adam_dense(self, p, g, m, v, state, scalars, ring, b1, b2, eps):
-        """Adam on scaled moments: T += 1 (its own launch, before any thread reads it), then the update at
-        lr c(T)."""
+        """Adam on scaled moments at lr c(T), T counting this step already (verdict counted it)."""
         s = _value(p, g, m, v)
-        self._go("adam_count", 1, state, ring)
         self._go("adam_dense_" + s, p.size, p, g, m, v, _ll(p.size), state, scalars, ring, np.float64(b1),
                  np.float64(b2), np.float64(eps))
 

@@ -384,7 +384,7 @@ template <typename T> __device__ __forceinline__ void adam_one(T* p, T g, T* m, 
     *p = sub_rn(*p, d);
 }
 
-/* p, m, v with Adam's global count state[T], which adam_count has just advanced */
+/* p, m, v with Adam's global count state[T], which adam_count (launched by the verdict) has just advanced */
 template <typename T>
 __device__ void adam_dense(T* p, const T* g, T* m, T* v, ll n, const ll* state, const double* scalars,
                            const double* ring, double b1, double b2, double eps) {
@@ -586,7 +586,7 @@ extern "C" __global__ void advance_pos(ll* state) {
     if (global_id() == 0) state[POS] += 1;
 }
 
-/* Adam's global count, once per step that is not skipped (before adam_dense reads it) */
+/* the optimizer's count, once per step that is not skipped (after the verdict; before adam_dense reads it) */
 extern "C" __global__ void adam_count(ll* state, const double* ring) {
     if (global_id() == 0 && step_ok(ring, state)) state[TCOUNT] += 1;
 }
