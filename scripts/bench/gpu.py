@@ -36,7 +36,7 @@ from scripts.bench.common import mpiexec
 PARTS = ("workloads", "shared", "crossover", "auc")
 DEVICE = "gpu"          # what the GPU side runs with (tests/entry/test_bench_gpu.py points it at the CPU to rehearse)
 TARGETS = {"w1": 20.0, "w2": 10.0}          # GPU samples/s over one CPU core's, the issue's
-NEEDS_S = {"workloads": 150, "shared": 60, "crossover": 20, "auc": 240}     # at least this much budget left to start
+NEEDS_S = {"workloads": 120, "shared": 60, "crossover": 20, "auc": 240}     # at least this much budget left to start
 
 
 def say(msg):
