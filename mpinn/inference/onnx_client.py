@@ -6,6 +6,7 @@ import json
 import numpy as np
 
 from mpinn.core.errors import MpinnError
+from mpinn.data import Dataset
 from mpinn.inference.load import model_reading
 from mpinn.inference.predictor import Predictor, read_rows
 from mpinn.inference.score import metrics_of
@@ -91,7 +92,8 @@ class OnnxPredictor:
         the graph transforms)."""
         out = {}
         if "ids" in self.inputs:
-            out["ids"] = ids_of(rows.take(np.arange(lo, hi)).Xs, self.inputs["ids"]["padding_id"])
+            Xs = rows.Xs[lo:hi] if isinstance(rows, Dataset) else rows.take(np.arange(lo, hi)).Xs   # a slice: faster
+            out["ids"] = ids_of(Xs, self.inputs["ids"]["padding_id"])
         if "numeric" in self.inputs:
             out["numeric"] = np.ascontiguousarray(rows.dense_rows(lo, hi), dtype=np.float64)
         return out

@@ -115,8 +115,6 @@ def export(model_path, out_path, external_from=EXTERNAL_FROM):
         h.set_model_props(m, metadata(spec, meta, inputs, len(towers)))
         if external is not None:
             external.close()
-            if os.path.exists(tmp):
-                os.unlink(tmp)
             os.replace(data_path + ".tmp", data_path)
             for t in m.graph.initializer:       # the data file's final name
                 for e in t.external_data:

@@ -93,3 +93,20 @@ def test_what_is_not_a_model_is_one_line(small, tmp_path):
     onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), foreign)
     r = run([sys.executable, "-m", "mpinn.predict", "--model", foreign, "--data", data])
     assert r.returncode == 2 and "without mpinn's metadata" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("mode", ["split", "onehot"])
+def test_the_other_hashing_modes(small, tmp_path, mode):
+    """split (k ids a feature: 4 here) and onehot (a vocabulary, an unseen value's own column) give the graph rows of
+    their width; an unseen value scores."""
+    d, data, _ = small
+    model = str(tmp_path / "m.npz")
+    r = run([sys.executable, "-m", "mpinn.train", "--data", data, "--label", "clicked", "--hidden", "4", "--epochs", "1",
+             "--ensemble", "1", "--hash-mode", mode, "--no-progress", "--quiet", "--model-out", model])
+    assert r.returncode == 0, r.stderr
+    o = mp.OnnxPredictor(mp.export(model, str(tmp_path / "m.onnx"))["path"])
+    assert o.inputs["ids"]["ids_per_row"] == {"split": 8, "onehot": 2}[mode]
+    p = mp.Predictor(model)
+    np.testing.assert_allclose(o.predict(data), p.predict(data), rtol=0, atol=1e-6)
+    row = {"site": "never seen", "app": 3, "hour": 13, "price": None}
+    np.testing.assert_allclose(o.predict(row), p.predict(row), rtol=0, atol=1e-6)
