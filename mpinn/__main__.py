@@ -8,7 +8,7 @@ from mpinn import __version__
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m mpinn", description="mpinn: MPI data-parallel training of neural "
                                 "networks on big tabular data. The commands: python -m mpinn.train, mpinn.predict, "
-                                "mpinn.prepare, mpinn.doctor, mpinn.bench (each with --help).")
+                                "mpinn.export, mpinn.prepare, mpinn.doctor, mpinn.bench (each with --help).")
     p.add_argument("--version", action="version", version="mpinn %s" % __version__)
     p.parse_args(argv)
     p.print_help()

@@ -23,6 +23,8 @@ from mpinn.data.formats.dense import dense_xy  # noqa: E402
 from mpinn.data.inputs import load_everywhere  # noqa: E402
 from mpinn.data.progress import reading  # noqa: E402
 from mpinn.host.memory import memory_limits  # noqa: E402
+from mpinn.inference.onnx_client import OnnxPredictor  # noqa: E402,F401 (mpinn.api.OnnxPredictor)
+from mpinn.inference.onnx_export import export as onnx_export  # noqa: E402
 from mpinn.inference.predictor import Predictor  # noqa: E402
 from mpinn.model.metrics import format_metrics  # noqa: E402
 from mpinn.optim import fused  # noqa: E402
@@ -59,16 +61,20 @@ def train(data=None, comm=None, **options):
 
 
 def predict(model_path, data=None):
-    """(predictions, metrics) of a model file on a data path, in-memory data (arrays()), or None
-    for a model trained on the embedded data (its held-out rows). One process, no MPI. The model file is read at
-    every call: a service that scores again and again loads it once, Predictor(model_path), and calls its
-    predict()."""
+    """(predictions, metrics) of a model file on a data path, in-memory data (arrays()), or None for a model trained on
+    the embedded data (its held-out rows). One process, no MPI. The model file is read at every call: a service that
+    scores again and again loads it once, Predictor(model_path), and calls its predict()."""
     return Predictor(model_path).scored(data)
 
 
+def export(model_path, out_path, **options):
+    """Write model file `model_path` as an ONNX model at `out_path` (python -m mpinn.export, docs/serving.md); returns
+    what was written (path, bytes, external data file, opset). OnnxPredictor(out_path) scores it in ONNX Runtime."""
+    return onnx_export(model_path, out_path, **options)
+
+
 def arrays(X, y, task="auto"):
-    """An in-memory data set from numpy arrays: features X (n, d), labels y (class labels of any
-    type, or numbers for regression), checked as a .npz file's would be."""
+    """An in-memory data set: features X (n, d), labels y (classes of any type, or numbers), checked as a .npz's."""
     return dense_xy(X, y, "arrays", task, None, True)
 
 

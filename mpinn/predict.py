@@ -14,8 +14,8 @@ from mpinn.data.progress import reading
 from mpinn.files.outputs import Claims, check_apart, check_file, written_whole
 from mpinn.host.exits import run_one_process
 from mpinn.host.launch import launched_ranks
-from mpinn.inference.load import load_checked
-from mpinn.inference.score import predict_file, predict_stream, streamed_files
+from mpinn.inference.onnx_client import open_predictor
+from mpinn.inference.score import metrics_of, predict_stream, streamed_files
 from mpinn.model.metrics import auc, format_metrics, metric_sums, metrics_from_sums
 from mpinn.model.mlp import PREDICT_ROWS
 from mpinn.settings import messages
@@ -31,7 +31,9 @@ def build_parser():
                "prediction (the predicted class; for a regression, the value in the label's units), then p_CLASS, "
                "the probability of each class (binary: p_POSITIVE only). The metrics (accuracy, logloss, auc; rmse) "
                "are printed when the data has the label.")
-    p.add_argument("--model", required=True, metavar="FILE", help="model file (.npz) written by mpinn.train")
+    p.add_argument("--model", required=True, metavar="FILE", help="model file (.npz) written by mpinn.train, or an "
+                                                                 "ONNX model (.onnx) written by mpinn.export: scored "
+                                                                 "by ONNX Runtime")
     add_data_argument(p, "rows to predict, in the model's input: .csv (.csv.gz), .tsv, .parquet or a packed .mpinn file "
                          "(python -m mpinn.prepare, with the model's hashing) for a model trained on a table; click-log "
                          "text for one trained on it; .npz (X) or .mat for one trained on arrays; omitted for a model "
@@ -64,12 +66,15 @@ def run(args):
 
 def _predict(args):
     ids = row_ids(args.id, args.data) if args.id else None
-    model, towers, meta = load_checked(args.model)
+    scorer = open_predictor(args.model)     # a model file loaded once, or an ONNX model in ONNX Runtime
+    meta = scorer.meta
     streamed = streamed_files(args.stream, meta, args.data)
     if streamed:
-        n, metrics, has_label = run_stream(args, model, towers, meta, streamed, ids)
+        n, metrics, has_label = run_stream(args, scorer, meta, streamed, ids)
     else:
-        pred, metrics, meta, data = predict_file(args.model, args.data, (model, towers, meta))
+        data = scorer.read(args.data)
+        pred = scorer.predict_rows(data)
+        metrics = metrics_of(meta, data, pred)
         n, has_label = len(data), data.meta.get("has_label", True)
         if ids is not None and len(ids) != n:
             raise MpinnError("%s: %d values in column %r for %d rows read" % (args.data, len(ids), args.id, n))
@@ -96,7 +101,7 @@ def _predict(args):
     return 0
 
 
-def run_stream(args, model, towers, meta, streamed, ids):
+def run_stream(args, scorer, meta, streamed, ids):
     """Predict the files a block at a time, each block's rows written as they come (to a temporary file, in
     place at the end: an error leaves nothing). The metrics are sums over the blocks, but for a binary model's
     AUC, which ranks every row: its scores and labels are kept (9 bytes a row) and ranked at the end. Returns (rows, metrics, whether
@@ -107,7 +112,7 @@ def run_stream(args, model, towers, meta, streamed, ids):
     sums, scores, labels, n, has_label, unknown = 0, [], [], 0, True, 0
     with reading(files.describe()), (written_whole(args.out, "the predictions") if args.out else nullcontext()) as f:
         out = Predictions(f, meta, args.id) if f is not None else None
-        for pred, rows in predict_stream(model, towers, meta, files):
+        for pred, rows in predict_stream(scorer.predict_rows, meta, files):
             if ids is not None and len(ids) < n + len(rows):
                 raise MpinnError("%s: %d values in column %r for more rows" % (args.data, len(ids), args.id))
             if out is not None:

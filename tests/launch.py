@@ -34,7 +34,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the commands run in this process: mpinn's own (each ends through its main(), in one rank)
-IN_PROCESS = ("mpinn", "mpinn.train", "mpinn.predict", "mpinn.prepare", "mpinn.doctor", "mpinn.bench", "mpinn.bench.w4",
+IN_PROCESS = ("mpinn", "mpinn.train", "mpinn.predict", "mpinn.export", "mpinn.prepare", "mpinn.doctor", "mpinn.bench",
+              "mpinn.bench.w4",
               "mpinn.bench.tour")
 # a command whose environment sets one of these runs as a real process: an injected fault kills or hangs its process,
 # and the optimizer's kernels are chosen once per process, from the environment it starts with

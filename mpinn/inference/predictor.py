@@ -73,22 +73,29 @@ class Predictor:
 
     def read(self, data):
         """`data` read for the model, its numeric transform set: what predict_rows scores."""
-        if data is None or isinstance(data, (str, Rows)) or hasattr(data, "__fspath__"):
-            return rows_for(self.meta, data if data is None or isinstance(data, Rows) else str(data))
-        if isinstance(data, dict):
-            data = [data]
-        if not (_is_frame(data) or isinstance(data, (list, tuple))):
-            raise MpinnError("cannot predict a %s: give a data path, mpinn.api.arrays(X, y), a pandas DataFrame, a "
-                             "list of row dicts or one row dict" % type(data).__name__)
-        if self.meta.get("source") not in NAMED:
-            raise MpinnError("the model was trained on %s, not on named columns: give a data file or "
-                             "mpinn.api.arrays(X, y)" % ("click-log text" if self.meta.get("source") == "criteo"
-                                                          else "arrays"))
-        if len(data) == 0:
-            raise MpinnError("no rows to predict")
-        names = (list(self.meta.get("categorical") or []), list(self.meta.get("numeric") or []))
-        source = FrameSource(data.rename(columns=str), *names) if _is_frame(data) else DictSource(list(data), *names)
-        rows = load_table(source, DataSpec(task=self.task, classes=self.meta.get("classes"), require_label=False,
-                                           missing_labels="keep"), self.hashing)
-        use_transform(rows, self.meta, source.path)
-        return rows
+        return read_rows(self.meta, self.hashing, data)
+
+
+def read_rows(meta, hashing, data):
+    """`data` read for a model of header `meta` as Predictor.read reads it (hashing: model_reading(meta)'s), its
+    numeric transform set: a data path, Rows, a DataFrame, row dicts (a list, or one) or None (the embedded click
+    log's held-out rows)."""
+    if data is None or isinstance(data, (str, Rows)) or hasattr(data, "__fspath__"):
+        return rows_for(meta, data if data is None or isinstance(data, Rows) else str(data))
+    if isinstance(data, dict):
+        data = [data]
+    if not (_is_frame(data) or isinstance(data, (list, tuple))):
+        raise MpinnError("cannot predict a %s: give a data path, mpinn.api.arrays(X, y), a pandas DataFrame, a "
+                         "list of row dicts or one row dict" % type(data).__name__)
+    if meta.get("source") not in NAMED:
+        raise MpinnError("the model was trained on %s, not on named columns: give a data file or "
+                         "mpinn.api.arrays(X, y)" % ("click-log text" if meta.get("source") == "criteo"
+                                                      else "arrays"))
+    if len(data) == 0:
+        raise MpinnError("no rows to predict")
+    names = (list(meta.get("categorical") or []), list(meta.get("numeric") or []))
+    source = FrameSource(data.rename(columns=str), *names) if _is_frame(data) else DictSource(list(data), *names)
+    rows = load_table(source, DataSpec(task=meta["task"], classes=meta.get("classes"), require_label=False,
+                                       missing_labels="keep"), hashing)
+    use_transform(rows, meta, source.path)
+    return rows

@@ -77,13 +77,14 @@ def streamed_files(choice, meta, path):
     return None
 
 
-def predict_stream(model, towers, meta, files):
+def predict_stream(score, meta, files):
     """(predictions, rows) of the files' rows in turn, read as the model's training data was, PREDICT_ROWS at a
     time: predict_rows's blocks, so that every product has the shape it has when the files are read whole, and
-    the predictions the same bits."""
+    the predictions the same bits. score(rows): their predictions (a Predictor's or an OnnxPredictor's
+    predict_rows)."""
     for rows in blocks_of(files, *model_reading(meta), PREDICT_ROWS):
         use_transform(rows, meta, files.paths[0])
-        yield predict_with(model, towers, meta, rows), rows
+        yield score(rows), rows
 
 
 def _relabel(rows, meta):

@@ -1,11 +1,15 @@
 """Scoring latency from Python (issue 64): mpinn.api.predict(model_path, rows), which reads the model file at every
-call, against a Predictor loaded once, for 1 row and for 1,000 rows: p50 and p99 over many calls.
+call, against a Predictor loaded once and against the model exported to ONNX (python -m mpinn.export) in ONNX
+Runtime, for 1 row and for 1,000 rows: p50 and p99 over many calls.
 
     python -m scripts.bench.predictor_latency
 
 The model: the embedded click log's default model (python -m mpinn.train --epochs 1, trained here once in a
-temporary directory, or --model); the rows: its first held-out rows, in memory (mpinn.data Rows), the same for both. Output: a Markdown table, and
-scripts/results/predictor-latency-DATE.json."""
+temporary directory, or --model); the rows: its first held-out rows, in memory (mpinn.data Rows), the same for all.
+ONNX Runtime is timed on the graph's inputs made from those rows (their hashed ids and raw numbers: what a client
+that hashed them gives it; session.run, one thread and its default), and through OnnxPredictor.predict(rows)
+(the ids taken from the rows' CSR first). Output: a Markdown table, and scripts/results/serving-latency-DATE.json
+(with the model file's and the .onnx file's sizes)."""
 import argparse
 import os
 import subprocess
@@ -54,24 +58,34 @@ def main(argv=None):
         sets = {1: valid.subset(np.arange(1)), 1000: valid.subset(np.arange(1000))}
         for rows in sets.values():      # the same bits either way
             assert np.array_equal(mp.predict(model, rows)[0], predictor.predict(rows))
-        records, table = [], ["| rows | calls | `mpinn.api.predict` p50 | p99 | `Predictor.predict` p50 | p99 | "
-                              "speed-up (p50) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        onnx_path = os.path.join(d, "clicks.onnx")
+        mp.export(model, onnx_path)
+        sessions = {"ort1": mp.OnnxPredictor(onnx_path, threads=1), "ort": mp.OnnxPredictor(onnx_path)}
+        for rows in sets.values():      # ONNX Runtime's predictions: mpinn's to 1e-6
+            assert np.allclose(sessions["ort"].predict(rows), predictor.predict(rows), rtol=0, atol=1e-6)
+        arms = (("api_predict", "`mpinn.api.predict`"), ("predictor", "`Predictor.predict`"),
+                ("ort1", "ONNX Runtime, 1 thread"), ("ort", "ONNX Runtime, %d threads" % os.cpu_count()),
+                ("onnx_predictor", "`OnnxPredictor.predict`"))
+        records, table = [], ["| rows | calls | " + " | ".join("%s p50 | p99" % name for _, name in arms) + " |",
+                              "| --- | --- |" + " --- | --- |" * len(arms)]
         for n, calls in ((1, a.one_calls), (1000, a.batch_calls)):
             rows = sets[n]
-            api = timings(lambda: mp.predict(model, rows), calls)
-            held = timings(lambda: predictor.predict(rows), calls)
+            feeds = sessions["ort"].feeds(rows, 0, n)       # the graph's inputs: hashed ids, raw numbers
+            fns = {"api_predict": lambda: mp.predict(model, rows), "predictor": lambda: predictor.predict(rows),
+                   "ort1": lambda: sessions["ort1"].run(**feeds), "ort": lambda: sessions["ort"].run(**feeds),
+                   "onnx_predictor": lambda: sessions["ort1"].predict(rows)}
             rec = {"rows": n, "calls": calls}
-            for name, ts in (("api_predict", api), ("predictor", held)):
+            for name, _ in arms:
+                ts = timings(fns[name], calls)
                 rec[name] = {"p50_ms": 1e3 * float(np.percentile(ts, 50)), "p99_ms": 1e3 * float(np.percentile(ts, 99)),
                              "mean_ms": 1e3 * float(ts.mean())}
             records.append(rec)
-            table.append("| %s | %d | %.2f ms | %.2f ms | %.3f ms | %.3f ms | %.0fx |" % (
-                format(n, ","), calls, rec["api_predict"]["p50_ms"], rec["api_predict"]["p99_ms"],
-                rec["predictor"]["p50_ms"], rec["predictor"]["p99_ms"],
-                rec["api_predict"]["p50_ms"] / rec["predictor"]["p50_ms"]))
-    table = "\n".join(table)
-    print_and_save("predictor-latency", table, {
-        "records": records, "model_bytes": size, "train_s": train_s, "predictor_load_s": load_s,
+            table.append("| %s | %d | " % (format(n, ","), calls) + " | ".join(
+                "%.3f ms | %.3f ms" % (rec[name]["p50_ms"], rec[name]["p99_ms"]) for name, _ in arms) + " |")
+        onnx_size = os.path.getsize(onnx_path)
+    table = "\n".join(table) + "\n\nmodel file %.1f MB, ONNX model %.1f MB" % (size / 1e6, onnx_size / 1e6)
+    print_and_save("serving-latency", table, {
+        "records": records, "model_bytes": size, "onnx_bytes": onnx_size, "train_s": train_s, "predictor_load_s": load_s,
         "n_sparse": int(predictor.model.spec.n_sparse), "hidden": list(predictor.model.spec.hidden),
         "cpus": os.cpu_count(), "threads": os.environ.get("OMP_NUM_THREADS")})
 
