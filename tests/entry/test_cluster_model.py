@@ -217,6 +217,8 @@ def test_the_bf16_wire_halves_rows_and_ids_and_costs_its_casts(P, R):
             assert b["inter"][phase][0].tolist() == (half * out).tolist(), (scheme, phase)
             assert b["inter"][phase][1].tolist() == (half * into).tolist(), (scheme, phase)
         assert b["intra"] == {n: v / 2 for n, v in a["intra"].items()}
+        # what all nodes send over their links (the lab's eth0 tx) is what they all receive
+        assert w2_loads.link_bytes(b["inter"]) == {n: float(into.sum()) for n, (_, into) in b["inter"].items()}
         assert (a["take_max"], a["grad_max"], a["relay_max"]) == (b["take_max"], b["grad_max"], b["relay_max"])
         t = {"take": 0.0, "row": 0.0, "unique": 0.0, "encode": 1e-9, "decode": 1e-10}
         shm = dict(costs.ASSUMED, a_ag=1e-6, b_ag=1e9)

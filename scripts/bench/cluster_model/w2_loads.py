@@ -1,7 +1,7 @@
 """W2's sharded-table exchange counted from W2's own data, for the cluster model (scripts/bench/cluster_model).
 
     python -m scripts.bench.cluster_model.w2_loads [--ranks 64,1024] [--ranks-per-node 1,8] [--per-rank 512]
-        [--wire fp32|bf16]
+        [--wire fp32|bf16] [--steps FIRST:STOP]
 
 P slices of per_rank rows (rank r: rows r*per_rank ..), contiguous nodes of R ranks (rank r on node
 r // R, local index r % R), owners by contiguous id ranges (mpinn.comm.shard.TableShards) except the
@@ -11,6 +11,8 @@ each scheme (flat, node, hot, node+hot) the bytes each node sends and receives o
 (out, in per node) and each rank's shared-memory bytes inside its node. Counts are int64 (8 B); ids and rows
 as --wire-rows sends them (mpinn/comm/wire.py): fp32, ids int64 (8 B) and rows of 64 float32 (256 B), or bf16,
 ids int32 (4 B) and rows of 64 bfloat16 (128 B); the hot rows' refresh and the dense tail stay float32.
+--steps: the bytes all nodes send a step over the steps of a benchmark run (its batches, in its order), to set
+beside the bytes a lab run measures on its hosts' links (scripts/bench/multihost.py).
 """
 import numpy as np
 
@@ -161,6 +163,29 @@ def node_bytes(inter):
     return float(np.maximum(a, b).max())
 
 
+def link_bytes(inter):
+    """{phase: bytes all nodes send over their links} (each crosses one link out: what the hosts' tx counts)."""
+    return {n: float(a.sum()) for n, (a, _) in inter.items()}
+
+
+def bench_steps(P, R, per_rank, steps, wire="fp32"):
+    """{scheme: {phase: bytes all nodes send a step}}, the mean over mpinn.bench's steps `steps` at P ranks, R per
+    node, per_rank rows a rank: step s takes W2's rows [k B, k B + B), B = P per_rank, k = s mod (W2_N // B) (the
+    bench's BenchOrder), the hot set by the auto rule over all W2_N rows (the bench counts it over them too)."""
+    from mpinn.bench.workloads import W2_N
+    idx, B = w2_index(W2_N), P * per_rank
+    hot = auto_hot(idx, per_rank)
+    total = {}
+    for s in steps:
+        k = s % (W2_N // B)
+        c = step_counts(*rank_ids(idx[k * B:(k + 1) * B], P, per_rank), P, R, hot, wire=wire)
+        for scheme, v in c["schemes"].items():
+            for phase, nbytes in link_bytes(v["inter"]).items():
+                total.setdefault(scheme, {}).setdefault(phase, 0.0)
+                total[scheme][phase] += nbytes / len(steps)
+    return total
+
+
 def loads(ranks, rpns, per_rank=512, idx=None, wire="fp32"):
     """{(P, R): step_counts} for W2's data on `wire`, the hot set by the auto rule over the whole data."""
     idx = w2_index(max(ranks) * per_rank) if idx is None else idx
@@ -181,7 +206,21 @@ def main(argv=None):
     p.add_argument("--ranks-per-node", default="1,8")
     p.add_argument("--per-rank", type=int, default=512)
     p.add_argument("--wire", default="fp32", choices=("fp32", "bf16"), help="ids and rows as --wire-rows sends them")
+    p.add_argument("--steps", metavar="FIRST:STOP",
+                   help="instead: all nodes' bytes a step, the mean over mpinn.bench's steps FIRST..STOP-1 (its "
+                        "batches of P x per-rank rows in its order: a lab run's timed steps, e.g. 30:300)")
     a = p.parse_args(argv)
+    if a.steps:
+        first, stop = (int(x) for x in a.steps.split(":"))
+        for P in (int(x) for x in a.ranks.split(",")):
+            for R in (int(x) for x in a.ranks_per_node.split(",")):
+                for s, by in bench_steps(P, R, a.per_rank, range(first, stop), a.wire).items():
+                    ex = sum(v for n, v in by.items() if n != "dense tail Allreduce")
+                    print("P=%d R=%d %s %-8s bytes a step sent between nodes, all nodes: exchange %.0f (%s), "
+                          "dense tail %.0f" % (P, R, a.wire, s, ex, ", ".join(
+                              "%s %.0f" % (n, v) for n, v in by.items() if n != "dense tail Allreduce"),
+                              by["dense tail Allreduce"]))
+        return
     for (P, R), c in loads([int(x) for x in a.ranks.split(",")], [int(x) for x in a.ranks_per_node.split(",")],
                            a.per_rank, wire=a.wire).items():
         print("P=%d R=%d: unique ids/rank %.0f, node union %.0f (%.2f of the ranks' ids), hot %d rows = %.1f%% of "
