@@ -126,7 +126,7 @@ def test_floor_bounds_every_prediction():
     shm = {"label": "shm", "a2a": 4e-6, "a_v": 6e-6, "b_v": 5e9, "a_ar": 4e-6, "b_ar": 4e9, "a_ag": 3e-6,
            "b_ag": 3e9, "per_message": 1e-6}
     fast = dict(costs.ASSUMED, label="fast", a_v=1e-7, a2a=1e-7, a_ar=1e-7)
-    got = costs.cluster({"W1": 1.5e-3, "W2": 1.4e-3}, shm, [costs.ASSUMED, fast], counts,
+    got = costs.cluster({"W1": 1.5e-3, "W2": 1.4e-3}, shm, [costs.ASSUMED, fast], {"fp32": counts},
                         {"take": 1e-8, "row": 1e-7, "unique": 1e-7}, [1, 8])
     assert len(got) == 2 * 2 * 6
     seen_below = False
@@ -195,6 +195,41 @@ def test_link_terms_and_floor_divide_crossing_bytes_by_the_fitted_B(monkeypatch)
     assert terms["Alltoallv bytes, inter-node"] == pytest.approx(data / B)
     comp = 1e-3
     monkeypatch.setattr(costs, "CLUSTER_RANKS", [P])
-    got = costs.cluster({"W1": comp, "W2": comp}, shm, [net], counts, t, [R])
-    floor = got[("W2", "flat", "lab", R)]["floor"][0]
+    got = costs.cluster({"W1": comp, "W2": comp}, shm, [net], {"fp32": counts}, t, [R])
+    floor = got[("W2", "flat", "fp32", "lab", R)]["floor"][0]
     assert floor == pytest.approx(comp / max(comp, w2_loads.node_bytes(c["schemes"]["flat"]["inter"]) / B))
+
+
+@pytest.mark.parametrize("P,R", [(16, 4), (4, 2), (4, 1)])
+def test_the_bf16_wire_halves_rows_and_ids_and_costs_its_casts(P, R):
+    """--wire-rows bf16 (mpinn/comm/wire.py): ids 4 B and rows 128 B, in every phase and inside the node; the counts,
+    the hot rows' refresh and the dense tail as on fp32; the busiest owner's casts one term, per element."""
+    per = 4
+    idx = small_idx(P * per, seed=13)
+    rank, ids = w2_loads.rank_ids(idx, P, per)
+    hot = w2_loads.auto_hot(idx, per, expect=1)
+    fp32, bf16 = (w2_loads.step_counts(rank, ids, P, R, hot, wire=w) for w in ("fp32", "bf16"))
+    assert w2_loads.wire_bytes("fp32") == (8, 256) and w2_loads.wire_bytes("bf16") == (4, 128)
+    for scheme in w2_loads.SCHEMES:
+        a, b = fp32["schemes"][scheme], bf16["schemes"][scheme]
+        for phase, (out, into) in a["inter"].items():
+            half = 0.5 if phase in ("ids", "rows", "gradient rows") else 1.0
+            assert b["inter"][phase][0].tolist() == (half * out).tolist(), (scheme, phase)
+            assert b["inter"][phase][1].tolist() == (half * into).tolist(), (scheme, phase)
+        assert b["intra"] == {n: v / 2 for n, v in a["intra"].items()}
+        # what all nodes send over their links (the lab's eth0 tx) is what they all receive
+        assert w2_loads.link_bytes(b["inter"]) == {n: float(into.sum()) for n, (_, into) in b["inter"].items()}
+        assert (a["take_max"], a["grad_max"], a["relay_max"]) == (b["take_max"], b["grad_max"], b["relay_max"])
+        t = {"take": 0.0, "row": 0.0, "unique": 0.0, "encode": 1e-9, "decode": 1e-10}
+        shm = dict(costs.ASSUMED, a_ag=1e-6, b_ag=1e9)
+        t32 = costs.w2_cluster_terms(fp32, scheme, shm, costs.ASSUMED, t)
+        t16 = costs.w2_cluster_terms(bf16, scheme, shm, costs.ASSUMED, t)
+        k = bf16["unique_ids_per_rank"]
+        replicas = k * bf16["hot_share_of_rank_ids"] if b["hot"] else 0.0
+        want = 64 * ((b["take_max"] + k + replicas) * 1e-9 + (k + b["grad_max"]) * 1e-10)
+        assert t16.pop("casts (bf16)") == pytest.approx(want)
+        assert set(t16) == set(t32)
+        assert t16["Alltoallv bytes, inter-node"] == pytest.approx(t32["Alltoallv bytes, inter-node"] / 2)
+        assert t16["Alltoallv bytes, intra-node"] == pytest.approx(t32["Alltoallv bytes, intra-node"] / 2)
+        for same in ("counts", "Alltoallv messages", "dense tail Allreduce", "hot Allgatherv"):
+            assert t16.get(same) == t32.get(same), same

@@ -36,7 +36,8 @@ fits were against n: at np 2 twice the crossing rate, so the link and shared mem
   * compute time per sample: W1 and W2 at np = 1 in the bench-scaling JSON (the bench's compute_ms,
     forward, backward and update, divided by the global batch);
   * W2's update cost per gradient row, of one dense pass over the table, of gathering a row
-    (np.take) and of deduplicating an id (np.unique, the relay's work): timed here.
+    (np.take), of deduplicating an id (np.unique, the relay's work), and of casting a row element to
+    bfloat16 and back (mpinn.comm.compress's to_bf16 / from_bf16, what --wire-rows bf16 does): timed here.
 
 Assumptions (the model is only as good as these):
   1. Weak scaling, as Horovod measured it: the per-rank batch stays fixed (W1 128 rows, W2 512 rows,
@@ -90,6 +91,12 @@ Assumptions (the model is only as good as these):
      intra- and inter-node messages of a flat Alltoallv do not overlap either. The busiest owner's
      work (measured per-row costs): gathering the rows it answers, updating the gradient rows beyond
      one slice's, and (node schemes) deduplicating the ids its node's ranks send it as relay.
+     Each scheme twice, by the rows' format on the wire (--wire-rows, mpinn/comm/wire.py): fp32 (ids 8 B, rows
+     256 B) and bf16 (ids 4 B, rows and gradient rows 128 B, in the node and between nodes; the counts, the
+     hot block's refresh and the dense tail stay as they are), the floor from the same halved bytes. bf16 adds
+     the busiest owner's casts (per element, timed): it encodes the rows it answers, its own gradient rows
+     and its replicas of the hot rows it uses, and decodes the rows it receives and the gradient rows it
+     owns (a relay passes 16-bit rows on as they came).
   8. Legacy "sharded" (shared memory, one rank per node): as the flat scheme with the measured
      in-flight cost between every two messages; "sharded, no overlap": the latency for each.
 Horovod's published point: ~90% scaling efficiency at 512 GPUs for Inception V3 and ResNet-101

@@ -12,6 +12,7 @@ ROW_BYTES = W2_H * 4 + 8
 PER_RANK = {"W1": 128, "W2": 512}
 RANKS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 CLUSTER_RANKS = [8, 16, 32, 64, 128, 256, 512, 1024]
+WIRES = ("fp32", "bf16")        # the sharded table's rows on the wire (--wire-rows; mpinn/comm/wire.py)
 NET_10GBE = (30e-6, 1.1e9)
 ASSUMED = {"label": "10GbE (assumed)", "a2a": 30e-6, "a_v": 30e-6, "b_v": 1.1e9, "a_ar": 30e-6, "b_ar": 1.1e9,
            "per_message": None}
@@ -58,7 +59,8 @@ COUNT_PHASES = ("counts",)
 
 def w2_cluster_terms(c, scheme, shm, net, t):
     """The W2 sharded step's exchange at P ranks, R per node, one scheme (assumption 7): {term: seconds}.
-    c: w2_loads.step_counts; t: the measured per-row costs (take, row, unique)."""
+    c: w2_loads.step_counts (its wire's bytes); t: the measured per-row costs (take, row, unique) and, for a 16-bit
+    wire, per-element casts (encode, decode)."""
     P, R, N = c["P"], c["R"], c["N"]
     s = c["schemes"][scheme]
     if P == 1:
@@ -83,7 +85,18 @@ def w2_cluster_terms(c, scheme, shm, net, t):
     k = c["unique_ids_per_rank"]
     out["busiest owner's rows"] = (s["take_max"] * t["take"] + max(s["grad_max"] - k, 0) * t["row"]
                                    + s["relay_max"] * t["unique"])
+    if c["wire"] != "fp32":
+        out["casts (%s)" % c["wire"]] = wire_casts(c, s, t)
     return out
+
+
+def wire_casts(c, s, t):
+    """The busiest owner's casts for 16-bit rows on the wire (t: seconds per element to encode, decode): it encodes
+    the rows it answers and its own gradient rows (and rounds its replicas of the hot rows it uses), and decodes
+    the rows it receives and the gradient rows it owns. A relay passes 16-bit rows on as they came."""
+    k = c["unique_ids_per_rank"]
+    replicas = k * c["hot_share_of_rank_ids"] if s["hot"] else 0.0
+    return W2_H * ((s["take_max"] + k + replicas) * t["encode"] + (k + s["grad_max"]) * t["decode"])
 
 
 def hot_allgatherv(m, P, R, shm, net, ring_bytes):
@@ -123,24 +136,27 @@ def w1_cluster_terms(P, R, shm, net, scheme):
 
 
 def cluster(comp, shm, nets, counts, t, rpns):
-    """{(workload, scheme, network label, R): {"eff": [..], "floor": [..], "terms": {P: {..}}}} at CLUSTER_RANKS."""
+    """{(workload, scheme, wire, network label, R): {"ranks", "eff": [..], "floor": [..], "terms": {P: {..}}}} at
+    CLUSTER_RANKS; counts: {wire: w2_loads.loads(.., wire=wire)} (W1's wire is fp32: its Allreduce, as today)."""
     out = {}
+    runs = [("W2", scheme, wire) for wire in counts for scheme in w2_loads.SCHEMES]
+    runs += [("W1", scheme, "fp32") for scheme in ("flat", "hierarchical")]
     for net in nets:
         for R in rpns:
             ps = [P for P in CLUSTER_RANKS if P % R == 0]
-            for wl, schemes in (("W2", w2_loads.SCHEMES), ("W1", ("flat", "hierarchical"))):
-                for scheme in schemes:
-                    cur = out[(wl, scheme, net["label"], R)] = {"ranks": ps, "eff": [], "floor": [], "terms": {}}
-                    for P in ps:
-                        if wl == "W2":
-                            terms = w2_cluster_terms(counts[(P, R)], scheme, shm, net, t)
-                            link = w2_floor_bytes(counts[(P, R)], scheme) / net["b_v"]
-                        else:
-                            terms, nbytes = w1_cluster_terms(P, R, shm, net, scheme)
-                            link = nbytes / net["b_ar"]
-                        cur["eff"].append(comp[wl] / (comp[wl] + sum(terms.values())))
-                        cur["floor"].append(comp[wl] / max(comp[wl], link))
-                        cur["terms"][P] = terms
+            for wl, scheme, wire in runs:
+                cur = out[(wl, scheme, wire, net["label"], R)] = {"ranks": ps, "eff": [], "floor": [], "terms": {}}
+                for P in ps:
+                    if wl == "W2":
+                        c = counts[wire][(P, R)]
+                        terms = w2_cluster_terms(c, scheme, shm, net, t)
+                        link = w2_floor_bytes(c, scheme) / net["b_v"]
+                    else:
+                        terms, nbytes = w1_cluster_terms(P, R, shm, net, scheme)
+                        link = nbytes / net["b_ar"]
+                    cur["eff"].append(comp[wl] / (comp[wl] + sum(terms.values())))
+                    cur["floor"].append(comp[wl] / max(comp[wl], link))
+                    cur["terms"][P] = terms
     return out
 
 

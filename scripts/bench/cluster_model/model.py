@@ -10,19 +10,23 @@ import numpy as np
 from scripts import RESULTS
 from scripts.bench.cluster_model import w2_loads
 from scripts.bench.cluster_model.costs import (ASSUMED, NET_10GBE, PER_RANK, RANKS, ROW_BYTES, W1_PARAMS,
-                                               W2_DENSE_TAIL, W2_H, W2_ROWS_PER_RANK, W2_TABLE, cluster, predict,
-                                               ring_allgather, ring_allreduce, w2_sharded_terms)
+                                               W2_DENSE_TAIL, W2_H, W2_ROWS_PER_RANK, W2_TABLE, WIRES, cluster,
+                                               predict, ring_allgather, ring_allreduce, w2_sharded_terms)
 from mpinn.bench.crossing import CONVENTION, fit_crossing, probe_fits
 
 
 def update_times():
-    """(seconds per gradient row of the sparse SGD update (fancy-indexed, random rows), seconds of
-    one dense SGD update of the whole 2^18 x 64 table, seconds per row of gathering random rows
-    (np.take: what an owner does to answer a fetch), seconds per id of np.unique (a relay's dedup))."""
+    """Seconds, timed now: "row" per gradient row of the sparse SGD update (fancy-indexed, random rows), "dense"
+    for one dense SGD update of the whole 2^18 x 64 table, "take" per row of gathering random rows (np.take: what
+    an owner does to answer a fetch), "unique" per id of np.unique (a relay's dedup), and "encode" and "decode"
+    per element of a slice's rows cast to bfloat16 words and back (mpinn.comm.compress, what --wire-rows bf16
+    does to every row it sends and receives)."""
+    from mpinn.comm.compress import from_bf16, to_bf16
     rng = np.random.default_rng(0)
     table = np.zeros((1 << 18, W2_H), np.float32)
     ids = np.unique(rng.integers(0, 1 << 18, 4000))[:W2_ROWS_PER_RANK]
     rows = rng.standard_normal((ids.size, W2_H)).astype(np.float32)
+    words = to_bf16(rows, np.empty(rows.shape, np.uint16))
 
     def median(f, n=30):
         ts = []
@@ -31,13 +35,15 @@ def update_times():
             f()
             ts.append(time.perf_counter() - t)
         return float(np.median(ts))
-    t_row = median(lambda: table.__setitem__(ids, table[ids] - np.float32(0.1) * rows)) / ids.size
-    t_take = median(lambda: np.take(table, ids, axis=0)) / ids.size
+    t = {"row": median(lambda: table.__setitem__(ids, table[ids] - np.float32(0.1) * rows)) / ids.size,
+         "take": median(lambda: np.take(table, ids, axis=0)) / ids.size,
+         "encode": median(lambda: to_bf16(rows, np.empty(rows.shape, np.uint16))) / rows.size,
+         "decode": median(lambda: from_bf16(words)) / rows.size}
     mixed = rng.integers(0, 1 << 18, W2_ROWS_PER_RANK)       # a relay gets ~one slice's ids from its node
-    t_unique = median(lambda: np.unique(mixed)) / mixed.size
+    t["unique"] = median(lambda: np.unique(mixed)) / mixed.size
     grad = np.ones_like(table)
-    dense = median(lambda: table.__isub__(np.float32(0.1) * grad), 5)
-    return t_row, dense, t_take, t_unique
+    t["dense"] = median(lambda: table.__isub__(np.float32(0.1) * grad), 5)
+    return t
 
 
 def read_network(path):
@@ -62,9 +68,12 @@ def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
     a_ag, b_ag = fit_crossing(probe["allgatherv"], "allgatherv", 2)
     p2 = a2a["probes"]["2"]
     a_v, b_v = fit_crossing(p2["alltoallv"], "alltoallv", 2)
-    t_row, dense_update, t_take, t_unique = update_times()
-    counts = w2_loads.loads(RANKS, sorted(set(rpns) | {1}))
-    loads = {P: (c["unique_ids_per_rank"], c["schemes"]["flat"]["grad_max"]) for (P, R), c in counts.items() if R == 1}
+    t = update_times()
+    t_row, dense_update, t_take = t["row"], t["dense"], t["take"]
+    idx = w2_loads.w2_index(max(RANKS) * PER_RANK["W2"])
+    counts = {wire: w2_loads.loads(RANKS, sorted(set(rpns) | {1}), idx=idx, wire=wire) for wire in WIRES}
+    loads = {P: (c["unique_ids_per_rank"], c["schemes"]["flat"]["grad_max"])
+             for (P, R), c in counts["fp32"].items() if R == 1}
     # compute per rank per step at the fixed per-rank batch, from np = 1 (compute_ms covers the global batch)
     comp = {wl: rows[(wl, 1)]["compute_ms_median"] / 1e3 * PER_RANK[wl] / {"W1": 256, "W2": 1024}[wl]
             for wl in ("W1", "W2")}
@@ -98,25 +107,29 @@ def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
                 terms["%s, %s" % (how, net)] = {P: w2_sharded_terms(P, sn, loads, t_take, t_row) for P in (64, 1024)}
     shm = {"label": "shared memory (here)", "a2a": p2["alltoall"], "a_v": a_v, "b_v": b_v, "a_ar": a_ar, "b_ar": b_ar,
            "a_ag": a_ag, "b_ag": b_ag, "per_message": p2["fit"]["per_message_s"]}
-    clusters = cluster(comp, shm, nets, counts, {"take": t_take, "row": t_row, "unique": t_unique}, rpns)
+    clusters = cluster(comp, shm, nets, counts, t, rpns)
     inputs = {"allreduce_alpha_us": a_ar * 1e6, "allreduce_GBps": b_ar / 1e9, "allgatherv_alpha_us": a_ag * 1e6,
               "allgatherv_GBps": b_ag / 1e9, "w1_compute_ms_per_rank_step": comp["W1"] * 1e3,
               "w2_compute_ms_per_rank_step": comp["W2"] * 1e3, "w2_row_update_us": t_row * 1e6,
-              "w2_dense_update_ms": dense_update * 1e3, "w2_id_unique_us": t_unique * 1e6,
+              "w2_dense_update_ms": dense_update * 1e3, "w2_id_unique_us": t["unique"] * 1e6,
+              "bf16_encode_ns_per_element": t["encode"] * 1e9, "bf16_decode_ns_per_element": t["decode"] * 1e9,
               "networks": {n["label"]: {k: v for k, v in n.items() if k != "label"} for n in nets},
               "alltoallv_alpha_us": a_v * 1e6, "alltoallv_GBps": b_v / 1e9, "bandwidth_convention": CONVENTION,
               "alltoall_counts_us": p2["alltoall"] * 1e6,
               "message_in_flight_us": p2["fit"]["per_message_s"] * 1e6, "w2_row_take_us": t_take * 1e6,
-              "w2_counts": {"%d/%d" % k: count_summary(c) for k, c in counts.items()}}
+              "w2_counts": {"%d/%d" % k: count_summary(c, counts["bf16"][k]) for k, c in counts["fp32"].items()}}
     return curves, inputs, terms, clusters
 
 
-def count_summary(c):
-    """The JSON-able part of w2_loads.step_counts."""
-    out = {k: v for k, v in c.items() if k != "schemes"}
+def count_summary(c, bf16):
+    """The JSON-able part of w2_loads.step_counts (c on the fp32 wire; bf16 the same step on the bf16 wire: its
+    bytes beside fp32's)."""
+    out = {k: v for k, v in c.items() if k not in ("schemes", "wire")}
     for s, v in c["schemes"].items():
         out[s] = {"inter_node_bytes_per_node": w2_loads.node_bytes(v["inter"]),
+                  "inter_node_bytes_per_node_bf16": w2_loads.node_bytes(bf16["schemes"][s]["inter"]),
                   "inter_node_phase_bytes": w2_loads.phase_bytes(v["inter"]),
+                  "inter_node_phase_bytes_bf16": w2_loads.phase_bytes(bf16["schemes"][s]["inter"]),
                   "intra_node_bytes_busiest_rank": v["intra"], "inter_node_messages_per_rank": v["inter_messages"],
                   "busiest_owner_takes": v["take_max"], "busiest_owner_gradient_rows": v["grad_max"],
                   "busiest_relay_ids": v["relay_max"]}
