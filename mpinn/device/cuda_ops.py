@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda", "step_ops.cu")
-OPTIONS = ("--std=c++17", "--fmad=false")
+OPTIONS = ("--std=c++17", "--fmad=false")   # cupy appends -ftz=true: step_ops.cu keeps subnormals where it must
 
 # launch shapes, step_ops.cu's #defines
 BLOCK = 256                                 # threads of a one-thread-an-element kernel's block
@@ -179,7 +179,7 @@ class CudaOps:
         """out = ((0 + X B) + base) + bias, X the CSR rows (out.shape[0] of them; duplicates summed in order)."""
         s = _value(data, B, out, base, bias)
         n = out.shape[0]
-        m = out.size // n if n else 0
+        m = out.shape[1] if out.ndim == 2 else 1
         if (B.shape[1] if B.ndim == 2 else 1) != m:
             raise ValueError("rows_times: a block of %s into %s" % (B.shape, out.shape))
         name = "rows_times_%s_%s_%s" % (s, _index(indptr), _index(indices))
@@ -191,7 +191,7 @@ class CudaOps:
         s = _value(z, rows, d)
         _contiguous(y, scalars)
         n = z.shape[0]
-        k = z.size // n if n else 0
+        k = z.shape[1] if z.ndim == 2 else 1
         wants = {"softmax": n, "sigmoid": n, "squared": n * k}[loss]
         if y.size != wants or (loss == "sigmoid" and k != 1) or rows.size != n or d.size != z.size:
             raise ValueError("head %s: z %s, y %s, rows %s, d %s" % (loss, z.shape, y.shape, rows.shape, d.shape))
@@ -205,9 +205,12 @@ class CudaOps:
         self._k["total_" + s]((1,), (TOTAL_THREADS,), (rows, out, _ll(rows.size)))
 
     def colsum(self, d, out):
-        """out[j] = sum over rows of d[:, j], the rows added in order."""
+        """out[j] = sum over rows of d[:, j], as numpy adds it: the rows in order from 0, or for one column
+        (a contiguous run) numpy's pairwise summation."""
         s = _value(d, out)
         n, m = d.shape
+        if n >= 2 ** 31:
+            raise ValueError("colsum: %d rows, more than the kernel counts in int" % n)
         self._go("colsum_" + s, m, d, out, _ll(n), _ll(m))
 
     # ---------------------------------------------------------------- the hashed block

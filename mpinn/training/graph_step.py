@@ -96,6 +96,9 @@ class GraphStep(Step):
             rows = max(n, plan.rows if plan else 0)
             self.plan = plan = StepPlan(self.model, self.optimizer, self.ops, rows, max(cap, plan.nnz if plan else 0),
                                         self.ring, self.state)
+            # the plan's arrays were made (and zero-filled) on the current stream, which the step's stream, a
+            # non-blocking one, does not wait for: the fills done before any step's operation can write there
+            self.model.backend.synchronize()
             self.slots, self.graphs = [None, None], {}
         return plan
 

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 62's GPU checks as one prepared script for a lent GPU machine (run from the repository root; ~5 minutes):
-#   1. the step plan's kernels against their numpy definitions (tests/comm/test_cuda_ops.py, marked gpu), first:
+#   1. the step plan's kernels against their numpy definitions (tests/comm/test_cuda_ops.py and test_cuda_bits.py,
+#      marked gpu), first:
 #      a kernel that is wrong stops nothing else but says so at once;
 #   2. the launch-cost probe: eager against graph, us a step, host waits inside a step, bitwise
 #      (python -m scripts.lab.graph_probe);
@@ -16,8 +17,8 @@ T0=$(date +%s); at() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
 . scripts/lab/use_wheels.sh
 export PYTHONUNBUFFERED=1 MPINN_CACHE_DIR=${MPINN_CACHE_DIR:-/tmp/mpinn-cache}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-at "step plan kernels"; timeout ${CUDA_OPS_S:-60} python3 -m pytest tests/comm/test_cuda_ops.py -q -p no:cacheprovider \
-  -o addopts=-ra -x 2>&1 | tee "$OUT/cuda_ops.log" | tail -6
+at "step plan kernels"; timeout ${CUDA_OPS_S:-60} python3 -m pytest tests/comm/test_cuda_ops.py tests/comm/test_cuda_bits.py \
+  -q -p no:cacheprovider -o addopts=-ra -x 2>&1 | tee "$OUT/cuda_ops.log" | tail -6
 at "launch-cost probe"; timeout ${PROBE_S:-70} python3 -m scripts.lab.graph_probe --steps ${PROBE_STEPS:-200} \
   --out "$OUT/graph-probe.json" 2>&1 | tee "$OUT/probe.log"
 at "workloads"; timeout ${BENCH_S:-150} python3 -m scripts.bench.gpu --parts workloads --workloads ${WORKLOADS:-w1,w2,w4} \

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from fake_device import messy_csr
 from mpinn.device.backend import gpu_probe, to_host
-from mpinn.device.cuda_ops import SOURCE, kernel_names
+from mpinn.device.cuda_ops import OPTIONS, SOURCE, kernel_names
 from mpinn.device.ops import LR, POS, RING, T, HostOps
 
 GPUS, NO_GPU = gpu_probe()
@@ -31,8 +31,8 @@ def on_gpu(test):
 
 @pytest.mark.launch
 def test_the_step_kernels_compile_for_sm_90(tmp_path):
-    """nvcc as the tests' machine has it, and the options cupy's NVRTC compile gets (--std=c++17 --fmad=false, to
-    PTX for compute_90): every kernel CudaOps loads is exported under its plain name."""
+    """nvcc as the tests' machine has it, and the options cupy's NVRTC compile gets (--std=c++17 --fmad=false, then
+    the -ftz=true cupy appends; to PTX for compute_90): every kernel CudaOps loads is exported under its name."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not installed (the CUDA toolkit)")
@@ -42,7 +42,7 @@ def test_the_step_kernels_compile_for_sm_90(tmp_path):
                        text=True, timeout=240, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     ptx = tmp_path / "step_ops.ptx"
-    r = subprocess.run([nvcc, "-arch=compute_90", "-ptx", "--std=c++17", "--fmad=false", SOURCE, "-o", str(ptx)],
+    r = subprocess.run([nvcc, "-arch=compute_90", "-ptx", *OPTIONS, "-ftz=true", SOURCE, "-o", str(ptx)],
                        capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = ptx.read_text().splitlines()

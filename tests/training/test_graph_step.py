@@ -19,6 +19,7 @@ from mpinn.optim import create_optimizer
 from mpinn.optim.schedule import make_schedule
 from mpinn.training.faults import Faults
 from mpinn.settings.plan import graph_refusal
+from mpinn.training import graph_plan, graph_step
 from mpinn.training.graph_plan import BatchSlot, nnz_class
 from mpinn.training.graph_step import GraphStep
 from mpinn.training.steps import ReduceStep
@@ -119,6 +120,25 @@ def test_no_host_wait_inside_a_step_and_one_read_per_ring():
         reads += fake.syncs > before
         assert len(settled) in (0, RING)
     assert reads == 2 and len(step.outcomes(None, flush=True)) == 3
+
+
+def test_a_new_plans_arrays_are_made_before_a_step_uses_them(monkeypatch):
+    """The plan's arrays are made and zero-filled on the current stream (a GPU's default stream), which the step's
+    non-blocking stream does not wait for: the host waits for those fills after making a plan, before any of the
+    step's operations is queued (at the first step and when a larger batch makes a new plan)."""
+    spec = ModelSpec(1 << 10, 3, (8,), 1, "relu", "sigmoid", "float32", sparse_fan_in=4)
+    step, model, _ = make(spec, "adam")
+    log = []
+    compute = model.backend.compute
+    sync, enqueue = compute.synchronize, compute.enqueue
+    monkeypatch.setattr(compute, "synchronize", lambda: (log.append("sync"), sync())[1])
+    monkeypatch.setattr(compute, "enqueue", lambda *a, **k: (log.append("op"), enqueue(*a, **k))[1])
+    monkeypatch.setattr(graph_step, "StepPlan", lambda *a: (log.append("plan"), graph_plan.StepPlan(*a))[1])
+    train(step, batches(spec, 32, 2) + batches(spec, 64, 1, seed=1))
+    plans = [i for i, what in enumerate(log) if what == "plan"]
+    assert len(plans) == 2
+    for at in plans:
+        assert log[at + 1] == "sync", log[at:at + 3]
 
 
 def test_capture_refuses_a_host_wait_a_read_back_and_a_copy():

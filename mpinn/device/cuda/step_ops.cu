@@ -9,7 +9,11 @@
      from device memory, so a captured graph's replay computes what an eager call would.
    - The same bits every run: every sum runs in a fixed order, no float atomics. Integer atomics only count.
    - The rounding of the numpy code: each product, sum, quotient and square root rounded on its own (the _rn
-     intrinsics, whatever the fmad flag), except the GEMM, which accumulates with fma in ascending k. */
+     intrinsics, whatever the fmad flag), except the GEMM, which accumulates with fma in ascending k.
+   - Subnormal floats kept, as numpy keeps them: cupy compiles every module with -ftz=true appended after the
+     options it is given (cupy.cuda.compiler), which turns each float operation, the _rn intrinsics included, into
+     its flush-to-zero form. The float operations the specification fixes to the bit are therefore PTX without
+     .ftz (add.rn.f32 and the like), and a float's sign is read from its bits (a positive subnormal is > 0). */
 
 typedef long long ll;
 
@@ -29,16 +33,42 @@ typedef long long ll;
 __device__ __forceinline__ ll global_id() { return (ll) blockIdx.x * blockDim.x + threadIdx.x; }
 
 /* ------------------------------------------------------------------ rounding, one operation at a time */
+#if defined(__CUDA_ARCH__)
+#define F32_OP2(name, op)                                                                                           \
+    __device__ __forceinline__ float name(float a, float b) {                                                        \
+        float r; asm(op " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+F32_OP2(add_rn, "add.rn.f32")
+F32_OP2(sub_rn, "sub.rn.f32")
+F32_OP2(mul_rn, "mul.rn.f32")
+F32_OP2(div_rn, "div.rn.f32")
+__device__ __forceinline__ float sqrt_rn(float a) { float r; asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
+/* a double rounded to float, a float widened: cvt without .ftz */
+__device__ __forceinline__ float to_float(double a) {
+    float r; asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(a)); return r; }
+__device__ __forceinline__ double to_double(float a) {
+    double r; asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(a)); return r; }
+#else   /* a host compiler's pass (nvcc -c) or a CPU emulation: the intrinsics */
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 __device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
 __device__ __forceinline__ float sqrt_rn(float a) { return __fsqrt_rn(a); }
+__device__ __forceinline__ float to_float(double a) { return (float) a; }
+__device__ __forceinline__ double to_double(float a) { return (double) a; }
+#endif
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
 __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ double to_double(double a) { return a; }
+/* a double in T: to_value<float> rounds without flushing, to_value<double> is the identity */
+template <typename T> __device__ __forceinline__ T to_value(double a);
+template <> __device__ __forceinline__ float to_value<float>(double a) { return to_float(a); }
+template <> __device__ __forceinline__ double to_value<double>(double a) { return a; }
+/* x > 0 (false for a NaN), a positive subnormal float included: its bits as an integer are > 0 */
+__device__ __forceinline__ bool positive(float x) { return x == x && __float_as_int(x) > 0; }
+__device__ __forceinline__ bool positive(double x) { return x > 0.0; }
 __device__ __forceinline__ float fma_(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double fma_(double a, double b, double c) { return fma(a, b, c); }
 __device__ __forceinline__ float exp_(float a) { return expf(a); }
@@ -114,7 +144,7 @@ __device__ void gemm(const T* a, const T* b, T* c, ll M, ll N, ll K) {
 /* ------------------------------------------------------------------ elementwise: activations and their gradients */
 /* act: 0 none, 1 relu, 2 tanh, 3 sigmoid (mpinn.device.ops.act_: relu keeps a NaN, sigmoid stable for large |v|) */
 template <typename T> __device__ __forceinline__ T activate(T v, int act) {
-    if (act == 1) return (v != v) ? v : (v > (T) 0 ? v : (T) 0);
+    if (act == 1) return (v != v) ? v : (positive(v) ? v : (T) 0);
     if (act == 2) return tanh_(v);
     if (act == 3) {
         const T e = exp_(-fabs_(v));
@@ -138,7 +168,7 @@ template <typename T> __device__ void act_grad(const T* a, T* d, ll total, int a
     if (i >= total) return;
     const T x = a[i];
     T f;
-    if (act == 1) f = x > (T) 0 ? (T) 1 : (T) 0;
+    if (act == 1) f = positive(x) ? (T) 1 : (T) 0;
     else if (act == 2) f = sub_rn((T) 1, mul_rn(x, x));
     else f = mul_rn(x, sub_rn((T) 1, x));
     d[i] = mul_rn(d[i], f);
@@ -209,7 +239,7 @@ __device__ void head(const T* z, const Y* y, const double* scalars, T* rows, T* 
     }
     const double scale = scalars[SCALE];
     if (scale != 1.0) {
-        const T f = (T) scale;
+        const T f = to_value<T>(scale);
         for (ll j = 0; j < k; ++j) d[base + j] = mul_rn(d[base + j], f);
     }
 }
@@ -230,13 +260,66 @@ template <typename T> __device__ void total(const T* rows, T* out, ll n) {
     if (t == 0) out[0] = sh[0];
 }
 
-/* out[j] = ((d[0, j] + d[1, j]) + d[2, j]) + ..., numpy's order for a sum over axis 0; one thread a column */
+/* numpy's pairwise_sum (numpy/_core/src/umath/loops_utils.h.src) of x[0..n), n <= 128: fewer than 8 terms added
+   in order to 0; else 8 running sums from x[0..8), each adding every 8th term up to n - n % 8, combined as
+   ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), the last n % 8 terms then added in order */
+template <typename T> __device__ T pairwise_block(const T* x, int n) {
+    if (n < 8) {
+        T s = (T) 0;
+        for (int i = 0; i < n; ++i) s = add_rn(s, x[i]);
+        return s;
+    }
+    T r[8];
+    for (int q = 0; q < 8; ++q) r[q] = x[q];
+    int i = 8;
+    for (; i < n - n % 8; i += 8)
+        for (int q = 0; q < 8; ++q) r[q] = add_rn(r[q], x[i + q]);
+    T s = add_rn(add_rn(add_rn(r[0], r[1]), add_rn(r[2], r[3])), add_rn(add_rn(r[4], r[5]), add_rn(r[6], r[7])));
+    for (; i < n; ++i) s = add_rn(s, x[i]);
+    return s;
+}
+
+/* numpy's pairwise_sum of x[0..n): more than 128 terms split at n2 = n / 2 less n2 % 8, the halves' sums added
+   (left + right). Its recursion unrolled: a stack of ranges still to sum, where a length of -1 stands for "add
+   the two sums on top of the value stack". n < 2^31 (CudaOps.colsum checks): at most 25 splits deep, so at most
+   2 x 25 + 1 ranges and 26 sums are held (a small stack frame: no larger local memory for the launch). */
+template <typename T> __device__ T pairwise_sum(const T* x, int n) {
+    int lo[56], len[56];
+    T val[28];
+    int top = 1, nv = 0;
+    lo[0] = 0;
+    len[0] = n;
+    while (top > 0) {
+        --top;
+        const int a = lo[top], m = len[top];
+        if (m < 0) {
+            --nv;
+            val[nv - 1] = add_rn(val[nv - 1], val[nv]);
+        } else if (m <= 128) {
+            val[nv++] = pairwise_block(x + a, m);
+        } else {
+            int n2 = m / 2;
+            n2 -= n2 % 8;
+            len[top++] = -1;                            /* last: left + right */
+            lo[top] = a + n2; len[top++] = m - n2;      /* then the right half */
+            lo[top] = a; len[top++] = n2;               /* the left half first */
+        }
+    }
+    return val[0];
+}
+
+/* out[j] = the sum over the n rows of column j, as numpy's np.sum(d, axis=0, out=out) adds it (HostOps.colsum):
+   m > 1, ((0 + d[0, j]) + d[1, j]) + ... in row order; m == 1, the column is one contiguous run, which numpy sums
+   pairwise: 0 + pairwise_sum (one thread). One thread a column. */
 template <typename T> __device__ void colsum(const T* d, T* out, ll n, ll m) {
     const ll j = global_id();
     if (j >= m) return;
-    if (n == 0) { out[j] = (T) 0; return; }
-    T s = d[j];
-    for (ll i = 1; i < n; ++i) s = add_rn(s, d[i * m + j]);
+    if (m == 1) {
+        out[0] = add_rn((T) 0, pairwise_sum(d, (int) n));
+        return;
+    }
+    T s = (T) 0;
+    for (ll i = 0; i < n; ++i) s = add_rn(s, d[i * m + j]);
     out[j] = s;
 }
 
@@ -300,7 +383,7 @@ __device__ void hashed_rows(const T* data, const T* d, const int* vals, const in
 template <typename T> __device__ void verdict_start(const T* buf, ll n, double* ring, const ll* state) {
     if (global_id() != 0) return;
     const ll at = state[POS] % RING;
-    ring[at * 2] = (double) buf[n - 1];
+    ring[at * 2] = to_double(buf[n - 1]);
     ring[at * 2 + 1] = 1.0;
 }
 
@@ -324,7 +407,7 @@ template <typename T>
 __device__ void sgd_dense(T* p, const T* g, ll n, const double* scalars, const double* ring, const ll* state) {
     const ll i = global_id();
     if (i >= n || !step_ok(ring, state)) return;
-    const T lr = (T) scalars[LR];
+    const T lr = to_value<T>(scalars[LR]);
     p[i] = sub_rn(p[i], mul_rn(g[i], lr));
 }
 
@@ -336,7 +419,7 @@ __device__ void sgd_rows(T* table, const ll* ids, const T* rows, const ll* k, ll
     if (i >= kcap * width || !step_ok(ring, state)) return;
     const ll r = i / width, j = i % width;
     if (r >= k[0]) return;
-    const T lr = (T) scalars[LR];
+    const T lr = to_value<T>(scalars[LR]);
     T* at = table + ids[r] * width + j;
     *at = sub_rn(*at, mul_rn(rows[i], lr));
 }
@@ -370,7 +453,7 @@ template <typename T> __device__ T adam_step(double lr, double b1, double b2, ll
     double c = __ddiv_rn(__dsub_rn(1.0, b1), __dsqrt_rn(__dsub_rn(1.0, b2)));
     c = __dmul_rn(c, __dsqrt_rn(__dsub_rn(1.0, int_pow(b2, t))));
     c = __ddiv_rn(c, __dsub_rn(1.0, int_pow(b1, t)));
-    return (T) __dmul_rn(lr, c);
+    return to_value<T>(__dmul_rn(lr, c));
 }
 
 /* m = m b1 + g; v = v b2 + g g; p -= step m / (sqrt(v) + eps), each operation rounded (fused_kernels.h's adam) */
@@ -391,7 +474,7 @@ __device__ void adam_dense(T* p, const T* g, T* m, T* v, ll n, const ll* state, 
     const ll i = global_id();
     if (i >= n || !step_ok(ring, state)) return;
     const T step = adam_step<T>(scalars[LR], b1, b2, state[TCOUNT]);
-    adam_one(p + i, g[i], m + i, v + i, (T) b1, (T) b2, (T) eps, step);
+    adam_one(p + i, g[i], m + i, v + i, to_value<T>(b1), to_value<T>(b2), to_value<T>(eps), step);
 }
 
 /* the touched rows r < k, each at its own count t_row[ids[r]], which adam_row_count has just advanced */
@@ -405,7 +488,7 @@ __device__ void adam_rows(T* table, T* m, T* v, const ll* t_row, const ll* ids, 
     if (r >= k[0]) return;
     const ll at = ids[r] * width + j;
     const T step = adam_step<T>(scalars[LR], b1, b2, t_row[ids[r]]);
-    adam_one(table + at, rows[i], m + at, v + at, (T) b1, (T) b2, (T) eps, step);
+    adam_one(table + at, rows[i], m + at, v + at, to_value<T>(b1), to_value<T>(b2), to_value<T>(eps), step);
 }
 
 /* ------------------------------------------------------------------ exported: one name per type */
