@@ -109,7 +109,8 @@ class HostOps:
         out[0] = rows.sum()
 
     def colsum(self, d, out):
-        """out[j] = sum over rows of d[:, j], the rows added in order."""
+        """out[j] = sum over rows of d[:, j]: numpy's np.sum(d, axis=0) (rows added in order from 0; one column: numpy's
+        pairwise sum of a contiguous run)."""
         np.sum(d, axis=0, out=out)
 
     def hashed_workspace(self, n_cols, n_rows, nnz_cap, width, dtype):
