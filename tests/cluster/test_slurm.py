@@ -204,9 +204,9 @@ def test_scancel_ends_the_whole_step_quickly(cluster, tmp_path):
 @pytest.mark.mpi
 @pytest.mark.parametrize("kill_on_bad_exit", [True, False], ids=["srun-K", "step-deadline"])
 def test_kill_9_of_one_task_ends_the_whole_step(cluster, tmp_path, kill_on_bad_exit):
-    """With --kill-on-bad-exit (the template's srun line) srun ends the step at once. Without it the
-    surviving rank waits in its collective (MPICH does not notice the lost peer) until mpinn's step
-    deadline aborts the job with exit code 3."""
+    """With --kill-on-bad-exit (the template's srun line) srun ends the step at once. Without it the survivor waits
+    in its collective until mpinn's step deadline aborts the job (exit 3), unless MPICH notices the lost peer itself
+    (once in CI: the step ended 0.07 s after the kill): then at once. No rank is left either way."""
     deadline = 3
     job, job_id = _srun_long(cluster, tmp_path, "kill%d" % kill_on_bad_exit,
                              extra=() if kill_on_bad_exit else ("--step-timeout", str(deadline)),
@@ -220,13 +220,13 @@ def test_kill_9_of_one_task_ends_the_whole_step(cluster, tmp_path, kill_on_bad_e
     assert took < 10 and not ranks_left(cluster)
     assert rc not in (0, 124), (rc, job.stderr)         # 124: our timeout, not Slurm, ended it
     assert "task 1: Killed" in job.stderr, job.stderr
-    if not kill_on_bad_exit:
-        assert took >= deadline - 0.5
+    if not kill_on_bad_exit and took >= deadline - 0.5:     # MPICH did not notice: the deadline ended it
         assert "did not finish within %d s; aborting the job" % deadline in job.stderr, job.stderr
         assert "MPI_Abort(MPI_COMM_WORLD, 3)" in job.stderr, job.stderr
+    elif not kill_on_bad_exit:                              # MPICH noticed the lost peer first
+        assert "did not finish within" not in job.stderr, job.stderr
     rec = cluster.wait_job_done(job_id, 10)
     assert rec["JobState"] in ("FAILED", "CANCELLED"), rec
-
 
 
 @pytest.mark.mpi
