@@ -90,7 +90,7 @@ _ACTS = {
     "sigmoid": "const T e = exp(-fabs(v)); z = v >= 0 ? (T) 1 / ((T) 1 + e) : e / ((T) 1 + e);",
 }
 
-_ACT_GRADS = {      # d *= f'(z) in terms of a = f(z), as mpinn.model.mlp._act_grad_ (relu: d * (a > 0), so NaN stays)
+_ACT_GRADS = {      # d *= f'(z) in terms of a = f(z), as mpinn.device.ops.act_grad_ (relu: d * (a > 0), so NaN stays)
     "relu": "d = d * (a > 0 ? (T) 1 : (T) 0);",
     "tanh": "d = d * ((T) 1 - a * a);",
     "sigmoid": "d = d * (a * ((T) 1 - a));",

@@ -33,6 +33,18 @@ def act_(name, z):
     return z
 
 
+def act_grad_(name, a, d):
+    """d *= activation'(z), written in a = activation(z), in place, on numpy or cupy arrays (relu: d * (a > 0), so a
+    NaN in d stays): the model's backward (mpinn.model.mlp) and the plan's."""
+    if name == "relu":
+        d *= (a > 0)
+    elif name == "tanh":
+        d *= 1 - a * a
+    else:
+        d *= a * (1 - a)
+    return d
+
+
 def ok_at(ring, state):
     """This step's verdict (a device read on the device)."""
     return ring[state[POS] % RING, 1] == 1.0
@@ -56,13 +68,8 @@ class HostOps:
         act_(name, z)
 
     def act_grad(self, a, d, name):
-        """d *= activation'(z), written in a = activation(z) (relu: d * (a > 0), so a NaN in d stays)."""
-        if name == "relu":
-            d *= (a > 0)
-        elif name == "tanh":
-            d *= 1 - a * a
-        else:
-            d *= a * (1 - a)
+        """d *= activation'(z), written in a = activation(z)."""
+        act_grad_(name, a, d)
 
     def rows_times(self, indptr, indices, data, B, out, base=None, bias=None):
         """out = ((0 + X B) + base) + bias, X the CSR rows (len(out) of them; duplicates summed in order); base may be

@@ -4,6 +4,7 @@ import math
 import numpy as np
 
 from mpinn.device.backend import get_backend
+from mpinn.device.ops import act_grad_
 from mpinn.core.batch import SparseRows, densify_
 from mpinn.model.periodic import Periodic
 from mpinn.host.heap import fresh_zeros, small_pages_at
@@ -17,17 +18,6 @@ def _act(name, xp, z):
     # sigmoid, written to stay finite for large |z|
     e = xp.exp(-xp.abs(z))
     return xp.where(z >= 0, 1 / (1 + e), e / (1 + e))
-
-
-def _act_grad_(name, a, d):
-    """d *= f'(z), written in terms of a = f(z)."""
-    if name == "relu":
-        d *= (a > 0)
-    elif name == "tanh":
-        d *= 1 - a * a
-    else:
-        d *= a * (1 - a)
-    return d
 
 
 class MLP:
@@ -282,7 +272,7 @@ class MLP:
             if self.backend.fused:
                 self.backend.act_grad_(a, d, spec.activation)
             else:
-                _act_grad_(spec.activation, a, d)
+                act_grad_(spec.activation, a, d)
         if self.deep_width is not None:
             d = xp.concatenate([d, d_out], axis=1)
         xp.sum(d, axis=0, out=self.gb[0])
