@@ -52,3 +52,8 @@ def test_a_graph_run_is_the_eager_run_bit_for_bit(optimizer):
     assert skipped and skipped == [line for line in log_eager if "skipped" in line]
     assert t_graph.skipped == t_eager.skipped > 0 and t_graph.optimizer.t == t_eager.optimizer.t
     assert t_graph.stepper.captured == 2
+    # the timeline's count of the host's waits on the device inside each step: none after the first (it makes the
+    # plan); the eager step waits for its verdict every step
+    waits = t_graph.timeline.syncs
+    assert waits and max(n for s, n in waits.items() if s > 1) == 0, waits
+    assert min(n for s, n in t_eager.timeline.syncs.items() if s > 1) >= 1, t_eager.timeline.syncs
