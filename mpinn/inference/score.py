@@ -1,5 +1,6 @@
-"""Predictions of a loaded model: for rows in memory (predict_with), for a file or in-memory rows with their
-metrics (predict_file), and a chunk at a time for files too big to read whole (streamed_files, predict_stream)."""
+"""Predictions of a loaded model: for rows in memory (predict_with; mpinn.inference.predictor.Predictor reads and
+scores a file or in-memory rows with their metrics), and a chunk at a time for files too big to read whole
+(streamed_files, predict_stream)."""
 import numpy as np
 
 from mpinn.core.errors import MpinnError
@@ -7,7 +8,7 @@ from mpinn.data import Dataset, Rows
 from mpinn.data.files import FileSet
 from mpinn.data.fit.labels import labelled
 from mpinn.data.many import blocks_of
-from mpinn.inference.load import load_checked, load_for_model, model_reading, use_transform
+from mpinn.inference.load import load_for_model, model_reading, use_transform
 from mpinn.model.metrics import compute_metrics
 from mpinn.model.mlp import PREDICT_ROWS, predict_rows
 from mpinn.settings import messages
@@ -29,18 +30,8 @@ def predict_with(model, towers, meta, rows, set_already=False):
     return pred
 
 
-def predict_file(model_path, data=None, loaded=None):
-    """(predictions, metrics, meta, rows) for a model file and a data path (or in-memory Rows, or
-    None for a model trained on the embedded data: its held-out rows). Metrics need labels. loaded: the model
-    file's load_checked(), where it was loaded already (a Predictor's: the file is not opened again)."""
-    model, towers, meta = loaded or load_checked(model_path)
-    rows = rows_for(meta, data)
-    pred = predict_with(model, towers, meta, rows)
-    return pred, metrics_of(meta, rows, pred), meta, rows
-
-
 def rows_for(meta, data):
-    """`data` read for the model as predict_file reads it: a path as its training data was read, in-memory Rows
+    """`data` read for the model as Predictor.read reads it: a path as its training data was read, in-memory Rows
     with their labels re-expressed in the model's classes, None: the embedded data's held-out rows; the model's
     numeric transform set."""
     if not isinstance(data, Rows):

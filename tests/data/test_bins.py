@@ -226,8 +226,8 @@ def test_a_model_file_with_bins_round_trips_through_predict(tmp_path):
     from_file = np.loadtxt(out, delimiter=",", skiprows=1, usecols=1)
     in_process = np.load(mine)
     np.testing.assert_allclose(from_file, in_process, rtol=1e-5, atol=1e-7)      # the CSV's 6 digits
-    from mpinn.inference.score import predict_file
-    exact = predict_file(model, train)[0]
+    from mpinn.inference.predictor import Predictor
+    exact = Predictor(model).predict(train)
     assert np.array_equal(exact, in_process)
     r = run([sys.executable, "-m", "mpinn.predict", "--model", model, "--data", test, "--out", out], timeout=120)
     assert r.returncode == 0, r.stderr

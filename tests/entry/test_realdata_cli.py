@@ -67,14 +67,15 @@ def test_heavy_tailed_numbers_and_a_string_label_train_and_predict_applies_the_t
     # a predict that skipped the transform would be far from what training reported
     from mpinn.data.fit.transform import NumericTransform
     from mpinn.inference import load, score
-    for module in (load, score):        # where a file is read (load_for_model) and where rows are given (predict_file)
+    from mpinn.inference.predictor import Predictor
+    for module in (load, score):        # where a file is read (load_for_model) and where rows are given (rows_for)
         monkeypatch.setattr(module, "use_transform", lambda data, meta, where: None)
     with pytest.raises(ValueError, match="mismatch"):      # the indicator input is missing: 3 inputs for 4
-        score.predict_file(model, va)
+        Predictor(model).scored(va)
     for module in (load, score):
         monkeypatch.setattr(module, "use_transform", lambda data, meta, where: setattr(
             data, "transform", NumericTransform.fit(data.numeric_stats(), "none")))    # the raw numbers, imputed
-    untransformed = score.predict_file(model, va)[1]
+    untransformed = Predictor(model).scored(va)[1]
     assert abs(untransformed["logloss"] - reported["logloss"]) > 0.1, untransformed
     # the same run with the numbers as they are: the money column swamps the first step
     r, _, _ = train(2, ["--data", tr, "--valid", va, "--epochs", "1", "--hidden", "8",
