@@ -117,3 +117,15 @@ class Reference:
         self.n[a], self.inv_eta[a] = n_new, inv_eta
         z = self.z[a]
         p[a] = np.where(np.abs(z) <= l1[a], 0.0, -(z - np.sign(z) * l1[a]) / (inv_eta + l2[a]))
+
+
+def tree_sum(values):
+    """The pairwise (aligned binary) tree of a sum, written plainly: the values padded to a power of two with None
+    (absent), then neighbours combined level by level, an absent one passing its partner through (no + 0)."""
+    n = 1
+    while n < len(values):
+        n *= 2
+    level = list(values) + [None] * (n - len(values))
+    while len(level) > 1:
+        level = [a if b is None else b if a is None else a + b for a, b in zip(level[0::2], level[1::2])]
+    return level[0]

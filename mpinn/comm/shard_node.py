@@ -11,9 +11,14 @@ l (on any node) are handled, on every node, by its local rank l, the "relay":
           3. inside the node: the relay hands each rank its rows
           (the ids between nodes go once per asking rank, with a count per asking rank: they are 1/33 of a
           row's bytes at width 64, and they route the gradient rows back)
-  return  the gradient rows go the same way, each rank's rows kept apart (unsummed), so that each owner
-          sums every rank's rows in world-rank order: the same arithmetic as the flat exchange and the
-          replicated table, bit for bit. Between nodes: 4 exchanges a step, as the flat exchange.
+  return  every rank's gradient rows to its relays, inside the node; each relay sums its node's rows for one
+          row id in the canonical tree (mpinn.core.batch.coalesce: the node's ranks are one subtree when they
+          are a power of two of consecutive world ranks, topology.unsummable) and sends the owner one row per
+          distinct id a node; the owner sums the nodes' rows in the rest of the tree: the flat exchange's and
+          the replicated table's bits. A hot row's gradient crosses once per node, not once per rank. Other
+          placements send each rank's rows apart (unsummed), which the owner sums in the same tree. With
+          --wire-rows bf16 the relay's sum is rounded again as it crosses (the one arithmetic that differs
+          from the flat exchange's). Between nodes: 4 exchanges a step, as the flat exchange.
 Hot rows (RowOwners.hot) travel as in the flat exchange: their ids route gradient rows, their values
 are never fetched.
 
@@ -23,7 +28,7 @@ they do not."""
 import numpy as np
 from mpi4py import MPI
 
-from mpinn.core.batch import SparseRows
+from mpinn.core.batch import SparseRows, coalesce
 from mpinn.comm.base import Communicator
 from mpinn.comm.buffers import displs
 from mpinn.comm.shard import TableShards, check_owned, segment_sums, sorted_unique
@@ -31,10 +36,11 @@ from mpinn.comm.topology import node_comms
 
 
 class NodePlan:
-    def __init__(self, order, sent, got_counts, fwd, per, per_in, n_in, wanted):
+    def __init__(self, order, sent, got_counts, fwd, per, per_in, n_in, wanted, key_in):
         self.order, self.sent, self.got_counts = order, sent, got_counts     # inside the node
         self.fwd, self.per, self.per_in, self.n_in = fwd, per, per_in, n_in  # between nodes
         self.wanted = wanted        # the ids this rank owns that it was asked for, as they arrived
+        self.key_in = key_in        # the relay's ids as (owner's node) x n_rows + id, in arrival order
 
 
 class NodeShards(TableShards):
@@ -57,6 +63,7 @@ class NodeShards(TableShards):
         self.N, self.R = self.world_at.shape
         # segments arrive at an owner node-major (node n, local rank s); the flat exchange's are in world order
         self.world_order = np.argsort(self.world_at.reshape(-1), kind="stable")
+        self.unsummed_why = topology.unsummable        # None: gradient rows summed in the node
 
     def free(self):
         """Collective: the node and peer communicators are freed; from here on the exchange is the flat one (the
@@ -129,7 +136,8 @@ class NodeShards(TableShards):
         rows = np.empty((ids.shape[0], w), table.dtype)
         rows[order[need[order]]] = wire.back(got, table.dtype)
         rows[~need] = wire.round(table[ids[~need]])
-        return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted)
+        return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted,
+                              dest * self.n_rows + ids_in)
 
     def send_back(self, plan, grad_rows):
         if self.node is None:
@@ -141,6 +149,8 @@ class NodeShards(TableShards):
                                   wire.buffer(plan.n_in, w, grad_rows.dtype), plan.got_counts * w,
                                   "gradient rows (node)")
         self._count_node(plan.sent, row_bytes)
+        if self.unsummed_why is None:
+            return self._summed_back(plan, rows_in, grad_rows.dtype)
         # 2. to the owners, as the ids went (each asking rank's rows apart)
         send_n, recv_n = plan.per.reshape(N, R).sum(1), plan.per_in.reshape(N, R).sum(1)
         got = peers.Alltoallv_(np.ascontiguousarray(rows_in[plan.fwd]), send_n * w,
@@ -153,6 +163,22 @@ class NodeShards(TableShards):
         seg = self.world_order
         take = np.concatenate([np.arange(starts[j], starts[j] + plan.per_in[j]) for j in seg] + [np.empty(0, np.int64)])
         return SparseRows(plan.wanted[take], got[take], self.n_rows, displs(np.r_[plan.per_in[seg], 0]))
+
+    def _summed_back(self, plan, rows_in, dtype):
+        """2. the relay sums its node's rows for each (owner's node, id) over the node's ranks (leaves in
+        local-rank order: a subtree of world ranks) and sends each owner one row per id; the owner's segments,
+        one per node in node order, are the tree's next level (SparseRows.coalesced)."""
+        w, N, R, n_rows, wire = self.width, self.N, self.R, self.n_rows, self.wire
+        vals, ends = self.wire.back(rows_in, dtype), displs(np.r_[plan.got_counts, 0])
+        summed = coalesce([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w, dtype)
+        send_n = np.bincount(summed.ids // n_rows, minlength=N).astype(np.int64, copy=False)
+        asked_by = np.repeat(np.arange(N), plan.per_in.reshape(N, R).sum(1))
+        keys = sorted_unique(asked_by * n_rows + plan.wanted)        # the same sets, seen from the owner
+        recv_n = np.bincount(keys // n_rows, minlength=N).astype(np.int64, copy=False)
+        got = self.peers.Alltoallv_(wire.out(summed.rows), send_n * w, wire.buffer(keys.shape[0], w, dtype),
+                                    recv_n * w, "gradient rows summed in the node (between nodes)")
+        self._count_peers(send_n, w * wire.itemsize(dtype))
+        return SparseRows(keys % n_rows, wire.back(got, dtype), n_rows, displs(np.r_[recv_n, 0]))
 
     def _count_node(self, counts, itemsize):
         """An exchange inside the node: nothing crosses the network."""

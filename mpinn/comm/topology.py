@@ -81,6 +81,20 @@ class Topology:
         out[list(self.node_of), list(self.local_of)] = np.arange(self.size)
         return out
 
+    @property
+    def unsummable(self):
+        """Why the node exchange cannot sum the node's gradient rows before they cross (the canonical tree,
+        mpinn.core.batch.coalesce, has a node's ranks as one subtree only when they are a power of two of
+        consecutive world ranks on a matching boundary), or None."""
+        if self.uneven:
+            return self.uneven
+        R = self.per_node
+        if R & (R - 1):
+            return "%d ranks a node, not a power of two" % R
+        if not np.array_equal(self.world_at.reshape(-1), np.arange(self.size)):
+            return "the nodes' ranks are not consecutive blocks of world ranks"
+        return None
+
     def shm_need(self, node, per_rank):
         """Bytes of /dev/shm a window of per_rank bytes for each of its ranks takes on `node`, with some slack."""
         return self.node_sizes[node] * per_rank + SHM_SLACK

@@ -35,9 +35,10 @@ class Batch:
 class SparseRows:
     """Gradient of the sparse block of the first layer: only the rows the batch touched.
     Row ids[i] of the (n_rows, width) block has gradient rows[i]. Without segments, ids are unique
-    and sorted. With segments (k + 1 offsets: every rank's rows, as gathered, in rank order), ids
-    are unique within a segment but may repeat across segments, and the gradient of a row is the
-    sum of its entries in all segments (coalesced() adds them up)."""
+    and sorted. With segments (k + 1 offsets: one segment per rank, in world-rank order, empty ones
+    included: a segment's place is its leaf in the summation tree), ids are unique within a segment
+    but may repeat across segments, and the gradient of a row is the sum of its entries in all
+    segments, in the canonical tree (coalesce)."""
     ids: object
     rows: object
     n_rows: int
@@ -50,63 +51,101 @@ class SparseRows:
     def __len__(self):
         return int(self.ids.shape[0])
 
-    def parts(self):
-        """(ids, rows) of each segment, each with unique ids; one part when not segmented."""
+    def leaves(self):
+        """(ids, rows) of every segment in order, empty ones included; one leaf when not segmented."""
         if self.segments is None:
             return [(self.ids, self.rows)]
         s = self.segments
-        return [(self.ids[a:b], self.rows[a:b]) for a, b in zip(s[:-1], s[1:]) if b > a]
+        return [(self.ids[a:b], self.rows[a:b]) for a, b in zip(s[:-1], s[1:])]
 
     def coalesced(self):
-        """The same gradient with unique, sorted ids (duplicates summed in segment order)."""
+        """The same gradient with unique, sorted ids (an id's entries summed in the canonical tree)."""
         if self.segments is None:
             return self
-        parts = self.parts()
-        if not parts:
-            return SparseRows(self.ids[:0], self.rows[:0], self.n_rows)
-        return coalesce(parts, self.n_rows)
+        return coalesce(self.leaves(), self.n_rows, self.width, self.rows.dtype)
 
 
 class RowParts:
-    """The same gradient as SparseRows with segments, kept as its (ids, rows) parts in order without
+    """The same gradient as SparseRows with segments, kept as its (ids, rows) leaves in order without
     copying them together: e.g. the slices of every rank's rows that fall in a node rank's part of the
-    table. SGD applies the parts in turn; the other updates coalesce them."""
+    table (a rank with none there is an empty leaf: the leaves' places fix the summation tree)."""
 
-    def __init__(self, parts, n_rows, width):
-        self._parts, self.n_rows, self.width = list(parts), int(n_rows), int(width)
+    def __init__(self, leaves, n_rows, width):
+        self._leaves, self.n_rows, self.width = list(leaves), int(n_rows), int(width)
 
     def __len__(self):
-        return sum(int(ids.shape[0]) for ids, _ in self._parts)
+        return sum(int(ids.shape[0]) for ids, _ in self._leaves)
 
-    def parts(self):
-        return self._parts
+    def leaves(self):
+        return self._leaves
 
     def coalesced(self):
-        if len(self._parts) == 1:
-            return SparseRows(self._parts[0][0], self._parts[0][1], self.n_rows)
-        return coalesce(self._parts, self.n_rows)
+        rows = [r for _, r in self._leaves]
+        return coalesce(self._leaves, self.n_rows, self.width, rows[0].dtype if rows else np.float32)
 
 
-def coalesce(parts, n_rows):
-    """Sum rows that share an id over parts [(ids, rows), ...], each part's ids unique: SparseRows with
-    sorted unique ids. A row is 0 + its row in the first part that has it + ... in part order, the
-    same bits on every path. The ids are merged by a stable sort (parts arrive sorted: timsort
-    merges the runs), and each part is added in place at its ids' positions. (The optimizers' step
-    merges in C where the fused kernels run, with the same bits: mpinn.optim.fused.coalesce.)"""
-    ids = np.sort(np.concatenate([i for i, _ in parts]), kind="stable")
-    keep = np.empty(ids.shape[0], dtype=bool)
+def coalesce(leaves, n_rows, width=None, dtype=None):
+    """Sum rows that share an id over leaves [(ids, rows), ...] (each leaf's ids unique; a leaf is a
+    rank, or a micro-batch, in order): SparseRows with sorted unique ids. The canonical summation,
+    which every exchange and the one-process reproductions use, so that they give the same bits: the
+    aligned pairwise tree over the leaves' places, leaf i and i + 1 (i even) first, then blocks of
+    4, 8, ... (the leaves padded to a power of two), where a leaf without the id is absent (its
+    partner passes through unchanged: no + 0). A block of 2^k leaves aligned on a multiple of 2^k is
+    a subtree: a node of 2^k ranks placed in a block can sum its rows first and send one row
+    (mpinn.comm.shard_node) and the owner's sum is the same. Addition commutes bit for bit, so only
+    the tree's shape matters."""
+    level = [_sorted_leaf(ids, rows) for ids, rows in leaves]
+    if not level:
+        return SparseRows(np.zeros(0, np.int64), np.zeros((0, width or 0), dtype or np.float32), n_rows)
+    while len(level) > 1:
+        level = [merge_sum(*level[i:i + 2]) if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+    ids, rows = level[0]
+    return SparseRows(ids, rows, n_rows)
+
+
+def tree_add(arrays):
+    """The sum of equal-shaped arrays in coalesce's tree (leaves i and i + 1 first, ...): micro-batches'
+    gradient rows over the same fetched rows, summed as coalesce sums the replicated exchange's."""
+    level = list(arrays)
+    while len(level) > 1:
+        level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def _sorted_leaf(ids, rows):
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.shape[0] > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        order = np.argsort(ids, kind="stable")
+        return ids[order], rows[order]
+    return ids, rows
+
+
+def merge_sum(a, b):
+    """Two leaves (sorted unique ids, rows) as one: an id in both gets a + b, in one its row as it is."""
+    (ai, ar), (bi, br) = a, b
+    ar = np.ascontiguousarray(ar)
+    if not bi.shape[0]:
+        return a
+    if not ai.shape[0]:
+        return b
+    both = np.concatenate([ai, bi])
+    k = np.sort(both, kind="stable")            # two sorted runs: timsort merges them
+    keep = np.empty(k.shape[0], bool)
     keep[:1] = True
-    np.not_equal(ids[1:], ids[:-1], out=keep[1:])
-    uniq = ids[keep]
-    width, dtype = parts[0][1].shape[1], parts[0][1].dtype
-    out = np.zeros((uniq.shape[0], width), dtype=dtype)
-    buf = np.empty((max(i.shape[0] for i, _ in parts), width), dtype=dtype)
-    for i, r in parts:
-        at = np.searchsorted(uniq, i)
-        got = take_rows(out, at, buf[:i.shape[0]])
-        got += r
-        put_rows(out, at, got)
-    return SparseRows(uniq, out, n_rows)
+    np.not_equal(k[1:], k[:-1], out=keep[1:])
+    ids = k[keep]
+    out = np.empty((ids.shape[0], ar.shape[1]), ar.dtype)
+    put_rows(out, np.searchsorted(ids, ai), ar)
+    j = np.minimum(np.searchsorted(ai, bi), ai.shape[0] - 1)
+    shared = ai[j] == bi
+    at = np.searchsorted(ids, bi)
+    put_rows(out, at[~shared], np.ascontiguousarray(br[~shared]))
+    if shared.any():
+        s = at[shared]
+        got = take_rows(out, s, np.empty((s.shape[0], ar.shape[1]), ar.dtype))
+        got += br[shared]
+        put_rows(out, s, got)
+    return ids, out
 
 
 def _items(a):

@@ -16,35 +16,6 @@ static inline void S(ahead)(const int64_t* ids, int64_t r, int64_t k, int64_t w,
 
 static inline real S(sgn)(real x) { return x > 0 ? (real)1 : (x < 0 ? (real)-1 : (x == x ? (real)0 : x)); }
 
-/* Rows summed over m parts, each part's ids strictly increasing (a k-way merge): out_ids sorted and
-   unique, each out row 0 + its rows in part order (batch.coalesce's bits). Returns the number of rows,
-   or -1 when a part's ids are not increasing (the caller then sorts in numpy). */
-int64_t S(coalesce)(int64_t m, const int64_t* lens, const int64_t* const* ids, const real* const* rows,
-                   int64_t w, int64_t* out_ids, real* out) {
-    int64_t at[m];
-    for (int64_t p = 0; p < m; p++) {
-        at[p] = 0;
-        for (int64_t i = 1; i < lens[p]; i++) if (ids[p][i] <= ids[p][i - 1]) return -1;
-    }
-    int64_t n = 0;
-    for (;;) {
-        int64_t best = INT64_MAX, any = 0;
-        for (int64_t p = 0; p < m; p++)
-            if (at[p] < lens[p] && ids[p][at[p]] < best) { best = ids[p][at[p]]; any = 1; }
-        if (!any) return n;
-        real* restrict o = out + n * w;
-        for (int64_t j = 0; j < w; j++) o[j] = 0;
-        for (int64_t p = 0; p < m; p++) {
-            if (at[p] < lens[p] && ids[p][at[p]] == best) {
-                const real* restrict r = rows[p] + at[p] * w;
-                for (int64_t j = 0; j < w; j++) o[j] = o[j] + r[j];
-                at[p]++;
-            }
-        }
-        out_ids[n++] = best;
-    }
-}
-
 static inline void S(sgd)(int64_t n, R p, CR g, real lr, real wd) {
     if (wd != 0) {
         for (int64_t i = 0; i < n; i++) { real gi = wd * p[i]; gi = g[i] + gi; real d = gi * lr; p[i] = p[i] - d; }

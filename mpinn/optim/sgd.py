@@ -18,25 +18,6 @@ class SGD(Optimizer):
         g *= p.dtype.type(lr)           # the gradient is scratch: scaled in place (no temporary)
         p -= g
 
-    def rows_(self, table, rows, lr):
-        if self.weight_decay:
-            return super().rows_(table, rows, lr)
-        # each rank's rows in rank order, no coalescing: the ids are unique within a part, so the
-        # fancy-indexed update is exact; rounding differs from p - lr (a + b) only in summation order
-        rate = table.dtype.type(lr)
-        lib = self.fused_library(table.dtype)
-        for ids, g in rows.parts():
-            if lib is not None:
-                fused.rows(lib, "sgd", table, ids, g, consts=self.consts(True, True, lr))
-                continue
-            g *= rate
-            if self.xp is np:           # gathered, stepped and written back whole rows at a time
-                p = self.gather(table, ids, "rows_p")
-                p -= g
-                self.scatter(table, ids, p)
-            else:
-                table[ids] -= g
-
 
 class Momentum(Optimizer):
     """v = mu v + g; p -= lr v (heavy ball, as PyTorch's SGD with momentum: the rate multiplies the

@@ -282,10 +282,12 @@ def choose_exchange(kind, topo):
     N, R = topo.nodes, topo.per_node
     if kind == "node" and R == 1:      # no node to combine in: the node exchange would be the flat one, slower
         return "flat", "--shard-exchange node with one rank per node is the flat exchange"
+    summed = "; gradient rows %s" % ("summed in the node" if topo.unsummable is None else
+                                      "unsummed (%s)" % topo.unsummable)
     if kind == "node":
-        return "node", "asked for"
+        return "node", "asked for" + summed
     if N >= NODE_FROM and R > 1:
-        return "node", "auto: %d nodes of %d ranks" % (N, R)
+        return "node", "auto: %d nodes of %d ranks%s" % (N, R, summed)
     return "flat", "auto: %s" % ("one node" if N == 1 else "one rank per node" if R == 1 else
                                  "%d nodes, under %d" % (N, NODE_FROM))
 

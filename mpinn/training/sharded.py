@@ -7,7 +7,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mpinn.device.backend import compact_csr
-from mpinn.core.batch import Batch
+from mpinn.core.batch import Batch, tree_add
 from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.comm.shard_node import NodeShards
 from mpinn.core.errors import MpinnError
@@ -127,11 +127,8 @@ class ShardedStep(Step):
         grad = lambda mb: model.loss_grad_(mb, scale, sparse_grad=True, table=rows).rows    # noqa: E731
         if self.grad_accum == 1:
             return grad(batch)
-        total = np.zeros_like(rows)
-        for part in self.micro_batches(batch, model.dense_start, grad):
-            if part.shape[0]:
-                total += part
-        return total
+        parts = [p for p in self.micro_batches(batch, model.dense_start, grad) if p.shape[0]]
+        return tree_add(parts) if parts else np.zeros_like(rows)
 
     def update_(self, mine, lr):
         """Step this rank's own rows (from every rank's gradient rows for them) and the dense layers."""

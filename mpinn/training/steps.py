@@ -108,12 +108,11 @@ class SharedStep(Step):
             else:
                 start, block = reduced.n_rows * reduced.width, (reduced.n_rows, reduced.width)
                 lo_id, hi_id = self.shared.part(0, reduced.n_rows)
-                for ids, rows in reduced.parts():
+                for ids, rows in reduced.leaves():       # every rank's leaf, empty or not: the tree's places
                     a, b = np.searchsorted(ids, (lo_id, hi_id))
-                    if b > a:
-                        mine.append((ids[a:b], rows[a:b]))
+                    mine.append((ids[a:b], rows[a:b]))
         lo, hi = self.shared.sum_own_(start)
-        ok_here = all_finite(model.grad_buffer[lo:hi]) and all(all_finite(r) for _, r in mine)
+        ok_here = all_finite(model.grad_buffer[lo:hi]) and all(all_finite(r) for _, r in mine if r.shape[0])
         ok, loss = agree_on(comm, ok_here, loss)
         t3 = self.timeline.now()
         if ok:

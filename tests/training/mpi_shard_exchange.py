@@ -86,7 +86,9 @@ def written_outside(t, hot):
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_bf16_rows_give_the_flat_exchanges_bits_through_the_node_exchange_and_hot_rows(optimizer):
     """--wire-rows bf16: each row is rounded once, by its sender, whichever way it travels (relays forward the 16-bit
-    words) and a hot row's replica the same way: every cut into nodes, with and without hot rows, the flat bits."""
+    words) and a hot row's replica the same way: every cut into nodes, with and without hot rows, the flat bits;
+    except where the node sums its gradient rows (nodes of a power of two of consecutive ranks): the node's sum is
+    rounded once more as it crosses (tests/comm/mpi_shard_sum.py checks those bits), here within 1e-3."""
     def bf16(**kw):
         t = trainer(optimizer, wire_rows="bf16", **kw)
         t.start()
@@ -96,8 +98,9 @@ def test_bf16_rows_give_the_flat_exchanges_bits_through_the_node_exchange_and_ho
     for exchange, R, dealt, hot in [("node", R, dealt, ()) for R, dealt in cuts()] + [("flat", None, False, HOT)] + [
             ("node", R, dealt, HOT[:5]) for R, dealt in cuts()]:
         got = bf16(exchange=exchange, R=R, hot=hot, dealt=dealt)
-        agree(np.array_equal(got, ref), "%s R=%s dealt=%s hot=%d: max diff %g" % (
-            exchange, R, dealt, len(hot), np.max(np.abs(got - ref))))
+        summed = exchange == "node" and 1 < R and cut(R, dealt, COMM).unsummable is None
+        agree(np.max(np.abs(got - ref)) < 1e-3 if summed else np.array_equal(got, ref),
+              "%s R=%s dealt=%s hot=%d: max diff %g" % (exchange, R, dealt, len(hot), np.max(np.abs(got - ref))))
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)

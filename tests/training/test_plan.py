@@ -79,7 +79,9 @@ def test_the_hashed_block_always_travels_as_rows_where_the_optimizer_needs_them(
 
 def test_the_sharded_tables_exchange_and_hot_rows():
     p = plan(job(nodes=4, per_node=2))
-    assert (p.exchange, p.exchange_why) == ("node", "auto: 4 nodes of 2 ranks")
+    assert (p.exchange, p.exchange_why) == ("node", "auto: 4 nodes of 2 ranks; gradient rows summed in the node")
+    p = plan(job(nodes=4, per_node=3))
+    assert p.exchange_why == "auto: 4 nodes of 3 ranks; gradient rows unsummed (3 ranks a node, not a power of two)"
     assert plan(job(nodes=2, per_node=2)).exchange_why == "auto: 2 nodes, under 4"
     assert plan(job(nodes=4, per_node=1)).exchange_why == "auto: one rank per node"
     assert plan(job(per_node=2), table="sharded", shard_exchange="node").exchange == "node"
