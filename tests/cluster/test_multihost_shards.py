@@ -52,13 +52,13 @@ def test_node_exchange_and_hot_rows_across_hosts_give_the_flat_model(lab):
     ck2 = os.path.join(lab.out_dir, "ck2")
     node, out, crossed = train(lab, "node", 2, ["--shard-exchange", "node", "--hot-rows", "auto",
                                                 "--checkpoint-dir", ck2, "--checkpoint-every", "9"])
-    # on 2 hosts of 2 ranks: the node exchange, and auto's hot rows (expected 4 times in every rank's share)
-    assert "node exchange (asked for)" in out and "hot rows on every rank (--hot-rows auto: counted" in out, out
+    # on 2 hosts of 2 ranks: the node exchange summing each host's gradient rows (the flat bits), and auto's hot rows
+    assert "node exchange (asked for; gradient rows summed in the node)" in out and "hot rows on every rank (--hot-rows auto: counted" in out, out
     assert "no hot rows" not in out, out
     assert np.array_equal(node, flat), np.abs(node - flat).max()
     assert crossed > 1 << 16, crossed           # rows and gradient rows went over eth0
     node_only, out, _ = train(lab, "node-only", 2, ["--shard-exchange", "node"])
-    assert "node exchange (asked for); no hot rows (--hot-rows off)" in out, out
+    assert "node exchange (asked for; gradient rows summed in the node); no hot rows (--hot-rows off)" in out, out
     assert np.array_equal(node_only, flat), np.abs(node_only - flat).max()
     flat_hot, out, _ = train(lab, "auto-40", 2, ["--hot-rows", "40"])
     # auto below 4 nodes: the flat exchange
@@ -70,7 +70,7 @@ def test_node_exchange_and_hot_rows_across_hosts_give_the_flat_model(lab):
     os.remove(os.path.join(ck, at22[0]))
     same, out, _ = train(lab, "resume-node", 2, ["--resume", ck, "--shard-exchange", "node", "--hot-rows", "30",
                                                  "--checkpoint-dir", os.path.join(lab.out_dir, "b")])
-    assert "epoch 1, step 18" in out and "node exchange (asked for); 30 hot rows" in out, out
+    assert "epoch 1, step 18" in out and "node exchange (asked for; gradient rows summed in the node); 30 hot rows" in out, out
     assert np.array_equal(same, flat), np.abs(same - flat).max()
     fewer, out, _ = train(lab, "resume-2", 1, ["--resume", ck, "--shard-exchange", "node", "--hot-rows", "25",
                                                "--checkpoint-dir", os.path.join(lab.out_dir, "c")])
