@@ -104,7 +104,8 @@ def test_the_stale_floor_overlaps_only_the_fetch_bytes(monkeypatch):
     got = costs.cluster({"W2": comp}, dict(net, a_ag=0.0, b_ag=1e30), [net], {"fp32": {(4, 2): c}}, zero, [2],
                         w1=False)[("W2", "node-sum", "fp32", "n", 2)]
     assert got["floor_stale"][0] == pytest.approx(comp / (comp + rest_b / 1e6))
-    assert got["floor"][0] == pytest.approx(comp / max(comp, w2_loads.node_bytes(c["schemes"]["node-sum"]["inter"]) / 1e6))
+    link = w2_loads.node_bytes(c["schemes"]["node-sum"]["inter"]) / 1e6
+    assert got["floor"][0] == pytest.approx(comp / max(comp, link))
 
 
 def test_tree_sum_pairs_the_ranks_and_keeps_absent_rows_as_they_are():

@@ -90,7 +90,8 @@ def w2_cluster_split(c, scheme, shm, net, t):
     out = {"counts": counts + counts_b / net["b_v"], "Alltoallv messages": 3 * msgs,
            "Alltoallv bytes, inter-node": data_b / net["b_v"],
            "Alltoallv bytes, intra-node": sum(intra.values()) / shm["b_v"]}
-    fetch = {"counts": out["counts"], "Alltoallv messages": 2 * msgs, "Alltoallv bytes, inter-node": fetch_b / net["b_v"],
+    fetch = {"counts": out["counts"], "Alltoallv messages": 2 * msgs,
+             "Alltoallv bytes, inter-node": fetch_b / net["b_v"],
              "Alltoallv bytes, intra-node": (intra["ids"] + intra["rows"]) / shm["b_v"]}
     if s["hot"]:
         m = c["hot_rows"] * w2_loads.ROW

@@ -40,10 +40,12 @@ def compute_s(doc, per_rank, affine=False):
 
 def levers(doc, a2a, nets):
     """[{network, ranks, per_rank, scheme, wire, exchange, efficiency, floor, terms_s, fetch_s, ...}], the inputs."""
+    load = os.getloadavg()[0]         # the per-row and per-element costs are timed now, on cores others may share
     shm, t = shared_memory(doc, a2a), update_times()
     idx = w2_loads.w2_index(max(LEVER_RANKS) * max(PER_RANKS))
     out, inputs = [], {"t_per_row_or_element_ns": {k: v * 1e9 for k, v in t.items()}, "ranks_per_node": R,
-                       "compute_ms": {}, "compute_ms_affine": {}, "inter_node_bytes_per_node": {}}
+                       "compute_ms": {}, "compute_ms_affine": {}, "inter_node_bytes_per_node": {},
+                       "load_average_1min_before_after_timing": [load, os.getloadavg()[0]]}
     for per in PER_RANKS:
         comp = compute_s(doc, per)
         inputs["compute_ms"][per] = comp * 1e3
