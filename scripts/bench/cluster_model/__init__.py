@@ -1,11 +1,13 @@
 """Predicted data-parallel efficiency of W1 and W2 at 8..1024 ranks, from speeds measured here.
 
     python -m scripts.bench.cluster_model [--network scripts/results/multihost-probe-DATE.json]
-        [--ranks-per-node 1,8] [scripts/results/bench-scaling-DATE.json [scripts/results/bench-alltoallv-DATE.json]]
+        [--ranks-per-node 1,8] [--levers]
+        [scripts/results/bench-scaling-DATE.json [scripts/results/bench-alltoallv-DATE.json]]
 
 The package: costs.py (the formulas below: what each exchange costs), w2_loads.py (W2's exchange counted from its
-data), model.py (the measurements read and the curves drawn from them), report.py (tables, plot, JSON), and
-__main__.py (the command line).
+data), model.py (the measurements read and the curves drawn from them), report.py (tables, plot, JSON), levers.py
+(--levers: issue 63's node-sum and one-step-stale levers with bf16 rows, and its targets), and __main__.py (the
+command line).
 
 Inputs (no number is taken from a table; the one assumed network is labelled "assumed"). Every bandwidth B
 is bytes that CROSS per second, one direction (mpinn/bench/crossing.py): each fit is re-made here from the
@@ -36,8 +38,10 @@ fits were against n: at np 2 twice the crossing rate, so the link and shared mem
   * compute time per sample: W1 and W2 at np = 1 in the bench-scaling JSON (the bench's compute_ms,
     forward, backward and update, divided by the global batch);
   * W2's update cost per gradient row, of one dense pass over the table, of gathering a row
-    (np.take), of deduplicating an id (np.unique, the relay's work), and of casting a row element to
-    bfloat16 and back (mpinn.comm.compress's to_bf16 / from_bf16, what --wire-rows bf16 does): timed here.
+    (np.take), of deduplicating an id (np.unique, the relay's work), of casting a row element to
+    bfloat16 and back (mpinn.comm.compress's to_bf16 / from_bf16, what --wire-rows bf16 does), and of summing
+    a relay's gradient rows per id in a pairwise tree over its node's ranks (model.tree_sum, numpy, per
+    element: what node-sum adds): timed here.
 
 Assumptions (the model is only as good as these):
   1. Weak scaling, as Horovod measured it: the per-rank batch stays fixed (W1 128 rows, W2 512 rows,
@@ -55,7 +59,8 @@ Assumptions (the model is only as good as these):
      for the step's inter-node hop, P - 1 network alphas). Real MPIs switch to tree/recursive-doubling
      algorithms for small messages (log P latency), so for small n this is pessimistic.
   4. No overlap of communication with compute (mpinn's --overlap measured no gain here; see the
-     report): step = compute + exchange (+ W2's update beyond one rank's own rows), and efficiency =
+     report; the one-step-stale exchange of --levers is the exception, levers.py): step = compute + exchange
+     (+ W2's update beyond one rank's own rows), and efficiency =
      compute / step, against one rank with no exchange. The floor printed beside each prediction is
      physics, not a model: compute / max(compute, the busiest node's inter-node bytes per step / B),
      the best any overlap of everything could reach; every prediction is at or below it.
@@ -81,7 +86,11 @@ Assumptions (the model is only as good as these):
                  hot block (K x 256 B) by MPICH's choice: recursive doubling below 512 KiB (log2 P
                  rounds, but every rank of a node sends its blocks over the shared link, R times the
                  ring's bytes), ring above (P - 1 steps, each an inter-node hop: assumption 3);
-       node+hot  both.
+       node+hot  both;
+       node-sum  node, with the gradient rows summed at the relay before they cross (issue 63's lever,
+                 modelled before mpinn has it): ids and gradient rows between nodes once per distinct
+                 row of the node and owner node, as the rows fetched; counts once per relay pair; inside
+                 the node as node; the relay's tree sum timed per element, its casts on bf16.
      Every exchange also Allreduces the 129-float dense tail (recursive doubling: ceil(log2 R)
      rounds in the node, ceil(log2 N) between nodes). Messages of one Alltoallv: in the node, the
      measured latency for the first and the measured in-flight cost for each further one; between

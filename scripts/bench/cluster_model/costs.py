@@ -59,24 +59,40 @@ COUNT_PHASES = ("counts",)
 
 def w2_cluster_terms(c, scheme, shm, net, t):
     """The W2 sharded step's exchange at P ranks, R per node, one scheme (assumption 7): {term: seconds}.
-    c: w2_loads.step_counts (its wire's bytes); t: the measured per-row costs (take, row, unique) and, for a 16-bit
-    wire, per-element casts (encode, decode)."""
+    c: w2_loads.step_counts (its wire's bytes); t: the measured per-row costs (take, row, unique), for a summing
+    scheme the relay's sum (per element), and for a 16-bit wire per-element casts (encode, decode)."""
+    return w2_cluster_split(c, scheme, shm, net, t)[0]
+
+
+FETCH_PHASES = ("counts", "ids", "rows")        # what a one-step-stale exchange fetches while the step computes
+
+
+def w2_cluster_split(c, scheme, shm, net, t):
+    """({term: seconds}, {term: the seconds of it that fetch the rows}): the terms of w2_cluster_terms, and of each
+    the part a one-step-stale exchange overlaps with the compute (stale_step): the counts, the ids' and the rows'
+    messages and bytes, in the node and between nodes. Not the fetch's CPU work (the owner's gather, the relay's
+    dedup, the casts of rows answered and received): that runs on the compute core, and stays in the rest."""
     P, R, N = c["P"], c["R"], c["N"]
     s = c["schemes"][scheme]
     if P == 1:
-        return {}
+        return {}, {}
     pb = w2_loads.phase_bytes(s["inter"])
     counts_b = sum(pb.get(n, 0.0) for n in COUNT_PHASES)
     data_b = sum(v for n, v in pb.items() if n not in COUNT_PHASES + ("hot Allgatherv", "dense tail Allreduce"))
+    fetch_b = pb["ids"] + pb["rows"]
     if s["node_aware"]:
         counts = log2(R) * shm["a2a"] + log2(N) * net["a2a"]       # the counts: per asking rank, N x R
-        msgs = 3 * messages(R - 1, shm) + 3 * messages(N - 1, net)
+        msgs = messages(R - 1, shm) + messages(N - 1, net)         # one Alltoallv (ids, rows, gradient rows)
     else:
         counts = log2(R) * shm["a2a"] + (log2(P) - log2(R)) * net["a2a"]
-        msgs = 3 * (messages(R - 1, shm) + messages(P - R, net))
-    out = {"counts": counts + counts_b / net["b_v"], "Alltoallv messages": msgs,
+        msgs = messages(R - 1, shm) + messages(P - R, net)
+    intra = s["intra"]
+    out = {"counts": counts + counts_b / net["b_v"], "Alltoallv messages": 3 * msgs,
            "Alltoallv bytes, inter-node": data_b / net["b_v"],
-           "Alltoallv bytes, intra-node": sum(s["intra"].values()) / shm["b_v"]}
+           "Alltoallv bytes, intra-node": sum(intra.values()) / shm["b_v"]}
+    fetch = {"counts": out["counts"], "Alltoallv messages": 2 * msgs,
+             "Alltoallv bytes, inter-node": fetch_b / net["b_v"],
+             "Alltoallv bytes, intra-node": (intra["ids"] + intra["rows"]) / shm["b_v"]}
     if s["hot"]:
         m = c["hot_rows"] * w2_loads.ROW
         out["hot Allgatherv"] = hot_allgatherv(m, P, R, shm, net, pb.get("hot Allgatherv", 0.0))
@@ -85,18 +101,30 @@ def w2_cluster_terms(c, scheme, shm, net, t):
     k = c["unique_ids_per_rank"]
     out["busiest owner's rows"] = (s["take_max"] * t["take"] + max(s["grad_max"] - k, 0) * t["row"]
                                    + s["relay_max"] * t["unique"])
+    if s["summed"]:
+        out["relay's sum"] = s["relay_max"] * W2_H * t["sum"]
     if c["wire"] != "fp32":
         out["casts (%s)" % c["wire"]] = wire_casts(c, s, t)
-    return out
+    return out, fetch
+
+
+def stale_step(compute_s, terms, fetch):
+    """One-step-stale: batch s+1's rows are fetched while batch s computes (a progress thread moves the messages),
+    so the step is max(compute, fetch) + the rest (the gradient rows' return, the dense Allreduce, the hot refresh,
+    every CPU term); the synchronous step is compute + fetch + the rest."""
+    f = sum(fetch.values())
+    return max(compute_s, f) + sum(terms.values()) - f
 
 
 def wire_casts(c, s, t):
     """The busiest owner's casts for 16-bit rows on the wire (t: seconds per element to encode, decode): it encodes
     the rows it answers and its own gradient rows (and rounds its replicas of the hot rows it uses), and decodes
-    the rows it receives and the gradient rows it owns. A relay passes 16-bit rows on as they came."""
+    the rows it receives and the gradient rows it owns. A relay passes 16-bit rows on as they came; a summing relay
+    (node-sum) decodes the gradient rows its node's ranks send it and encodes the sums it sends on."""
     k = c["unique_ids_per_rank"]
     replicas = k * c["hot_share_of_rank_ids"] if s["hot"] else 0.0
-    return W2_H * ((s["take_max"] + k + replicas) * t["encode"] + (k + s["grad_max"]) * t["decode"])
+    relay = s["relay_max"] * t["decode"] + s["sum_out_max"] * t["encode"] if s["summed"] else 0.0
+    return W2_H * ((s["take_max"] + k + replicas) * t["encode"] + (k + s["grad_max"]) * t["decode"] + relay)
 
 
 def hot_allgatherv(m, P, R, shm, net, ring_bytes):
@@ -119,6 +147,13 @@ def w2_floor_bytes(c, scheme):
     return w2_loads.node_bytes(c["schemes"][scheme]["inter"])
 
 
+def w2_stale_floor_bytes(c, scheme):
+    """(the busiest node's fetch bytes, the rest's) a step: what a one-step-stale step's floor overlaps and not."""
+    inter = c["schemes"][scheme]["inter"]
+    return (w2_loads.node_bytes({n: v for n, v in inter.items() if n in FETCH_PHASES}),
+            w2_loads.node_bytes({n: v for n, v in inter.items() if n not in FETCH_PHASES}))
+
+
 def w1_cluster_terms(P, R, shm, net, scheme):
     """W1's dense float32 Allreduce at P ranks, R per node: flat = one ring over all P ranks (each of its
     2 (P-1) steps waits for its inter-node hop); hierarchical = ring reduce in the node, ring Allreduce
@@ -135,22 +170,30 @@ def w1_cluster_terms(P, R, shm, net, scheme):
              "Allreduce bytes, inter-node": 2 * (N - 1) / N * n / net["b_ar"]}, 2 * (N - 1) / N * n)
 
 
-def cluster(comp, shm, nets, counts, t, rpns):
-    """{(workload, scheme, wire, network label, R): {"ranks", "eff": [..], "floor": [..], "terms": {P: {..}}}} at
-    CLUSTER_RANKS; counts: {wire: w2_loads.loads(.., wire=wire)} (W1's wire is fp32: its Allreduce, as today)."""
+def cluster(comp, shm, nets, counts, t, rpns, ranks=None, w1=True):
+    """{(workload, scheme, wire, network label, R): {"ranks", "eff": [..], "floor": [..], "terms": {P: {..}}, and
+    for W2 "eff_stale", "floor_stale", "fetch": {P: {..}}}} at `ranks` (default CLUSTER_RANKS); counts: {wire:
+    w2_loads.loads(.., wire=wire)} (W1's wire is fp32: its Allreduce, as today); comp: seconds a rank computes a
+    step. The floors: synchronous, compute / max(compute, the node's link bytes / B) (any overlap of everything);
+    one-step-stale, compute / (max(compute, fetch bytes / B) + the rest's bytes / B) (stale_step's overlap)."""
     out = {}
     runs = [("W2", scheme, wire) for wire in counts for scheme in w2_loads.SCHEMES]
-    runs += [("W1", scheme, "fp32") for scheme in ("flat", "hierarchical")]
+    runs += [("W1", scheme, "fp32") for scheme in ("flat", "hierarchical")] if w1 else []
     for net in nets:
         for R in rpns:
-            ps = [P for P in CLUSTER_RANKS if P % R == 0]
+            ps = [P for P in (CLUSTER_RANKS if ranks is None else ranks) if P % R == 0]
             for wl, scheme, wire in runs:
                 cur = out[(wl, scheme, wire, net["label"], R)] = {"ranks": ps, "eff": [], "floor": [], "terms": {}}
                 for P in ps:
                     if wl == "W2":
                         c = counts[wire][(P, R)]
-                        terms = w2_cluster_terms(c, scheme, shm, net, t)
+                        terms, fetch = w2_cluster_split(c, scheme, shm, net, t)
                         link = w2_floor_bytes(c, scheme) / net["b_v"]
+                        f_b, rest_b = w2_stale_floor_bytes(c, scheme)
+                        cur.setdefault("eff_stale", []).append(comp[wl] / stale_step(comp[wl], terms, fetch))
+                        cur.setdefault("floor_stale", []).append(
+                            comp[wl] / (max(comp[wl], f_b / net["b_v"]) + rest_b / net["b_v"]))
+                        cur.setdefault("fetch", {})[P] = fetch
                     else:
                         terms, nbytes = w1_cluster_terms(P, R, shm, net, scheme)
                         link = nbytes / net["b_ar"]

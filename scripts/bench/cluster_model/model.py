@@ -20,7 +20,8 @@ def update_times():
     for one dense SGD update of the whole 2^18 x 64 table, "take" per row of gathering random rows (np.take: what
     an owner does to answer a fetch), "unique" per id of np.unique (a relay's dedup), and "encode" and "decode"
     per element of a slice's rows cast to bfloat16 words and back (mpinn.comm.compress, what --wire-rows bf16
-    does to every row it sends and receives)."""
+    does to every row it sends and receives), and "sum" per element of the gradient rows a relay sums (tree_sum
+    of the rows its node's 8 ranks send one relay at 64 ranks, W2's ids, 512 rows a rank: what node-sum adds)."""
     from mpinn.comm.compress import from_bf16, to_bf16
     rng = np.random.default_rng(0)
     table = np.zeros((1 << 18, W2_H), np.float32)
@@ -41,9 +42,44 @@ def update_times():
          "decode": median(lambda: from_bf16(words)) / rows.size}
     mixed = rng.integers(0, 1 << 18, W2_ROWS_PER_RANK)       # a relay gets ~one slice's ids from its node
     t["unique"] = median(lambda: np.unique(mixed)) / mixed.size
+    parts = relay_parts()
+    t["sum"] = median(lambda: tree_sum(parts)) / sum(r.size for _, r in parts)
     grad = np.ones_like(table)
     t["dense"] = median(lambda: table.__isub__(np.float32(0.1) * grad), 5)
     return t
+
+
+def tree_sum(parts):
+    """[(sorted unique ids, rows)] of R ranks summed per id in a pairwise tree over the ranks ((0+1)+(2+3) ..): a row
+    absent from one side is the other's as it is (identity, not + 0). Returns (ids, rows)."""
+    while len(parts) > 1:
+        parts = [merge_rows(*parts[i:i + 2]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def merge_rows(a, b):
+    """Two ranks' (sorted unique ids, rows) summed per id: a + b where both hold the id, the one row elsewhere."""
+    (ia, ra), (ib, rb) = a, b
+    pos = np.searchsorted(ia, ib)
+    both = ia[np.minimum(pos, ia.size - 1)] == ib if ia.size else np.zeros(ib.size, bool)
+    u = np.sort(np.concatenate([ia, ib[~both]]))
+    out = np.empty((u.size, ra.shape[1]), ra.dtype)
+    out[np.searchsorted(u, ia)] = ra
+    pb = np.searchsorted(u, ib)
+    out[pb[~both]] = rb[~both]
+    out[pb[both]] = ra[pos[both]] + rb[both]
+    return u, out
+
+
+def relay_parts(P=64, R=8, per_rank=512):
+    """The gradient rows one relay of the first node gets from each of its R ranks (local index 0's rows) on W2's
+    ids at P ranks, per_rank rows a rank: [(ids, rows)], one per rank."""
+    idx = w2_loads.w2_index(R * per_rank)
+    rank, ids = w2_loads.rank_ids(idx, R, per_rank)
+    mine = w2_loads.owner_table(P)[ids] % R == 0
+    rng = np.random.default_rng(1)
+    return [(ids[mine & (rank == r)], rng.standard_normal((int((mine & (rank == r)).sum()), W2_H)).astype(np.float32))
+            for r in range(R)]
 
 
 def read_network(path):
@@ -61,13 +97,23 @@ def read_network(path):
             "link": link}
 
 
-def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
-    rows = {(r["workload"], r["np"]): r for r in doc["rows"]}
+def shared_memory(doc, a2a):
+    """This machine's shared memory as the model's network inside a node: the scaling JSON's np 2 Allreduce and
+    Allgatherv sweeps, the alltoallv JSON's np 2 Alltoallv sweep, counts latency and in-flight cost."""
     probe = doc["probes"].get("2") or doc["probes"].get(2)
     a_ar, b_ar = fit_crossing(probe["allreduce"], "allreduce", 2)      # bytes that cross, a second, one way
     a_ag, b_ag = fit_crossing(probe["allgatherv"], "allgatherv", 2)
     p2 = a2a["probes"]["2"]
     a_v, b_v = fit_crossing(p2["alltoallv"], "alltoallv", 2)
+    return {"label": "shared memory (here)", "a2a": p2["alltoall"], "a_v": a_v, "b_v": b_v, "a_ar": a_ar, "b_ar": b_ar,
+            "a_ag": a_ag, "b_ag": b_ag, "per_message": p2["fit"]["per_message_s"]}
+
+
+def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
+    rows = {(r["workload"], r["np"]): r for r in doc["rows"]}
+    shm = shared_memory(doc, a2a)
+    p2 = a2a["probes"]["2"]
+    a_ar, b_ar, a_ag, b_ag, a_v, b_v = (shm[k] for k in ("a_ar", "b_ar", "a_ag", "b_ag", "a_v", "b_v"))
     t = update_times()
     t_row, dense_update, t_take = t["row"], t["dense"], t["take"]
     idx = w2_loads.w2_index(max(RANKS) * PER_RANK["W2"])
@@ -105,14 +151,13 @@ def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
                 curves[("W2", how, net)] = predict(
                     comp["W2"], lambda P: sum(w2_sharded_terms(P, sn, loads, t_take, t_row).values()))
                 terms["%s, %s" % (how, net)] = {P: w2_sharded_terms(P, sn, loads, t_take, t_row) for P in (64, 1024)}
-    shm = {"label": "shared memory (here)", "a2a": p2["alltoall"], "a_v": a_v, "b_v": b_v, "a_ar": a_ar, "b_ar": b_ar,
-           "a_ag": a_ag, "b_ag": b_ag, "per_message": p2["fit"]["per_message_s"]}
     clusters = cluster(comp, shm, nets, counts, t, rpns)
     inputs = {"allreduce_alpha_us": a_ar * 1e6, "allreduce_GBps": b_ar / 1e9, "allgatherv_alpha_us": a_ag * 1e6,
               "allgatherv_GBps": b_ag / 1e9, "w1_compute_ms_per_rank_step": comp["W1"] * 1e3,
               "w2_compute_ms_per_rank_step": comp["W2"] * 1e3, "w2_row_update_us": t_row * 1e6,
               "w2_dense_update_ms": dense_update * 1e3, "w2_id_unique_us": t["unique"] * 1e6,
               "bf16_encode_ns_per_element": t["encode"] * 1e9, "bf16_decode_ns_per_element": t["decode"] * 1e9,
+              "relay_sum_ns_per_element": t["sum"] * 1e9,
               "networks": {n["label"]: {k: v for k, v in n.items() if k != "label"} for n in nets},
               "alltoallv_alpha_us": a_v * 1e6, "alltoallv_GBps": b_v / 1e9, "bandwidth_convention": CONVENTION,
               "alltoall_counts_us": p2["alltoall"] * 1e6,

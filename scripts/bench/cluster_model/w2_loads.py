@@ -7,7 +7,7 @@ P slices of per_rank rows (rank r: rows r*per_rank ..), contiguous nodes of R ra
 r // R, local index r % R), owners by contiguous id ranges (mpinn.comm.shard.TableShards) except the
 hot rows (hot row i, most frequent first, owned by rank i % P). Counted per step: each rank's unique
 ids, each node's deduplicated union, the hot set (the auto rule), the busiest owner's rows, and for
-each scheme (flat, node, hot, node+hot) the bytes each node sends and receives over its network link
+each scheme (flat, node, node-sum, hot, node+hot) the bytes each node sends and receives over its network link
 (out, in per node) and each rank's shared-memory bytes inside its node. Counts are int64 (8 B); ids and rows
 as --wire-rows sends them (mpinn/comm/wire.py): fp32, ids int64 (8 B) and rows of 64 float32 (256 B), or bf16,
 ids int32 (4 B) and rows of 64 bfloat16 (128 B); the hot rows' refresh and the dense tail stay float32.
@@ -20,7 +20,7 @@ TABLE_ROWS, WIDTH, COUNT = 1 << 18, 64, 8
 ROW = WIDTH * 4                  # a float32 row: the hot rows' refresh (and the fp32 wire's rows)
 HOT_CAP = 32768                  # auto's ceiling: 8 MiB of float32 rows at width 64
 TAIL = 64 + 64 + 1               # W2's dense parameters (Allreduce'd as today)
-SCHEMES = ("flat", "node", "hot", "node+hot")
+SCHEMES = ("flat", "node", "node-sum", "hot", "node+hot")
 
 
 def w2_index(n):
@@ -80,7 +80,12 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
     each scheme: 'inter' {phase: (out, in) bytes per node}, 'intra' {phase: bytes of the busiest rank
     (max of sent, received) to/from the other ranks of its node}, 'inter_messages' per rank per step,
     'take_max' (rows the busiest owner gathers), 'grad_max' (gradient rows the busiest owner receives),
-    'relay_max' (ids the busiest relay deduplicates, node schemes)."""
+    'relay_max' (ids the busiest relay deduplicates, node schemes), 'summed' and 'sum_out_max' (node-sum: the
+    gradient rows the busiest relay sends across once summed, one per distinct row of its node owned off it).
+
+    node-sum is the node exchange with the gradient rows summed at the relay before they cross: between nodes the
+    ids and gradient rows go once per (distinct row of the node, owner node), as the rows fetched do, and the
+    counts once per relay pair (R x (N - 1) a node, not R x R x (N - 1)); inside the node nothing changes."""
     assert P % R == 0, (P, R)
     N, hot = P // R, np.asarray(hot, np.int64)
     id_bytes, row_bytes = wire_bytes(wire)
@@ -99,6 +104,7 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
     for scheme in SCHEMES:
         with_hot = "hot" in scheme and hot.size > 0 and P > 1
         node = scheme.startswith("node") and R > 1        # at R = 1 node-aware is the flat exchange
+        summed = node and "sum" in scheme
         own = owner_table(P, hot if with_hot else (), n_rows)
         o = own[ids]
         cold = ~h if with_hot else np.ones(ids.size, bool)
@@ -116,7 +122,7 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
             intra["gradient rows"] = _flow(rank, o, P, row_bytes, near)
             messages = 4 * (P - R)
             take = np.bincount(o[cold], minlength=P)
-            relay_max = 0
+            relay_max = sum_out = 0
         else:
             relay = node_s * R + o % R                     # the rank of the node with the owner's local index
             near = relay != rank
@@ -132,9 +138,14 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
             inter["ids"] = _flow(node_s, o // R, N, id_bytes, off)
             inter["rows"] = _flow(fo // R, fs, N, row_bytes, foff & fcold)
             inter["gradient rows"] = _flow(node_s, o // R, N, row_bytes, off)
+            if summed:                                     # summed at the relay: one per distinct row of the node
+                inter["counts"] = (per_node * R * (N - 1) * COUNT,) * 2
+                inter["ids"] = _flow(fs, fo // R, N, id_bytes, foff)
+                inter["gradient rows"] = _flow(fs, fo // R, N, row_bytes, foff)
             messages = 4 * (N - 1)
             take = np.bincount(fo[fcold], minlength=P)
             relay_max = int(np.bincount(relay, minlength=P).max())
+            sum_out = int(np.bincount((fs * R + fo % R)[foff], minlength=P).max()) if summed else 0
         if with_hot and N > 1:
             # the refreshed hot block: a ring Allgatherv over the P ranks (ordered by node); a node's
             # link brings in every other node's hot rows, and passes on all but the next node's
@@ -142,12 +153,13 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
             inter["hot Allgatherv"] = ((hot.size - np.roll(mine, -1)) * ROW, (hot.size - mine) * ROW)
         rounds = int(np.ceil(np.log2(N))) if N > 1 else 0
         inter["dense tail Allreduce"] = (per_node * rounds * TAIL * 4,) * 2
-        grad = np.bincount(o, minlength=P)
+        grad = np.bincount(fo if summed else o, minlength=P)
         out["schemes"][scheme] = {
             "inter": {n: (np.asarray(a, float), np.asarray(b, float)) for n, (a, b) in inter.items()},
             "intra": {n: float(np.maximum(a, b).max()) for n, (a, b) in intra.items()},
             "inter_messages": messages, "hot": bool(with_hot), "node_aware": bool(node),
-            "take_max": int(take.max()), "grad_max": int(grad.max()), "relay_max": relay_max}
+            "take_max": int(take.max()), "grad_max": int(grad.max()), "relay_max": relay_max,
+            "summed": bool(summed), "sum_out_max": sum_out}
     return out
 
 

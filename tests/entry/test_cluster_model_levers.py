@@ -1,0 +1,135 @@
+"""The cluster model's levers of issue 63 (scripts/bench/cluster_model): node-summed gradient rows counted against a
+hand count on a tiny layout, the one-step-stale step's formula and which terms it overlaps, and the relay's pairwise
+tree sum that the model times (no MPI)."""
+import numpy as np
+import pytest
+
+from scripts.bench.cluster_model import costs, w2_loads
+from scripts.bench.cluster_model.model import tree_sum
+
+# 4 ranks, 2 a node (node 0: ranks 0, 1; node 1: ranks 2, 3), one row of 3 ids a rank. The table's 2^18 rows are
+# owned in quarters: rank 0 < 65536 <= rank 1 < 131072 <= rank 2 < 196608 <= rank 3; node 0 owns ids < 131072.
+TINY = np.array([[5, 70000, 140000],        # rank 0: 140000 off its node (owner 2)
+                 [70000, 140000, 200000],   # rank 1: 140000 (owner 2), 200000 (owner 3) off
+                 [5, 140000, 200000],       # rank 2: 5 (owner 0) off
+                 [5, 66000, 7]])            # rank 3: 5, 66000 (owner 1), 7 (owner 0) off
+
+
+def tiny_counts(wire="fp32"):
+    rank, ids = w2_loads.rank_ids(TINY, 4, 1)
+    return w2_loads.step_counts(rank, ids, 4, 2, wire=wire)
+
+
+def test_node_sum_bytes_by_hand():
+    c = tiny_counts()
+    node, summed = c["schemes"]["node"], c["schemes"]["node-sum"]
+    got = lambda s, phase: tuple(a.tolist() for a in s["inter"][phase])  # noqa: E731  (out, in) per node
+    # node: one id and one gradient row per (asking rank, row) off its node. Node 0 asks (0,140000), (1,140000),
+    # (1,200000): 3; node 1 asks (2,5), (3,5), (3,66000), (3,7): 4
+    assert got(node, "ids") == ([3 * 8, 4 * 8], [4 * 8, 3 * 8])
+    assert got(node, "gradient rows") == ([3 * 256, 4 * 256], [4 * 256, 3 * 256])
+    assert got(node, "counts") == ([2 * 2 * 1 * 8] * 2, [2 * 2 * 1 * 8] * 2)       # R x R x (N - 1) counts a node
+    # node-sum: one per distinct row of the node owned off it: node 0 {140000, 200000}, node 1 {5, 66000, 7}
+    assert got(summed, "ids") == ([2 * 8, 3 * 8], [3 * 8, 2 * 8])
+    assert got(summed, "gradient rows") == ([2 * 256, 3 * 256], [3 * 256, 2 * 256])
+    assert got(summed, "counts") == ([2 * 1 * 8] * 2, [2 * 1 * 8] * 2)             # R x (N - 1): one a relay pair
+    # the rows fetched are the same (already one per distinct row a node), and so is everything inside the node
+    assert got(summed, "rows") == got(node, "rows") == ([3 * 256, 2 * 256], [2 * 256, 3 * 256])
+    assert summed["intra"] == node["intra"]
+    assert summed["inter_messages"] == node["inter_messages"] == 4
+    # the owners: node gets a gradient row per asking rank (owner 0: (0,5), (2,5), (3,5), (3,7)), node-sum one per
+    # node and row (owner 0: 5 from node 0, 5 and 7 from node 1; the others 2 each)
+    assert (node["grad_max"], summed["grad_max"]) == (4, 3)
+    # relays (the node's rank of the owner's local index): rank 2 gets (2,5), (2,140000), (3,5), (3,7); it sends on
+    # the sums of 5 and 7 (140000 is its own: rank 2 owns it)
+    assert (summed["relay_max"], summed["sum_out_max"]) == (4, 2)
+    assert (summed["summed"], node["summed"]) == (True, False)
+    # what crosses the busiest node's link, its busier direction: node 1 out, or node 0 in, 16 + 24 + 512 + 768 + the
+    # dense tail's 129 floats (one round between 2 nodes)
+    assert w2_loads.node_bytes(summed["inter"]) == 16 + 24 + 512 + 768 + 129 * 4
+    # bf16 halves the ids and rows of the summed exchange as of the others
+    half = tiny_counts("bf16")["schemes"]["node-sum"]
+    assert got(half, "gradient rows") == ([2 * 128, 3 * 128], [3 * 128, 2 * 128])
+    assert got(half, "ids") == ([2 * 4, 3 * 4], [3 * 4, 2 * 4])
+
+
+def test_node_sum_costs_the_relays_sum():
+    c = tiny_counts()
+    t = {"take": 0.0, "row": 0.0, "unique": 0.0, "sum": 1e-9}
+    terms = costs.w2_cluster_terms(c, "node-sum", costs.ASSUMED, costs.ASSUMED, t)
+    assert terms["relay's sum"] == pytest.approx(4 * 64 * 1e-9)       # the busiest relay's 4 rows of 64 elements
+    assert "relay's sum" not in costs.w2_cluster_terms(c, "node", costs.ASSUMED, costs.ASSUMED, t)
+
+
+def test_the_stale_step_is_max_of_compute_and_fetch_plus_the_rest():
+    # step = max(compute, fetch) + (everything - fetch)
+    assert costs.stale_step(1.0, {"a": 0.5, "b": 0.3}, {"a": 0.4}) == pytest.approx(1.0 + 0.4)
+    assert costs.stale_step(1.0, {"a": 2.0, "b": 0.3}, {"a": 1.5}) == pytest.approx(1.5 + 0.5 + 0.3)
+    assert costs.stale_step(1.0, {}, {}) == 1.0
+    # what the W2 step overlaps: the counts, 2 of its 3 Alltoallv (ids, rows) and their bytes; no CPU term
+    P, R = 16, 4
+    rng = np.random.default_rng(0)
+    rank, ids = w2_loads.rank_ids(rng.integers(0, 1 << 18, (P * 4, 5)), P, 4)
+    shm = dict(costs.ASSUMED, label="shm", a_v=5e-6, b_v=3e9, per_message=1e-6, a_ag=3e-6, b_ag=3e9)
+    t = {"take": 1e-8, "row": 1e-7, "unique": 1e-7, "sum": 1e-9, "encode": 1e-9, "decode": 1e-9}
+    for wire in costs.WIRES:
+        c = w2_loads.step_counts(rank, ids, P, R, wire=wire)
+        for scheme in w2_loads.SCHEMES:
+            terms, fetch = costs.w2_cluster_split(c, scheme, shm, costs.ASSUMED, t)
+            s = c["schemes"][scheme]
+            pb = w2_loads.phase_bytes(s["inter"])
+            assert fetch["counts"] == terms["counts"]
+            assert fetch["Alltoallv messages"] == pytest.approx(terms["Alltoallv messages"] * 2 / 3)
+            assert fetch["Alltoallv bytes, inter-node"] == pytest.approx((pb["ids"] + pb["rows"]) / 1.1e9)
+            assert fetch["Alltoallv bytes, intra-node"] == pytest.approx((s["intra"]["ids"] + s["intra"]["rows"]) / 3e9)
+            assert set(fetch) == {"counts", "Alltoallv messages", "Alltoallv bytes, inter-node",
+                                  "Alltoallv bytes, intra-node"}
+            assert all(0 < fetch[k] < terms[k] or k == "counts" for k in fetch)
+            comp = 1e-3
+            want = max(comp, sum(fetch.values())) + sum(terms.values()) - sum(fetch.values())
+            assert costs.stale_step(comp, terms, fetch) == pytest.approx(want)
+            assert costs.stale_step(comp, terms, fetch) < comp + sum(terms.values())
+
+
+def test_the_stale_floor_overlaps_only_the_fetch_bytes(monkeypatch):
+    c = tiny_counts()
+    f_b, rest_b = costs.w2_stale_floor_bytes(c, "node-sum")
+    # the fetch: node 0 out, counts 16 + ids 16 + the 3 rows it answers 768; the rest: node 1 out (node 0 in),
+    # gradient rows 768 + the dense tail 516
+    assert (f_b, rest_b) == (16 + 16 + 768, 768 + 516)
+    zero = {"take": 0.0, "row": 0.0, "unique": 0.0, "sum": 0.0}
+    monkeypatch.setattr(costs, "CLUSTER_RANKS", [4])
+    net = dict(costs.ASSUMED, label="n", b_v=1e6)
+    comp = 1e-3                                         # 1 ms; fetch 0.8 ms, the rest 1.284 ms on the link
+    got = costs.cluster({"W2": comp}, dict(net, a_ag=0.0, b_ag=1e30), [net], {"fp32": {(4, 2): c}}, zero, [2],
+                        w1=False)[("W2", "node-sum", "fp32", "n", 2)]
+    assert got["floor_stale"][0] == pytest.approx(comp / (comp + rest_b / 1e6))
+    link = w2_loads.node_bytes(c["schemes"]["node-sum"]["inter"]) / 1e6
+    assert got["floor"][0] == pytest.approx(comp / max(comp, link))
+
+
+def test_tree_sum_pairs_the_ranks_and_keeps_absent_rows_as_they_are():
+    big = np.float32(1e8)
+    one = np.float32(1)
+    row = lambda *v: np.array([v], np.float32)  # noqa: E731
+    # id 9 on all 4 ranks: ((1e8 + 1) + (-1e8 + 1)) = 1e8 - 1e8 = 0 in float32; in rank order it would be 1
+    # id 3 only on rank 1, as -0.0: stays -0.0 (absent rows are identity, not + 0)
+    parts = [(np.array([9]), row(big)), (np.array([3, 9]), np.vstack([row(-0.0), row(one)])),
+             (np.array([9]), row(-big)), (np.array([9]), row(one))]
+    ids, rows = tree_sum(parts)
+    assert ids.tolist() == [3, 9]
+    assert rows[1, 0] == (big + one) + (-big + one) == 0.0
+    assert ((big + one) - big) + one == 1.0             # the order matters: rank order gives another answer
+    assert np.signbit(rows[0, 0]) and rows[0, 0] == 0.0
+    # 3 ranks: (0 + 1) + 2
+    ids, rows = tree_sum(parts[1:])
+    assert ids.tolist() == [3, 9] and rows[1, 0] == (one - big) + one
+    # random sets against a per-id sum
+    rng = np.random.default_rng(2)
+    parts = [(np.unique(rng.integers(0, 50, 20)),) for _ in range(8)]
+    parts = [(i, rng.standard_normal((i.size, 4)).astype(np.float32)) for (i,) in parts]
+    ids, rows = tree_sum(parts)
+    assert ids.tolist() == sorted(set(np.concatenate([i for i, _ in parts]).tolist()))
+    for j, i in enumerate(ids):
+        want = sum(r[list(k).index(i)].astype(np.float64) for k, r in parts if i in k)
+        assert rows[j] == pytest.approx(want, abs=1e-5)
