@@ -9,8 +9,8 @@ l (on any node) are handled, on every node, by its local rank l, the "relay":
              the node's ranks need is asked for, and sent, once) and exchanges them with the relays of
              the same local index on the other nodes, which own them: N - 1 messages, not N x R
           3. inside the node: the relay hands each rank its rows
-          (the ids between nodes go once per asking rank, with a count per asking rank: they are 1/33 of a
-          row's bytes at width 64, and they route the gradient rows back)
+          (the ids between nodes go once per node where the node sums its gradient rows; elsewhere once per
+          asking rank, with a count per asking rank: they route each rank's gradient rows back)
   return  every rank's gradient rows to its relays, inside the node; each relay sums its node's rows for one
           row id in the canonical tree (mpinn.core.batch.coalesce: the node's ranks are one subtree when they
           are a power of two of consecutive world ranks, topology.unsummable) and sends the owner one row per
@@ -75,9 +75,9 @@ class NodeShards(TableShards):
 
     def fetch(self, table, ids):
         """Four exchanges between nodes, as the flat exchange makes (counts, ids, rows, and send_back's
-        gradient rows), each with N - 1 peers: the counts are per asking rank (N x R integers), the ids
-        go once per asking rank (they route the gradient rows back, and are 1/33 of a row's bytes at
-        width 64), the rows once per node."""
+        gradient rows), each with N - 1 peers; the rows once per node. Where the node sums its gradient rows,
+        the ids go once per node too, with one count; elsewhere once per asking rank, with a count per asking
+        rank (N x R integers), since they route each rank's gradient rows back."""
         if self.node is None:
             return TableShards.fetch(self, table, ids)
         owners, w, node, peers, N, R = self.owners, self.width, self.node, self.peers, self.N, self.R
@@ -92,19 +92,23 @@ class NodeShards(TableShards):
                                  got_counts, "row ids (node)")
         self._count_node(np.ones(R, np.int64), 8)
         self._count_node(sent, wire.id_bytes)
-        # 2. to the owners' nodes, grouped by (node, asking rank), each group sorted
+        # 2. to the owners' nodes
+        ids_in = ids_in.astype(np.int64, copy=False)
         owner_in, hot_in = owners.locate(ids_in)
         dest = self.node_of[owner_in]
-        source = np.repeat(np.arange(R), got_counts)
         fwd = np.argsort(dest, kind="stable")
-        per = np.bincount(dest * R + source, minlength=N * R).astype(np.int64, copy=False)
-        per_in = peers.Alltoall_(per, np.empty(N * R, np.int64), "row id counts (between nodes)")
-        self._count_peers(np.full(N, R, np.int64), 8)
-        send_n, recv_n = per.reshape(N, R).sum(1), per_in.reshape(N, R).sum(1)
-        wanted = peers.Alltoallv_(np.ascontiguousarray(ids_in[fwd]), send_n, np.empty(int(recv_n.sum()), ID),
-                                  recv_n, "row ids (between nodes)").astype(np.int64, copy=False)
-        self._count_peers(send_n, wire.id_bytes)
-        ids_in = ids_in.astype(np.int64, copy=False)
+        if self.unsummed_why is None:       # the node's distinct ids, once each: their gradient rows come summed
+            per, per_in, wanted = self._distinct_ids_across(dest * self.n_rows + ids_in)
+            recv_n = per_in
+        else:                               # grouped by (node, asking rank), each group sorted: they route them
+            source = np.repeat(np.arange(R), got_counts)
+            per = np.bincount(dest * R + source, minlength=N * R).astype(np.int64, copy=False)
+            per_in = peers.Alltoall_(per, np.empty(N * R, np.int64), "row id counts (between nodes)")
+            self._count_peers(np.full(N, R, np.int64), 8)
+            send_n, recv_n = per.reshape(N, R).sum(1), per_in.reshape(N, R).sum(1)
+            wanted = peers.Alltoallv_(np.ascontiguousarray(ids_in[fwd], ID), send_n, np.empty(int(recv_n.sum()), ID),
+                                      recv_n, "row ids (between nodes)").astype(np.int64, copy=False)
+            self._count_peers(send_n, wire.id_bytes)
         check_owned(owners, wanted, self.comm.rank)
         # 3. the owners answer each node once per row: the node's distinct cold ids, in (node, id) order;
         # the relay knows the same sets from what it sent
@@ -164,21 +168,31 @@ class NodeShards(TableShards):
         take = np.concatenate([np.arange(starts[j], starts[j] + plan.per_in[j]) for j in seg] + [np.empty(0, np.int64)])
         return SparseRows(plan.wanted[take], got[take], self.n_rows, displs(np.r_[plan.per_in[seg], 0]))
 
+    def _distinct_ids_across(self, keys):
+        """The relay's distinct (owner's node, id) keys to the owners, one count and one id each between a pair of
+        nodes: (ids sent to each node, ids received from each, those ids: one sorted run per node)."""
+        N, n_rows, ID = self.N, self.n_rows, self.wire.ids
+        keys = sorted_unique(keys)
+        send_n = np.bincount(keys // n_rows, minlength=N).astype(np.int64, copy=False)
+        recv_n = self.peers.Alltoall_(send_n, np.empty(N, np.int64), "row id counts (between nodes)")
+        self._count_peers(np.ones(N, np.int64), 8)
+        wanted = self.peers.Alltoallv_(np.ascontiguousarray(keys % n_rows, ID), send_n, np.empty(int(recv_n.sum()), ID),
+                                       recv_n, "row ids (between nodes)").astype(np.int64, copy=False)
+        self._count_peers(send_n, self.wire.id_bytes)
+        return send_n, recv_n, wanted
+
     def _summed_back(self, plan, rows_in, dtype):
         """2. the relay sums its node's rows for each (owner's node, id) over the node's ranks (leaves in
         local-rank order: a subtree of world ranks) and sends each owner one row per id; the owner's segments,
         one per node in node order, are the tree's next level (SparseRows.coalesced)."""
-        w, N, R, n_rows, wire = self.width, self.N, self.R, self.n_rows, self.wire
+        w, N, n_rows, wire = self.width, self.N, self.n_rows, self.wire
         vals, ends = self.wire.back(rows_in, dtype), displs(np.r_[plan.got_counts, 0])
         summed = coalesce([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w, dtype)
-        send_n = np.bincount(summed.ids // n_rows, minlength=N).astype(np.int64, copy=False)
-        asked_by = np.repeat(np.arange(N), plan.per_in.reshape(N, R).sum(1))
-        keys = sorted_unique(asked_by * n_rows + plan.wanted)        # the same sets, seen from the owner
-        recv_n = np.bincount(keys // n_rows, minlength=N).astype(np.int64, copy=False)
-        got = self.peers.Alltoallv_(wire.out(summed.rows), send_n * w, wire.buffer(keys.shape[0], w, dtype),
-                                    recv_n * w, "gradient rows summed in the node (between nodes)")
-        self._count_peers(send_n, w * wire.itemsize(dtype))
-        return SparseRows(keys % n_rows, wire.back(got, dtype), n_rows, displs(np.r_[recv_n, 0]))
+        # one row per key the fetch sent (plan.per: per node), arriving as its ids did (plan.wanted, plan.per_in)
+        got = self.peers.Alltoallv_(wire.out(summed.rows), plan.per * w, wire.buffer(plan.wanted.shape[0], w, dtype),
+                                    plan.per_in * w, "gradient rows summed in the node (between nodes)")
+        self._count_peers(plan.per, w * wire.itemsize(dtype))
+        return SparseRows(plan.wanted, wire.back(got, dtype), n_rows, displs(np.r_[plan.per_in, 0]))
 
     def _count_node(self, counts, itemsize):
         """An exchange inside the node: nothing crosses the network."""

@@ -90,8 +90,8 @@ def test_bf16_node_sums_are_rounded_once_more(seed):
 
 
 def test_one_gradient_row_crosses_per_node_and_distinct_id():
-    """The bytes this rank's relay sends between nodes: ids (counts, ids at fetch) and one row per distinct
-    (owner's node, id) of its node, not one per asking rank."""
+    """The bytes this rank's relay sends between nodes: one count a node, and one id and one gradient row per
+    distinct (owner's node, id) of its node, not one per asking rank (and the rows it owns, once per node)."""
     for R in [R for R in blocks() if 1 < R < COMM.size]:
         got, owners, topo, traffic = exchange(R, 0)
         node_of, local_of = np.asarray(topo.node_of), np.asarray(topo.local_of)
@@ -100,15 +100,13 @@ def test_one_gradient_row_crosses_per_node_and_distinct_id():
         ids = np.unique(np.concatenate(asked))
         owner = owners.of(ids)
         relayed = ids[(local_of[owner] == local) & (node_of[owner] != node)]
-        per_rank = sum(int(((local_of[owners.of(a)] == local) & (node_of[owners.of(a)] != node)).sum())
-                       for a in asked)
         answered = 0
         for n in set(node_of.tolist()) - {node}:     # the rows this rank owns that node n asked for, once each
             theirs = np.unique(np.concatenate([batch_of(r, 0)[0] for r in range(COMM.size) if node_of[r] == n]))
             answered += int((owners.of(theirs) == COMM.rank).sum())
-        # fetch: counts (N x R int64 to each other node), ids once per asking rank (int64), the rows this rank
-        # owns once per asking node (fp32); return: the relay's summed rows, once per (node, distinct id)
-        want = (N - 1) * R * 8 + per_rank * 8 + answered * W * 4 + relayed.size * W * 4
+        # fetch: one count to each other node (int64), the node's distinct ids once each (int64), the rows this
+        # rank owns once per asking node (fp32); return: the relay's summed rows, once per (node, distinct id)
+        want = (N - 1) * 8 + relayed.size * 8 + answered * W * 4 + relayed.size * W * 4
         agree(traffic["inter_node_bytes"] == want, "R=%d: %s bytes, counted %d" % (R, traffic, want))
 
 
