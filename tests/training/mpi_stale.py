@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from mpi_sharded import LAYOUT, data_for, make_trainer, spec_for, steps, trained
 from ranks import COMM, LR, agree, make_optimizer, restore_then_start, shared_dir, write_checkpoint
 from mpinn.comm.buffers import displs, split_counts
+from mpinn.comm.prefetch import Progress
 from mpinn.core.batch import Batch, SparseRows
 from mpinn.device.backend import compact_csr
 from mpinn.model.mlp import MLP
@@ -89,10 +90,12 @@ def one_process(optimizer, batch, n, data, ranks, settles=(), skip=(), fresh=Fal
     return model.params
 
 
-def run_stale(optimizer, batch=12, n=6, settle_at=(), data=None, **kw):
-    """--stale-rows 1 trained n steps (a settle after each step in settle_at); the trainer and the whole parameters
-    on every rank."""
+def run_stale(optimizer, batch=12, n=6, settle_at=(), data=None, progress=None, **kw):
+    """--stale-rows 1 trained n steps (a settle after each step in settle_at; progress="thread": the progress thread
+    drives the rows in flight, not the plan's default); the trainer and the whole parameters on every rank."""
     t = make_trainer("sharded", optimizer, batch, stale_rows=1, **kw)
+    if progress == "thread" and COMM.size > 1:
+        t.stepper.progress = Progress()
     t.start()
     data, done = data or data_for(), 0
     for stop in sorted(settle_at) + [n]:
@@ -124,6 +127,15 @@ def test_p_ranks_equal_one_process_with_the_ranks_shares(optimizer):
     agree(np.max(np.abs(got - sync)) > 1e-6, "--stale-rows 1 equals --stale-rows 0")
     fresh = one_process(optimizer, 7, 6, data_for(), COMM.size, fresh=True)
     agree(np.max(np.abs(sync - fresh)) < 1e-12, "the reference's fresh mode is not --stale-rows 0")
+
+
+def test_the_progress_thread_changes_no_bit():
+    """Who drives MPI on the rows in flight (a progress thread, or nobody) changes when they move, not what moves."""
+    got, t = run_stale("adam", batch=7, progress="thread")
+    plain, _ = run_stale("adam", batch=7)
+    agree(np.array_equal(got, plain) and (COMM.size == 1 or t.stepper.progress is not None))
+    t.release_()
+    agree(t.stepper.progress is None)
 
 
 def test_the_held_batch_keeps_the_rate_it_was_given():
