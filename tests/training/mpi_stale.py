@@ -223,7 +223,8 @@ def test_a_skipped_step_changes_nothing():
     got = COMM.bcast(t.final_params())
     agree(verdicts == [(1, True), (2, True), (3, False), (4, True), (5, True), (6, True)], "%s" % verdicts)
     ref = one_process("adam", 12, 6, data, COMM.size, skip={3})
-    agree(np.isfinite(got).all() and np.max(np.abs(got - ref)) < 1e-12, "vs one process: %g" % np.max(np.abs(got - ref)))
+    agree(np.isfinite(got).all() and np.max(np.abs(got - ref)) < 1e-12,
+          "vs one process: %g" % np.max(np.abs(got - ref)))
 
 
 def test_stale_rows_0_is_the_synchronous_step():
