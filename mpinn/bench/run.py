@@ -35,7 +35,8 @@ def workload_config(args, wl, batch=None):
         task=wl.task, optimizer=args.optimizer, lr=lr, batch_size=batch or wl.batch, epochs=1, early_stop=0, holdout=0,
         reduce=args.reduce, compress=args.compress, comm=args.comm, overlap=args.overlap, device=args.device, graph=args.graph,
         average_every=args.average_every, table=args.hashed_table, no_prefetch=not args.prefetch, quiet=True,
-        shard_exchange=args.shard_exchange, hot_rows=args.hot_rows, wire_rows=args.wire_rows)
+        shard_exchange=args.shard_exchange, hot_rows=args.hot_rows, wire_rows=args.wire_rows,
+        stale_rows=args.stale_rows)
 
 
 def workload_info(wl):
@@ -88,6 +89,8 @@ def run(args):
     info = workload_info(wl)
     cfg = settings.resolve(cfg, info, P)
     r = Run(cfg, job, info)
+    if args.stale_progress:     # the benchmark's variant of the plan's choice (mpinn.settings.plan.STALE_PROGRESS)
+        r.plan = changed(r.plan, stale_progress=args.stale_progress)
     comm, model, table, lr = r.comm, r.model, r.plan.table, cfg.lr
     # a sharded table: rank 0 holds the peers' whole init only for the first loss and until each rank has its rows
     start = MLP(wl.spec).set_params(wl.init()) if rank0 else None
@@ -164,13 +167,17 @@ def run(args):
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "") + (" graph" if r.plan.step == "graph" else "") + (
         " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "") + (
-        " bf16-rows" if args.wire_rows != "fp32" else "")
+        " bf16-rows" if args.wire_rows != "fp32" else "") + (
+        " stale-%s%s" % (r.plan.stale_progress, "+async" if os.environ.get("MPIR_CVAR_ASYNC_PROGRESS") == "1" else "")
+        if args.stale_rows else "")
     per["other"] = step_ms - sum(per.values())
     rec = {
         "peer": "mpinn", "workload": args.workload.upper(), "np": P,
         "variant": "mpinn %s%s, %s" % (args.reduce, variant, wl.what), "reduce": args.reduce + variant,
         "compress": args.compress, "average_every": args.average_every, "prefetch": args.prefetch, "overlap": args.overlap,
-        "input": args.input, "comm": r.plan.transport, "device": r.plan.device_note,
+        "stale_rows": args.stale_rows, "stale_progress": r.plan.stale_progress if args.stale_rows else None,
+        "mpir_cvar_async_progress": os.environ.get("MPIR_CVAR_ASYNC_PROGRESS"), "input": args.input,
+        "comm": r.plan.transport, "device": r.plan.device_note,
         "launcher": "mpiexec", "global_batch": B, "batch_per_rank": B // P if args.batch_per_rank else B / P,
         "batch": "per rank (--batch-per-rank: weak scaling)" if args.batch_per_rank else "global (the workload's)", "lr": lr, "optimizer": args.optimizer,
         "steps_total": steps, "warmup_steps": warmup, "measured_steps": measured,

@@ -128,6 +128,14 @@ class Communicator:
         self.comm.Alltoallv([send, (send_counts, displs(send_counts))], [recv, (recv_counts, displs(recv_counts))])
         return recv
 
+    def Ialltoallv_(self, send, send_counts, recv, recv_counts, what="Ialltoallv"):
+        """Alltoallv_ posted, not waited for: the request (send and recv must stay untouched until it completes;
+        the caller keeps them). MPICH moves its data only inside MPI calls (mpinn.comm.prefetch.Progress)."""
+        check_buffer(send, recv.dtype, int(send_counts.sum()), what + " send buffer")
+        check_buffer(recv, recv.dtype, int(recv_counts.sum()), what + " receive buffer")
+        return self.comm.Ialltoallv([send, (send_counts, displs(send_counts))],
+                                    [recv, (recv_counts, displs(recv_counts))])
+
     # ------------------------------------------------------------ start-up agreement
     def root_call(self, fn, root=0):
         """Run fn on root only; if it raises MpinnError, every rank raises it (collectively). The other ranks wait

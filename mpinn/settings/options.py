@@ -80,6 +80,13 @@ def nonneg_int(s):
     return v
 
 
+def zero_or_one(s):
+    """A switch written as a number (--stale-rows): 0 or 1."""
+    if str(s).strip() not in ("0", "1"):
+        raise argparse.ArgumentTypeError("must be 0 or 1, not %s" % s)
+    return int(s)
+
+
 def hash_seed(s):
     """--hash-seed: xxh64's seed, an unsigned 64-bit number (xxhash takes any integer modulo 2^64, so -1 and 2^64 - 1
     would be one seed under two names)."""

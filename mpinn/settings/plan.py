@@ -14,6 +14,12 @@ from mpinn.settings.rules import check, not_with_sharded
 from mpinn.settings.table import DATA
 
 NODE_FROM = 4       # --shard-exchange auto: the node exchange from this many nodes on (see choose_exchange)
+# --stale-rows 1: MPICH moves a posted Ialltoallv only inside MPI calls; "thread": a thread calls Test while the rank
+# computes (mpinn.comm.prefetch.Progress), "none": no thread (the rows move inside the held batch's own collectives,
+# or in MPICH's progress thread under MPIR_CVAR_ASYNC_PROGRESS=1). none, measured: W2 sharded here, medians of 5,
+# 1.23x / 1.14x sync's samples/s at np 2 / 3 against the thread's 1.13x / 0.97x (its polling doubled the compute) and
+# MPICH's thread's 0.35x / 0.19x (scripts/results/stale-rows-2026-12-02.json, docs/scale.md)
+STALE_PROGRESS = "none"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class Plan:
     exchange_why: str = ""
     hot_rows: str = "off"       # a sharded table's hot rows: off, auto (counted at start-up), or a number
     hot_why: str = ""           # why off (for the start-up line), when off
+    stale_progress: str = STALE_PROGRESS    # --stale-rows 1: who drives MPI on the rows fetched ahead (see there)
 
     @property
     def ranks(self):
@@ -72,7 +79,8 @@ class Plan:
         else:
             note = "no hot rows (--hot-rows %s%s)" % (self.cfg.hot_rows, self.hot_why or (
                 "" if self.cfg.hot_rows == "off" else ": none expected 4 times in a rank's share"))
-        return "sharded table: %s exchange (%s); %s" % (self.exchange, self.exchange_why, note)
+        stale = "; rows fetched a step ahead (--stale-rows 1: one update late)" if self.cfg.stale_rows else ""
+        return "sharded table: %s exchange (%s); %s%s" % (self.exchange, self.exchange_why, note, stale)
 
 
 def make_plan(cfg, topo, spec, optimizer):
@@ -100,7 +108,7 @@ def make_plan(cfg, topo, spec, optimizer):
     plan = Plan(cfg, topo, device, note, reduce, transport, transport_note, step, step_why,
                 step == "shared", float("inf") if rows_always else float(cfg.sparse_threshold), table, table_why)
     if sharded:
-        exchange, exchange_why = choose_exchange(cfg.shard_exchange, topo)
+        exchange, exchange_why = choose_exchange(cfg.shard_exchange, topo, cfg.stale_rows)
         hot, hot_why = choose_hot(cfg, topo, spec, optimizer)
         plan = replace(plan, exchange=exchange, exchange_why=exchange_why, hot_rows=hot, hot_why=hot_why)
     return plan
@@ -267,7 +275,7 @@ def choose_table(cfg, topo, spec, optimizer):
     return "replicated", "auto: one node, with room for the replicas"
 
 
-def choose_exchange(kind, topo):
+def choose_exchange(kind, topo, stale=0):
     """(flat or node, why) for --shard-exchange. auto: node-aware from NODE_FROM nodes with more than one rank on
     each, the same number on each; flat below. Its relays cost 1.2 ms a step more than the flat exchange on W2 at
     np 2 here (one node of 2 ranks, every collective of the path run; medians of 5), and the cluster model
@@ -277,6 +285,8 @@ def choose_exchange(kind, topo):
         return "flat", "one rank"
     if kind == "flat":
         return "flat", "asked for"
+    if stale and kind == "auto":        # --stale-rows 1 with --shard-exchange node is a rule (stale-rows)
+        return "flat", "auto: --stale-rows 1 fetches through the flat exchange"
     if topo.uneven:         # --shard-exchange node on uneven nodes is a rule (node-exchange-even)
         return "flat", "auto: %s" % topo.uneven
     N, R = topo.nodes, topo.per_node

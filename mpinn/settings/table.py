@@ -10,7 +10,7 @@ from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
 from mpinn.settings.options import (class_list, hash_seed, hidden_sizes, holdout_by, hot_rows_spec, nonneg_float,
                                     nonneg_int, numeric_bins, numeric_embedding, positive_float, positive_int,
-                                    readers_value)
+                                    readers_value, zero_or_one)
 from mpinn.hashing import MAX_BITS, MAX_K, HashSpec, parse_buckets
 
 # where a value came from
@@ -307,6 +307,11 @@ class RunConfig:
                             "bf16 (half the bytes; every row rounded to nearest even whichever rank sends it, ids as "
                             "int32; the table and its optimizer state stay in their own precision)",
                             choices=("fp32", "bf16"))
+    stale_rows: int = option(0, "distribution", "1: a sharded table's rows fetched a step ahead, their exchange "
+                             "overlapping the previous batch's compute: batch s+1 sees the rows after update s-1 "
+                             "(one update late; the dense layers stay synchronous); deterministic, one process "
+                             "reproduces it (docs/scale.md). --table sharded, flat exchange; 0: off", resume=True,
+                             type=zero_or_one, metavar="0|1")
     graph: str = option("auto", "distribution", "a GPU rank's step as one captured CUDA graph, replayed with no "
                         "host wait (auto: where the step plan covers the run, else eager with the reason on the "
                         "device line; on: refuse a run it does not cover; off: eager)", choices=("auto", "on", "off"))

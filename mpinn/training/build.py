@@ -7,6 +7,7 @@ from mpinn.device.backend import get_backend
 from mpinn.training.faults import Faults
 from mpinn.training.graph_step import GraphStep
 from mpinn.training.sharded import ShardedStep
+from mpinn.training.stale import StaleShardedStep
 from mpinn.training.steps import LocalSGDStep, OverlapStep, ReduceStep, SharedStep
 from mpinn.training.timeline import Timeline
 
@@ -29,6 +30,9 @@ def build_step(plan, comm, model, optimizer, faults=None, timeline=None, hot=())
     cfg = plan.cfg
     timeline = timeline or Timeline(keep=bool(cfg.timeline), backend=model.backend)
     kw = dict(faults=faults or Faults(), timeline=timeline, grad_accum=cfg.grad_accum, towers=cfg.towers)
+    if plan.step == "sharded" and cfg.stale_rows:
+        return StaleShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, plan.topology, plan.exchange,
+                                plan.exchange_why, hot, wire=cfg.wire_rows, progress=plan.stale_progress, **kw)
     if plan.step == "sharded":
         return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, plan.topology, plan.exchange,
                            plan.exchange_why, hot, wire=cfg.wire_rows, **kw)

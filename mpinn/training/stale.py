@@ -1,0 +1,138 @@
+"""--stale-rows 1: the sharded table's rows fetched one step ahead, their exchange overlapping the previous batch's
+compute (StaleShardedStep); deterministic: batch s+1 sees the table as it was after update s-1."""
+import time
+
+import numpy as np
+
+from mpinn.comm.prefetch import Progress, post_fetch
+from mpinn.training.sharded import ShardedStep
+from mpinn.training.step_base import all_finite
+
+PROGRESS = ("thread", "none")   # who drives MPI on the posted rows while the rank computes (docs/scale.md)
+
+
+class _Held:
+    """A batch whose rows have arrived, waiting for the next call to be computed: its compact batch (the feed makes
+    every batch's arrays anew, so holding them is safe), rows and RowPlan, and the n_global, step number and
+    learning rate it was given with."""
+    __slots__ = ("batch", "rows", "plan", "n_global", "step", "lr")
+
+    def __init__(self, batch, rows, plan, n_global, step, lr):
+        self.batch, self.rows, self.plan, self.n_global, self.step, self.lr = batch, rows, plan, n_global, step, lr
+
+
+class StaleShardedStep(ShardedStep):
+    """ShardedStep pipelined by one batch, as TorchRec's TrainPipelineSemiSync: the call given batch s+1 sends its
+    ids to their owners (counts and ids, small, blocking), the owners take its rows from their table at once, before
+    update s (that snapshot makes it deterministic), and post the rows' Ialltoallv; then batch s, held since the
+    last call with the rows it fetched then, is computed, its gradient rows sent back, the dense gradient and loss
+    Allreduced, update s taken and the hot rows' replica refreshed, exactly as ShardedStep does; then the call waits
+    for batch s+1's rows and holds it. So batch s+1's rows are the table after update s-1 (they miss update s; a
+    hot row's too: the replica is read when the fetch is posted), its gradient rows are applied to the owners'
+    current rows at update s+1, and the dense layers are synchronous.
+
+    Results come one call late (Step.outcomes). settle_ (before an evaluation, a checkpoint, the end) computes and
+    applies the held batch with no new fetch; the next call starts the pipeline again (its batch sees the table
+    after the last update). One process reproduces P ranks: the rows used at step s are the table after update
+    max(s - 2, r), r the last settle before s (tests/training/mpi_stale.py). The flat exchange only (the rule
+    stale-rows); progress: "thread" (a Progress thread drives MPI on the posted rows while this rank computes
+    and updates) or "none" (MPI's own, e.g. MPIR_CVAR_ASYNC_PROGRESS=1, or none until the wait)."""
+
+    def __init__(self, *args, progress="thread", **kw):
+        super().__init__(*args, **kw)
+        if self.exchange != "flat":         # the plan gives none other (the rule stale-rows)
+            raise ValueError("--stale-rows 1 fetches through the flat exchange, not %r" % self.exchange)
+        if progress not in PROGRESS:
+            raise ValueError("progress is one of %s, not %r" % (", ".join(PROGRESS), progress))
+        self.progress = Progress() if progress == "thread" and self.comm.size > 1 else None
+        self.held, self.settled = None, []
+
+    def __call__(self, local, n_global, step, lr):
+        rec, now = self.timeline.add, time.perf_counter
+        t0 = now()
+        ids, batch = self.compact(local)
+        t1 = now()
+        pending = post_fetch(self.shards, self.table, ids)
+        t2 = now()
+        rec("compute", t0, t1, step)
+        rec("comm", t1, t2, step, "row ids to owners, rows posted (Ialltoallv)")
+        if self.held is not None:
+            held, self.held = self.held, None
+            self._apply(held, pending.request)
+        t3 = now()
+        rows, plan = pending.wait()
+        rec("comm", t3, now(), step, "wait for the next batch's rows")
+        self.held = _Held(batch, rows, plan, n_global, step, lr)
+        return None, None
+
+    def _apply(self, held, request=None):
+        """ShardedStep's step from the gradient on, for the held batch (its rows fetched a call ago), while
+        `request` (the next batch's rows) is in flight: the progress thread drives it during the compute and the
+        update (this thread's own collectives drive it between them)."""
+        model, comm, rec, now = self.model, self.comm, self.timeline.add, time.perf_counter
+        step, n_global, drive = held.step, held.n_global, self.progress is not None and request is not None
+        t2 = now()
+        if drive:
+            self.progress.resume(request)
+        grad_rows = self.gradient_rows(held.batch, 1.0 / (n_global or 1), held.rows)
+        self.faults.fire(step, model.grad_buffer)
+        if drive:
+            self.progress.pause()
+        t3 = now()
+        mine = self.shards.send_back(held.plan, grad_rows)
+        t4 = now()
+        dense = model.grad_buffer[model.dense_start:]
+        if not all_finite(mine.rows):
+            dense[-1] = np.nan
+        comm.Allreduce_sum_(dense, "dense gradient and loss")
+        ok = all_finite(dense)
+        t5 = now()
+        if ok:
+            if drive:
+                self.progress.resume(request)
+            self.update_(mine, held.lr)
+            if drive:
+                self.progress.pause()
+        t6 = now()
+        if ok:
+            self.shards.refresh_hot_(self.table)
+        t7 = now()
+        rec("compute", t2, t3, step)
+        rec("comm", t3, t4, step, "gradient rows to owners (Alltoallv)")
+        rec("comm", t4, t5, step, "dense Allreduce")
+        rec("update", t5, t6, step)
+        if self.hot_rows:
+            rec("comm", t6, t7, step, "hot rows to every rank (Allgatherv)")
+        self.settled.append((float(dense[-1]) / (n_global or 1), ok, n_global, step))
+
+    def settle_(self, step):
+        """Collective: the held batch computed and applied (no new fetch); the next call starts the pipeline
+        again."""
+        if self.held is not None:
+            held, self.held = self.held, None
+            self._apply(held)
+
+    def outcomes(self, result, flush=False):
+        """The (loss, ok, n_global, step) of the steps applied since the last call: the batch before the one just
+        given (and, after a settle, the held one); a call's own result is None."""
+        out, self.settled = self.settled, []
+        return out
+
+    def release_(self):
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+        super().release_()
+
+    # the parameters leave the step whole only with every batch given applied (collectives: every rank calls them)
+    def saved_arrays(self):
+        self.settle_(None)
+        return super().saved_arrays()
+
+    def whole_params(self):
+        self.settle_(None)
+        return super().whole_params()
+
+    def final_params(self):
+        self.settle_(None)
+        return super().final_params()
