@@ -130,7 +130,7 @@ class Communicator:
 
     def Ialltoallv_(self, send, send_counts, recv, recv_counts, what="Ialltoallv"):
         """Alltoallv_ posted, not waited for: the request (send and recv must stay untouched until it completes;
-        the caller keeps them). MPICH moves its data only inside MPI calls (mpinn.comm.prefetch.Progress)."""
+        the caller keeps them). MPICH moves its data only inside MPI calls (mpinn.comm.progress.Progress)."""
         check_buffer(send, recv.dtype, int(send_counts.sum()), what + " send buffer")
         check_buffer(recv, recv.dtype, int(recv_counts.sum()), what + " receive buffer")
         return self.comm.Ialltoallv([send, (send_counts, displs(send_counts))],

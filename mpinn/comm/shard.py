@@ -143,6 +143,13 @@ class TableShards:
         Three exchanges: the id counts (Alltoall of P integers), the ids (Alltoallv), the rows
         (Alltoallv back). Hot rows' ids go to their owners too (their gradient rows follow the same
         plan), but no row comes back for them: their values are the local replica's."""
+        return self.post(table, ids, wait=True).wait()
+
+    def post(self, table, ids, wait=False):
+        """fetch, its rows' Alltoallv posted and not waited for (wait=False: an Ialltoallv; --stale-rows 1): the
+        owners' rows are read from `table` now (and a hot row's from this rank's replica now), so what arrives is
+        the table as it is at this call, whatever is stepped before the wait. The counts and the ids (small)
+        travel at once. Returns the PendingRows whose wait() gives fetch's (rows, RowPlan)."""
         comm, w, owners, wire = self.comm, self.width, self.owners, self.wire
         hot = owners.n_hot > 0
         if hot:
@@ -158,24 +165,25 @@ class TableShards:
                                  given, "row ids").astype(ID, copy=False)
         self._count(asked, wire.id_bytes)
         check_owned(owners, wanted, comm.rank)
-        row_bytes = w * wire.itemsize(table.dtype)
+        pending = PendingRows(ids.shape[0], w, table.dtype, wire, RowPlan(asked, given, wanted, order))
         if not hot:
-            out = wire.out(np.take(table, wanted, axis=0))
-            rows = comm.Alltoallv_(out, given * w, wire.buffer(ids.shape[0], w, table.dtype), asked * w,
-                                   "table rows")
-            self._count(given, row_bytes)
-            return wire.back(rows, table.dtype), RowPlan(asked, given, wanted)
-        cold = ~owners.hot_mask(wanted)                          # the rows to answer with
-        reply = segment_sums(cold, given)
-        need = ~hot_ids                                          # in ids' order
-        back = np.bincount(owner[need], minlength=comm.size).astype(np.int64, copy=False)
-        got = comm.Alltoallv_(wire.out(np.take(table, wanted[cold], axis=0)), reply * w,
-                              wire.buffer(int(back.sum()), w, table.dtype), back * w, "table rows")
-        self._count(reply, row_bytes)
-        rows = np.empty((ids.shape[0], w), table.dtype)
-        rows[order[need[order]]] = wire.back(got, table.dtype)
-        rows[~need] = wire.round(table[ids[~need]])
-        return rows, RowPlan(asked, given, wanted, order)
+            reply, back, out = given, asked, wire.out(np.take(table, wanted, axis=0))
+        else:
+            cold = ~owners.hot_mask(wanted)                      # the rows to answer with
+            reply = segment_sums(cold, given)
+            need = ~hot_ids                                      # in ids' order
+            back = np.bincount(owner[need], minlength=comm.size).astype(np.int64, copy=False)
+            out = wire.out(np.take(table, wanted[cold], axis=0))
+            pending.place = order[need[order]]
+            pending.local = (~need, wire.round(table[ids[~need]]))      # the replica's rows, copied now
+        got = wire.buffer(int(back.sum()), w, table.dtype)
+        if wait:
+            pending.got = comm.Alltoallv_(out, reply * w, got, back * w, "table rows")
+        else:
+            pending.out, pending.got = out, got                  # alive until the request completes
+            pending.request = comm.Ialltoallv_(out, reply * w, got, back * w, "table rows (ahead)")
+        self._count(reply, w * wire.itemsize(table.dtype))
+        return pending
 
     def send_back(self, plan, grad_rows):
         """Every rank's gradient rows (in the order of its fetch's ids) to their owners. Returns, on
@@ -253,6 +261,30 @@ class TableShards:
             self.comm.Scatterv_(part, owners.hot_counts * per_row, got, root, what + " (hot rows)")
             view[mine] = got
         return flat
+
+
+class PendingRows:
+    """A fetch on its way (TableShards.post): the request, if any, the buffers it reads and writes (kept alive until
+    it completes), and where the received rows and the hot rows' replica's go in the rows' order."""
+
+    def __init__(self, k, width, dtype, wire, plan):
+        self.k, self.width, self.dtype, self.wire, self.plan = k, width, dtype, wire, plan
+        self.request = self.out = self.got = None
+        self.place = self.local = None          # hot rows: received rows' places, (replica mask, replica rows)
+
+    def wait(self):
+        """(rows (k, width) in ids' order, the RowPlan for send_back), once the rows have arrived."""
+        if self.request is not None:
+            self.request.Wait()
+        got = self.wire.back(self.got, self.dtype)
+        self.request = self.out = None
+        if self.place is None:
+            return got, self.plan
+        rows = np.empty((self.k, self.width), self.dtype)
+        rows[self.place] = got
+        mask, local = self.local
+        rows[mask] = local
+        return rows, self.plan
 
 
 def check_owned(owners, wanted, rank):

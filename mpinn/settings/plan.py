@@ -15,7 +15,7 @@ from mpinn.settings.table import DATA
 
 NODE_FROM = 4       # --shard-exchange auto: the node exchange from this many nodes on (see choose_exchange)
 # --stale-rows 1: MPICH moves a posted Ialltoallv only inside MPI calls; "thread": a thread calls Test while the rank
-# computes (mpinn.comm.prefetch.Progress), "none": no thread (the rows move inside the held batch's own collectives,
+# computes (mpinn.comm.progress.Progress), "none": no thread (the rows move inside the held batch's own collectives,
 # or in MPICH's progress thread under MPIR_CVAR_ASYNC_PROGRESS=1). none, measured: W2 sharded here, medians of 5,
 # 1.23x / 1.14x sync's samples/s at np 2 / 3 against the thread's 1.13x / 0.97x (its polling doubled the compute) and
 # MPICH's thread's 0.35x / 0.19x (scripts/results/stale-rows-2026-12-02.json, docs/scale.md)

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from mpinn.comm.prefetch import Progress, post_fetch
+from mpinn.comm.progress import Progress
 from mpinn.training.sharded import ShardedStep
 from mpinn.training.step_base import all_finite
 
@@ -52,7 +52,7 @@ class StaleShardedStep(ShardedStep):
         t0 = now()
         ids, batch = self.compact(local)
         t1 = now()
-        pending = post_fetch(self.shards, self.table, ids)
+        pending = self.shards.post(self.table, ids)
         t2 = now()
         rec("compute", t0, t1, step)
         rec("comm", t1, t2, step, "row ids to owners, rows posted (Ialltoallv)")

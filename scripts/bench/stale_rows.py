@@ -53,7 +53,7 @@ def probe(nbytes, compute_ms, reps):
     import numpy as np
     from mpi4py import MPI
     from mpinn.comm.base import Communicator
-    from mpinn.comm.prefetch import Progress
+    from mpinn.comm.progress import Progress
     c = Communicator()
     P, n = c.size, nbytes // 4 // c.size
     counts = np.full(P, n, np.int64)

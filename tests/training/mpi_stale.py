@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from mpi_sharded import LAYOUT, data_for, make_trainer, spec_for, steps, trained
 from ranks import COMM, LR, agree, make_optimizer, restore_then_start, shared_dir, write_checkpoint
 from mpinn.comm.buffers import displs, split_counts
-from mpinn.comm.prefetch import Progress
+from mpinn.comm.progress import Progress
 from mpinn.core.batch import Batch, SparseRows
 from mpinn.device.backend import compact_csr
 from mpinn.model.mlp import MLP
