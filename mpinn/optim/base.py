@@ -191,10 +191,19 @@ class Optimizer:
             else:
                 self.update_(p, g, st, weight, None, lr)
 
+    def coalesced(self, rows):
+        """The rows with one gradient row per id, summed in the canonical tree (batch.coalesce): the kernels'
+        k-way merge where they run, else numpy's (the same bits)."""
+        leaves = rows.leaves()
+        merged = fused.coalesce(leaves) if self.xp is np and len(leaves) > 1 else None
+        if merged is not None:
+            return SparseRows(merged[0], merged[1], rows.n_rows)
+        return rows.coalesced()
+
     def rows_(self, table, rows, lr):
         """The touched rows (coalesced: one gradient row per id): gathered, updated, written back.
         The table's rows are weights: lazy L2 adds lam * w to the touched rows' gradient."""
-        rows = rows.coalesced()         # one gradient row per id, summed in the canonical tree (batch.coalesce)
+        rows = self.coalesced(rows)
         ids, g = rows.ids, rows.rows
         full = {name: self.arrays[name][:self.table_size].reshape(self.n_rows, self.width)
                 for name in self.element_state}

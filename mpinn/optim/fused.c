@@ -1,5 +1,5 @@
 /* mpinn's fused update kernels (see mpinn/optim/fused.py for the calling convention). Each kernel does the
-   numpy path's operations (the optimizers' update_) in the same order, each
+   numpy path's operations (the optimizers' update_, batch.coalesce) in the same order, each
    rounded to the parameters' type, so that both give the same bits.
 
    Built at install time as the extensions mpinn.optim._fused (portable), _fused_v3 (x86-64-v3 CPUs) and
@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Each optimizer's constants: one struct of doubles, named field by field. The field list is written
    once (an X-macro) and gives the struct, NAME_fields() (the names, in order) and NAME_layout() (its

@@ -119,6 +119,8 @@ def library():
             mismatch = check_layout(lib)
             if mismatch:
                 raise Unavailable("%s: its constants differ from mpinn's (%s)" % (path, mismatch))
+            for _, suffix in TYPES.values():
+                getattr(lib, "coalesce_" + suffix).restype = ctypes.c_int64    # the others return nothing
         except Unavailable as e:
             reasons.append("%s: %s" % (where, e))
             continue
@@ -135,6 +137,30 @@ def status():
     """One line for reports: are the kernels in use (from where), and if not, why."""
     lib = library()
     return "compiled, %s" % source if lib is not None else "off: " + (why_not or "unknown")
+
+
+def coalesce(leaves):
+    """(ids, rows) summed over leaves [(ids, rows), ...] (empty ones keep their place) by the kernel, in
+    batch.coalesce's tree and bits, or None (no kernels, device or unsupported arrays, a leaf whose ids are not
+    increasing): the caller then sums in numpy."""
+    rows0 = leaves[0][1]
+    if not isinstance(rows0, np.ndarray) or rows0.dtype not in TYPES or library() is None:
+        return None
+    ids = [np.ascontiguousarray(i, dtype=np.int64) for i, _ in leaves]
+    rows = [np.ascontiguousarray(r) for _, r in leaves]
+    w, total = rows0.shape[1], sum(i.shape[0] for i in ids)
+    if any(r.dtype != rows0.dtype or r.shape != (i.shape[0], w) for i, r in zip(ids, rows)):
+        return None
+    out_ids, out = np.empty(total, np.int64), np.empty((total, w), rows0.dtype)
+    lens = np.array([i.shape[0] for i in ids], dtype=np.int64)
+    id_ptrs = np.array([i.ctypes.data for i in ids], dtype=np.uintp)
+    row_ptrs = np.array([r.ctypes.data for r in rows], dtype=np.uintp)
+    n = getattr(_lib, "coalesce_%s" % TYPES[rows0.dtype][1])(
+        ctypes.c_int64(len(leaves)), _ptr(lens), _ptr(id_ptrs), _ptr(row_ptrs), ctypes.c_int64(w),
+        _ptr(out_ids), _ptr(out))
+    if n < 0:
+        return None
+    return out_ids[:n], out[:n]
 
 
 def _ptr(a):

@@ -14,6 +14,52 @@ static inline void S(ahead)(const int64_t* ids, int64_t r, int64_t k, int64_t w,
     }
 }
 
+/* o = the sum of the n rows r[0..n) present at sorted leaf places leaf[0..n), in the aligned pairwise tree over
+   the places (batch.coalesce's): the block of the first and last places split where they first differ, each side
+   summed alike, then left + right; one row is itself (an absent leaf adds nothing, not + 0). tmp: scratch of
+   (levels + 1) x w, a row per level. */
+static void S(tree_into)(real* restrict o, int64_t w, const int64_t* leaf, const real* const* r, int64_t n,
+                         real* restrict tmp) {
+    if (n == 1) {
+        for (int64_t j = 0; j < w; j++) o[j] = r[0][j];
+        return;
+    }
+    int bit = 63 - __builtin_clzll((unsigned long long)(leaf[0] ^ leaf[n - 1]));
+    int64_t k = 1;
+    while (!((leaf[k] >> bit) & 1)) k++;
+    S(tree_into)(o, w, leaf, r, k, tmp + w);
+    S(tree_into)(tmp, w, leaf + k, r + k, n - k, tmp + w);
+    for (int64_t j = 0; j < w; j++) o[j] = o[j] + tmp[j];
+}
+
+/* Rows summed over m leaves (ranks, in order; a leaf may be empty), each leaf's ids strictly increasing (a k-way
+   merge): out_ids sorted and unique, each out row its leaves' rows in the aligned pairwise tree over the leaves'
+   places (batch.coalesce's bits). Returns the number of rows, -1 when a leaf's ids are not increasing (the caller
+   then sums in numpy), -2 when out of memory. */
+int64_t S(coalesce)(int64_t m, const int64_t* lens, const int64_t* const* ids, const real* const* rows,
+                   int64_t w, int64_t* out_ids, real* out) {
+    for (int64_t p = 0; p < m; p++)
+        for (int64_t i = 1; i < lens[p]; i++) if (ids[p][i] <= ids[p][i - 1]) return -1;
+    int64_t* at = calloc((size_t)m, sizeof(int64_t));
+    int64_t* leaf = malloc((size_t)m * sizeof(int64_t));
+    const real** r = malloc((size_t)m * sizeof(real*));
+    real* tmp = malloc((size_t)(65 * (w > 0 ? w : 1)) * sizeof(real));
+    int64_t n = 0;
+    if (!at || !leaf || !r || !tmp) n = -2;
+    while (n >= 0) {
+        int64_t best = INT64_MAX, k = 0;
+        for (int64_t p = 0; p < m; p++)
+            if (at[p] < lens[p] && ids[p][at[p]] < best) best = ids[p][at[p]];
+        if (best == INT64_MAX) break;
+        for (int64_t p = 0; p < m; p++)
+            if (at[p] < lens[p] && ids[p][at[p]] == best) { leaf[k] = p; r[k++] = rows[p] + at[p]++ * w; }
+        S(tree_into)(out + n * w, w, leaf, r, k, tmp);
+        out_ids[n++] = best;
+    }
+    free(at); free(leaf); free(r); free(tmp);
+    return n;
+}
+
 static inline real S(sgn)(real x) { return x > 0 ? (real)1 : (x < 0 ? (real)-1 : (x == x ? (real)0 : x)); }
 
 static inline void S(sgd)(int64_t n, R p, CR g, real lr, real wd) {

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from reference import tree_sum
+from mpinn.optim import fused
 from mpinn.core.batch import RowParts, SparseRows, coalesce, put_rows, take_rows, tree_add
 
 
@@ -27,12 +28,20 @@ def reference(parts):
     return {i: tree_sum(v) for i, v in rows.items()}
 
 
+@pytest.mark.parametrize("kernel", [False, True])
 @pytest.mark.parametrize("ordered", [True, False])
-@pytest.mark.parametrize("n_parts", [1, 2, 3, 4, 5, 8, 11])
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 4, 5, 8, 11, 37])
 @pytest.mark.parametrize("seed", range(4))
-def test_each_row_is_the_pairwise_tree_sum_of_its_parts_bit_for_bit(seed, n_parts, ordered):
+def test_each_row_is_the_pairwise_tree_sum_of_its_parts_bit_for_bit(seed, n_parts, ordered, kernel):
+    """In numpy (batch.coalesce), and in the fused k-way merge (mpinn.optim.fused) when the parts' ids increase."""
     parts = parts_of(seed, n_parts=n_parts, dtype=np.float32 if seed % 2 else np.float64, ordered=ordered)
-    got = coalesce(parts, 40)
+    if kernel and fused.library() is None:
+        pytest.skip("no fused kernels here: %s" % fused.why_not)
+    got = fused.coalesce(parts) if kernel else coalesce(parts, 40)
+    if kernel and not ordered:
+        return      # unsorted ids: the kernel declines (None), the optimizers then sum in numpy
+    if kernel:
+        got = SparseRows(got[0], got[1], 40)
     want = reference(parts)
     assert list(got.ids) == sorted(want)
     assert all(got.rows[k].tobytes() == want[int(i)].tobytes() for k, i in enumerate(got.ids))
@@ -93,3 +102,11 @@ def test_take_and_put_rows_move_whole_rows():
     assert np.array_equal(a[ids], -got) and a[0, 0] == 0 and a[1, 2] == 5
     v = np.arange(10.0)
     assert np.array_equal(take_rows(v, ids, np.empty(3)), v[ids])
+
+
+def test_the_kernel_runs_where_it_is_built_and_declines_unsorted_ids():
+    """The fused path is taken for increasing ids (not silently skipped), and refused for others."""
+    if fused.library() is None:
+        pytest.skip("no fused kernels here: %s" % fused.why_not)
+    assert fused.coalesce(parts_of(1, ordered=True)) is not None
+    assert fused.coalesce([(np.array([3, 1]), np.ones((2, 5)))]) is None
