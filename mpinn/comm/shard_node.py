@@ -49,7 +49,7 @@ class NodeShards(TableShards):
 
     name = "node"
 
-    def __init__(self, comm, n_rows, width, owners=None, topology=None, wire="fp32"):
+    def __init__(self, comm, n_rows, width, owners=None, topology=None, wire="fp32", sum_rows=coalesce):
         if topology.uneven:
             raise ValueError(topology.uneven)
         super().__init__(comm, n_rows, width, owners, node_of=topology.node_of, wire=wire)
@@ -64,6 +64,7 @@ class NodeShards(TableShards):
         # segments arrive at an owner node-major (node n, local rank s); the flat exchange's are in world order
         self.world_order = np.argsort(self.world_at.reshape(-1), kind="stable")
         self.unsummed_why = topology.unsummable        # None: gradient rows summed in the node
+        self.sum_rows = sum_rows        # batch.coalesce, or its kernel (the step passes mpinn.optim.fused.coalesce_rows)
 
     def free(self):
         """Collective: the node and peer communicators are freed; from here on the exchange is the flat one (the
@@ -187,7 +188,8 @@ class NodeShards(TableShards):
         one per node in node order, are the tree's next level (SparseRows.coalesced)."""
         w, N, n_rows, wire = self.width, self.N, self.n_rows, self.wire
         vals, ends = self.wire.back(rows_in, dtype), displs(np.r_[plan.got_counts, 0])
-        summed = coalesce([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w, dtype)
+        summed = self.sum_rows([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w,
+                               dtype)
         # one row per key the fetch sent (plan.per: per node), arriving as its ids did (plan.wanted, plan.per_in)
         got = self.peers.Alltoallv_(wire.out(summed.rows), plan.per * w, wire.buffer(plan.wanted.shape[0], w, dtype),
                                     plan.per_in * w, "gradient rows summed in the node (between nodes)")

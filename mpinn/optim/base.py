@@ -1,7 +1,7 @@
 """What every optimizer shares: its state arrays, the flat buffer's regions, L2 decay, the lazy row update."""
 import numpy as np
 
-from mpinn.core.batch import SparseRows, put_rows, take_rows
+from mpinn.core.batch import put_rows, take_rows
 from mpinn.core.errors import MpinnError
 from mpinn.host.heap import fresh_zeros
 from mpinn.optim import fused
@@ -195,10 +195,9 @@ class Optimizer:
         """The rows with one gradient row per id, summed in the canonical tree (batch.coalesce): the kernels'
         k-way merge where they run, else numpy's (the same bits)."""
         leaves = rows.leaves()
-        merged = fused.coalesce(leaves) if self.xp is np and len(leaves) > 1 else None
-        if merged is not None:
-            return SparseRows(merged[0], merged[1], rows.n_rows)
-        return rows.coalesced()
+        if self.xp is not np or len(leaves) < 2:
+            return rows.coalesced()
+        return fused.coalesce_rows(leaves, rows.n_rows, rows.width, leaves[0][1].dtype)
 
     def rows_(self, table, rows, lr):
         """The touched rows (coalesced: one gradient row per id): gathered, updated, written back.

@@ -26,6 +26,8 @@ import os
 
 import numpy as np
 
+from mpinn.core.batch import SparseRows
+from mpinn.core.batch import coalesce as batch_coalesce
 from mpinn.optim import fused_build
 from mpinn.optim.fused_build import Unavailable
 
@@ -161,6 +163,14 @@ def coalesce(leaves):
     if n < 0:
         return None
     return out_ids[:n], out[:n]
+
+
+def coalesce_rows(leaves, n_rows, width, dtype):
+    """batch.coalesce's SparseRows, by the kernel where it runs (coalesce), else numpy's: the same bits."""
+    merged = coalesce(leaves) if len(leaves) > 1 else None
+    if merged is not None:
+        return SparseRows(merged[0], merged[1], n_rows)
+    return batch_coalesce(leaves, n_rows, width, dtype)
 
 
 def _ptr(a):

@@ -12,6 +12,7 @@ from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.comm.shard_node import NodeShards
 from mpinn.core.errors import MpinnError
 from mpinn.host.heap import small_pages_at
+from mpinn.optim.fused import coalesce_rows
 from mpinn.training.step_base import Step, all_finite, check_params
 
 
@@ -58,7 +59,8 @@ class ShardedStep(Step):
             raise ValueError("hot rows need the lazy update of the hashed table")
         owners = RowOwners(self.n_rows, comm.size, hot)
         if exchange == "node":
-            self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology, wire=wire)
+            self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology, wire=wire,
+                                     sum_rows=coalesce_rows)
         else:
             self.shards = TableShards(comm, self.n_rows, self.width, owners, node_of=topology.node_of, wire=wire)
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from scripts.bench.cluster_model import costs, w2_loads
-from scripts.bench.cluster_model.model import tree_sum
 
 # 4 ranks, 2 a node (node 0: ranks 0, 1; node 1: ranks 2, 3), one row of 3 ids a rank. The table's 2^18 rows are
 # owned in quarters: rank 0 < 65536 <= rank 1 < 131072 <= rank 2 < 196608 <= rank 3; node 0 owns ids < 131072.
@@ -106,30 +105,3 @@ def test_the_stale_floor_overlaps_only_the_fetch_bytes(monkeypatch):
     assert got["floor_stale"][0] == pytest.approx(comp / (comp + rest_b / 1e6))
     link = w2_loads.node_bytes(c["schemes"]["node-sum"]["inter"]) / 1e6
     assert got["floor"][0] == pytest.approx(comp / max(comp, link))
-
-
-def test_tree_sum_pairs_the_ranks_and_keeps_absent_rows_as_they_are():
-    big = np.float32(1e8)
-    one = np.float32(1)
-    row = lambda *v: np.array([v], np.float32)  # noqa: E731
-    # id 9 on all 4 ranks: ((1e8 + 1) + (-1e8 + 1)) = 1e8 - 1e8 = 0 in float32; in rank order it would be 1
-    # id 3 only on rank 1, as -0.0: stays -0.0 (absent rows are identity, not + 0)
-    parts = [(np.array([9]), row(big)), (np.array([3, 9]), np.vstack([row(-0.0), row(one)])),
-             (np.array([9]), row(-big)), (np.array([9]), row(one))]
-    ids, rows = tree_sum(parts)
-    assert ids.tolist() == [3, 9]
-    assert rows[1, 0] == (big + one) + (-big + one) == 0.0
-    assert ((big + one) - big) + one == 1.0             # the order matters: rank order gives another answer
-    assert np.signbit(rows[0, 0]) and rows[0, 0] == 0.0
-    # 3 ranks: (0 + 1) + 2
-    ids, rows = tree_sum(parts[1:])
-    assert ids.tolist() == [3, 9] and rows[1, 0] == (one - big) + one
-    # random sets against a per-id sum
-    rng = np.random.default_rng(2)
-    parts = [(np.unique(rng.integers(0, 50, 20)),) for _ in range(8)]
-    parts = [(i, rng.standard_normal((i.size, 4)).astype(np.float32)) for (i,) in parts]
-    ids, rows = tree_sum(parts)
-    assert ids.tolist() == sorted(set(np.concatenate([i for i, _ in parts]).tolist()))
-    for j, i in enumerate(ids):
-        want = sum(r[list(k).index(i)].astype(np.float64) for k, r in parts if i in k)
-        assert rows[j] == pytest.approx(want, abs=1e-5)

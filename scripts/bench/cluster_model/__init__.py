@@ -40,7 +40,7 @@ fits were against n: at np 2 twice the crossing rate, so the link and shared mem
   * W2's update cost per gradient row, of one dense pass over the table, of gathering a row
     (np.take), of deduplicating an id (np.unique, the relay's work), of casting a row element to
     bfloat16 and back (mpinn.comm.compress's to_bf16 / from_bf16, what --wire-rows bf16 does), and of summing
-    a relay's gradient rows per id in a pairwise tree over its node's ranks (model.tree_sum, numpy, per
+    a relay's gradient rows per id in the canonical tree over its node's ranks (mpinn.optim.fused.coalesce_rows, per
     element: what node-sum adds): timed here.
 
 Assumptions (the model is only as good as these):

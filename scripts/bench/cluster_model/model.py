@@ -20,9 +20,11 @@ def update_times():
     for one dense SGD update of the whole 2^18 x 64 table, "take" per row of gathering random rows (np.take: what
     an owner does to answer a fetch), "unique" per id of np.unique (a relay's dedup), and "encode" and "decode"
     per element of a slice's rows cast to bfloat16 words and back (mpinn.comm.compress, what --wire-rows bf16
-    does to every row it sends and receives), and "sum" per element of the gradient rows a relay sums (tree_sum
-    of the rows its node's 8 ranks send one relay at 64 ranks, W2's ids, 512 rows a rank: what node-sum adds)."""
+    does to every row it sends and receives), and "sum" per element of the gradient rows a relay sums (what the
+    node exchange's relay calls, mpinn.optim.fused.coalesce_rows: the canonical tree in the kernels, on the rows
+    its node's 8 ranks send one relay at 64 ranks, W2's ids, 512 rows a rank: what node-sum adds)."""
     from mpinn.comm.compress import from_bf16, to_bf16
+    from mpinn.optim.fused import coalesce_rows
     rng = np.random.default_rng(0)
     table = np.zeros((1 << 18, W2_H), np.float32)
     ids = np.unique(rng.integers(0, 1 << 18, 4000))[:W2_ROWS_PER_RANK]
@@ -43,32 +45,10 @@ def update_times():
     mixed = rng.integers(0, 1 << 18, W2_ROWS_PER_RANK)       # a relay gets ~one slice's ids from its node
     t["unique"] = median(lambda: np.unique(mixed)) / mixed.size
     parts = relay_parts()
-    t["sum"] = median(lambda: tree_sum(parts)) / sum(r.size for _, r in parts)
+    t["sum"] = median(lambda: coalesce_rows(parts, 1 << 18, W2_H, np.float32)) / sum(r.size for _, r in parts)
     grad = np.ones_like(table)
     t["dense"] = median(lambda: table.__isub__(np.float32(0.1) * grad), 5)
     return t
-
-
-def tree_sum(parts):
-    """[(sorted unique ids, rows)] of R ranks summed per id in a pairwise tree over the ranks ((0+1)+(2+3) ..): a row
-    absent from one side is the other's as it is (identity, not + 0). Returns (ids, rows)."""
-    while len(parts) > 1:
-        parts = [merge_rows(*parts[i:i + 2]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-    return parts[0]
-
-
-def merge_rows(a, b):
-    """Two ranks' (sorted unique ids, rows) summed per id: a + b where both hold the id, the one row elsewhere."""
-    (ia, ra), (ib, rb) = a, b
-    pos = np.searchsorted(ia, ib)
-    both = ia[np.minimum(pos, ia.size - 1)] == ib if ia.size else np.zeros(ib.size, bool)
-    u = np.sort(np.concatenate([ia, ib[~both]]))
-    out = np.empty((u.size, ra.shape[1]), ra.dtype)
-    out[np.searchsorted(u, ia)] = ra
-    pb = np.searchsorted(u, ib)
-    out[pb[~both]] = rb[~both]
-    out[pb[both]] = ra[pos[both]] + rb[both]
-    return u, out
 
 
 def relay_parts(P=64, R=8, per_rank=512):
