@@ -1,5 +1,6 @@
 """A thread that drives MPI's progress on a posted request while the rank computes (Progress; --stale-rows 1, whose
 rows' Ialltoallv TableShards.post posts): MPICH moves a nonblocking collective's data only inside MPI calls."""
+import contextlib
 import threading
 import time
 
@@ -37,6 +38,15 @@ class Progress:
         with self._in_mpi:
             self.request = request
             self._go.set()
+
+    @contextlib.contextmanager
+    def driving(self, request):
+        """Drive `request` for the length of a with block."""
+        self.resume(request)
+        try:
+            yield
+        finally:
+            self.pause()
 
     def pause(self):
         """Stop driving; returns when the thread is out of MPI."""

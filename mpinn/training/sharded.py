@@ -1,6 +1,7 @@
 """--table sharded: the hashed block's rows split over the ranks, each rank holding and stepping only its own
 (ShardedStep; the plan, mpinn.settings.plan, chooses between that and a replicated table, the exchange and the hot
 rows)."""
+import contextlib
 import time
 
 import numpy as np
@@ -89,14 +90,23 @@ class ShardedStep(Step):
         return ids, Batch(Xc, local.Xd, local.y)
 
     def __call__(self, local, n_global, step, lr):
-        model, comm, rec = self.model, self.comm, self.timeline.add
+        rec = self.timeline.add
         t0 = time.perf_counter()
         ids, batch = self.compact(local)
         t1 = time.perf_counter()
         rows, plan = self.shards.fetch(self.table, ids)
+        rec("compute", t0, t1, step)
+        rec("comm", t1, time.perf_counter(), step, "fetch rows (Alltoallv)")
+        return self.finish_(batch, rows, plan, n_global, step, lr)
+
+    def finish_(self, batch, rows, plan, n_global, step, lr, busy=contextlib.nullcontext):
+        """The step from the gradient on, once the batch's rows are here: (mean loss, ok). busy: a context entered
+        around the compute and the update (the stale step's progress thread moves the next rows then)."""
+        model, comm, rec = self.model, self.comm, self.timeline.add
         t2 = time.perf_counter()
-        grad_rows = self.gradient_rows(batch, 1.0 / (n_global or 1), rows)
-        self.faults.fire(step, model.grad_buffer)
+        with busy():
+            grad_rows = self.gradient_rows(batch, 1.0 / (n_global or 1), rows)
+            self.faults.fire(step, model.grad_buffer)
         t3 = time.perf_counter()
         mine = self.shards.send_back(plan, grad_rows)
         t4 = time.perf_counter()
@@ -107,13 +117,12 @@ class ShardedStep(Step):
         ok = all_finite(dense)
         t5 = time.perf_counter()
         if ok:
-            self.update_(mine, lr)
+            with busy():
+                self.update_(mine, lr)
         t6 = time.perf_counter()
         if ok:
             self.shards.refresh_hot_(self.table)
         t7 = time.perf_counter()
-        rec("compute", t0, t1, step)
-        rec("comm", t1, t2, step, "fetch rows (Alltoallv)")
         rec("compute", t2, t3, step)
         rec("comm", t3, t4, step, "gradient rows to owners (Alltoallv)")
         rec("comm", t4, t5, step, "dense Allreduce")

@@ -1,12 +1,11 @@
 """--stale-rows 1: the sharded table's rows fetched one step ahead, their exchange overlapping the previous batch's
 compute (StaleShardedStep); deterministic: batch s+1 sees the table as it was after update s-1."""
+import contextlib
+import functools
 import time
-
-import numpy as np
 
 from mpinn.comm.progress import Progress
 from mpinn.training.sharded import ShardedStep
-from mpinn.training.step_base import all_finite
 
 PROGRESS = ("thread", "none")   # who drives MPI on the posted rows while the rank computes (docs/scale.md)
 
@@ -66,44 +65,14 @@ class StaleShardedStep(ShardedStep):
         return None, None
 
     def _apply(self, held, request=None):
-        """ShardedStep's step from the gradient on, for the held batch (its rows fetched a call ago), while
+        """ShardedStep's step from the gradient on (finish_), for the held batch (its rows fetched a call ago), while
         `request` (the next batch's rows) is in flight: the progress thread drives it during the compute and the
         update (this thread's own collectives drive it between them)."""
-        model, comm, rec, now = self.model, self.comm, self.timeline.add, time.perf_counter
-        step, n_global, drive = held.step, held.n_global, self.progress is not None and request is not None
-        t2 = now()
-        if drive:
-            self.progress.resume(request)
-        grad_rows = self.gradient_rows(held.batch, 1.0 / (n_global or 1), held.rows)
-        self.faults.fire(step, model.grad_buffer)
-        if drive:
-            self.progress.pause()
-        t3 = now()
-        mine = self.shards.send_back(held.plan, grad_rows)
-        t4 = now()
-        dense = model.grad_buffer[model.dense_start:]
-        if not all_finite(mine.rows):
-            dense[-1] = np.nan
-        comm.Allreduce_sum_(dense, "dense gradient and loss")
-        ok = all_finite(dense)
-        t5 = now()
-        if ok:
-            if drive:
-                self.progress.resume(request)
-            self.update_(mine, held.lr)
-            if drive:
-                self.progress.pause()
-        t6 = now()
-        if ok:
-            self.shards.refresh_hot_(self.table)
-        t7 = now()
-        rec("compute", t2, t3, step)
-        rec("comm", t3, t4, step, "gradient rows to owners (Alltoallv)")
-        rec("comm", t4, t5, step, "dense Allreduce")
-        rec("update", t5, t6, step)
-        if self.hot_rows:
-            rec("comm", t6, t7, step, "hot rows to every rank (Allgatherv)")
-        self.settled.append((float(dense[-1]) / (n_global or 1), ok, n_global, step))
+        busy = contextlib.nullcontext
+        if self.progress is not None and request is not None:
+            busy = functools.partial(self.progress.driving, request)
+        loss, ok = self.finish_(held.batch, held.rows, held.plan, held.n_global, held.step, held.lr, busy)
+        self.settled.append((loss, ok, held.n_global, held.step))
 
     def settle_(self, step):
         """Collective: the held batch computed and applied (no new fetch); the next call starts the pipeline
