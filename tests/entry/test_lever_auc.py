@@ -50,11 +50,12 @@ def run(arm, seed, auc, logloss):
 
 
 def test_summary_by_hand():
-    a = arms(("b8k", 8192), ("lr32k", 32768), ("sqrt", 32768), ("lin", 32768), ("big", 131072))
+    a = arms(("b8k", 8192), ("lr32k", 32768), ("sqrt", 32768), ("lin", 32768), ("hi", 32768), ("big", 131072))
     runs = [run("b8k", 0, 0.800, 0.40), run("b8k", 1, 0.806, 0.42),                 # mean 0.803, spread 0.006
             run("lr32k", 0, 0.797, 0.41), run("lr32k", 1, 0.799, 0.41),             # mean 0.798
             run("sqrt", 0, 0.7975, 0.40), run("sqrt", 1, 0.7975, 0.40),             # 0.7975: -0.0005 of lr32k
             run("lin", 0, 0.796, 0.43), run("lin", 1, 0.796, 0.45),                 # 0.796: -0.002 of lr32k
+            run("hi", 0, 0.800, 0.40),                                                # +0.002 of lr32k
             run("big", 0, 0.790, 0.5)]
     s = la.summary(runs, a, ["b8k", "lr32k"])
     assert s["b8k"]["auc_mean"] == pytest.approx(0.803) and s["b8k"]["auc_spread"] == pytest.approx(0.006)
@@ -66,6 +67,7 @@ def test_summary_by_hand():
     assert s["sqrt"]["may_be_default"] is True and s["sqrt"]["rule"] == "within 0.001"
     assert s["lin"]["auc_minus_rule_reference"] == pytest.approx(-0.002) and s["lin"]["may_be_default"] is False
     assert s["lin"]["rule"] == "worse by more than 0.001"
+    assert s["hi"]["rule"] == "better by more than 0.001" and s["hi"]["may_be_default"] is True   # not "within"
     assert s["big"]["rule_reference"] is None and s["big"]["may_be_default"] is None    # no reference at 131k
     assert s["big"]["rule"] == "no reference at this batch"
 
