@@ -178,6 +178,13 @@ def key(arm, args, seed):
             "seed": seed, "test_rows": args.test_rows, "scale": args.scale, "data_seed": args.data_seed}
 
 
+def prior_runs(old, arms, args):
+    """The runs of an earlier --out that this sweep's arms would make (any seed): kept, and reused."""
+    def same(r, a):
+        return all(r.get(k) == v for k, v in key(a, args, None).items() if k != "seed")
+    return [r for r in old if any(same(r, a) for a in arms)]
+
+
 def run_arm(args, arm, train, test, seed):
     """One run: its key, test metrics, the learning rate it reached, seconds."""
     with tempfile.TemporaryDirectory() as d:
@@ -245,16 +252,16 @@ def main(argv=None):
     os.makedirs(args.workdir, exist_ok=True)
     packed, test = make_data(args.workdir, args.scale, args.data_seed, counts.values(), args.test_rows,
                              args.keep_text)
-    old = json.load(open(args.out))["runs"] if os.path.exists(args.out) else []
+    prior = prior_runs(json.load(open(args.out))["runs"] if os.path.exists(args.out) else [], arms, args)
     runs = []
     for seed in seeds:
         for a in arms:
-            done = [r for r in old if all(r.get(k) == v for k, v in key(a, args, seed).items())]
+            done = [r for r in prior if r["seed"] == seed and prior_runs([r], [a], args)]
             runs.append(done[0] if done else run_arm(args, a, packed[counts[a["name"]]], test, seed))
             if not done:
                 say("  AUC %.5f logloss %.5f, %.0f s" % (runs[-1]["auc"], runs[-1]["logloss"], runs[-1]["seconds"]))
-            write(args, arms, runs)
-    rec = write(args, arms, runs)
+            write(args, arms, runs + [r for r in prior if r not in runs])
+    rec = write(args, arms, runs + [r for r in prior if r not in runs])
     print(table(rec["summary"]))
     say("written %s" % args.out)
     return 0
