@@ -40,7 +40,7 @@ class NodePlan:
         self.order, self.sent, self.got_counts = order, sent, got_counts     # inside the node
         self.fwd, self.per, self.per_in, self.n_in = fwd, per, per_in, n_in  # between nodes
         self.wanted = wanted        # the ids this rank owns that it was asked for, as they arrived
-        self.key_in = key_in        # the relay's ids as (owner's node) x n_rows + id, in arrival order
+        self.key_in = key_in        # summed in the node: the relay's ids as (owner's node) x n_rows + id, as they came
 
 
 class NodeShards(TableShards):
@@ -98,8 +98,10 @@ class NodeShards(TableShards):
         owner_in, hot_in = owners.locate(ids_in)
         dest = self.node_of[owner_in]
         fwd = np.argsort(dest, kind="stable")
+        key_in = None
         if self.unsummed_why is None:       # the node's distinct ids, once each: their gradient rows come summed
-            per, per_in, wanted = self._distinct_ids_across(dest * self.n_rows + ids_in)
+            key_in = dest * self.n_rows + ids_in
+            per, per_in, wanted = self._distinct_ids_across(key_in)
             recv_n = per_in
         else:                               # grouped by (node, asking rank), each group sorted: they route them
             source = np.repeat(np.arange(R), got_counts)
@@ -141,8 +143,7 @@ class NodeShards(TableShards):
         rows = np.empty((ids.shape[0], w), table.dtype)
         rows[order[need[order]]] = wire.back(got, table.dtype)
         rows[~need] = wire.round(table[ids[~need]])
-        return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted,
-                              dest * self.n_rows + ids_in)
+        return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted, key_in)
 
     def send_back(self, plan, grad_rows):
         if self.node is None:
