@@ -79,8 +79,14 @@ class NodeShards(TableShards):
         gradient rows), each with N - 1 peers; the rows once per node. Where the node sums its gradient rows,
         the ids go once per node too, with one count; elsewhere once per asking rank, with a count per asking
         rank (N x R integers), since they route each rank's gradient rows back."""
+        return self.post(table, ids, wait=True).wait()
+
+    def post(self, table, ids, wait=False):
+        """fetch, its rows' exchange between nodes posted and not waited for (wait=False: an Ialltoallv; --stale-rows
+        1): the owners' rows and this rank's replica of the hot rows are read from `table` now, as TableShards.post
+        does; the counts and the ids travel at once; the rows' hand-out inside the node (4.) is the wait's."""
         if self.node is None:
-            return TableShards.fetch(self, table, ids)
+            return TableShards.post(self, table, ids, wait)
         owners, w, node, peers, N, R = self.owners, self.width, self.node, self.peers, self.N, self.R
         wire, ID = self.wire, self.wire.ids
         owner, hot_ids = owners.locate(ids)
@@ -122,28 +128,38 @@ class NodeShards(TableShards):
         mine = ~hot_in[fwd]
         key = dest[fwd][mine] * self.n_rows + ids_in[fwd][mine]
         keys = sorted_unique(key)
-        where = np.searchsorted(keys, key)
         ask = np.bincount(keys // self.n_rows, minlength=N).astype(np.int64, copy=False)
-        row_bytes = w * wire.itemsize(table.dtype)
-        urows = peers.Alltoallv_(wire.out(np.take(table, answer % self.n_rows, axis=0)), give * w,
-                                 wire.buffer(keys.shape[0], w, table.dtype), ask * w, "table rows (between nodes)")
-        self._count_peers(give, row_bytes)
-        # 4. each rank its rows, inside the node (as they came: rounded once, by the owner)
-        rows_in = wire.buffer(ids_in.shape[0], w, table.dtype)
-        pos = fwd[mine]                                     # the cold entries of ids_in, in forwarding order
-        rows_in[pos] = urows[where]
-        cold_in = np.zeros(ids_in.shape[0], bool)
-        cold_in[pos] = True
-        reply = segment_sums(cold_in, got_counts)
-        need = ~hot_ids
-        back = np.bincount(relay[need], minlength=R).astype(np.int64, copy=False)
-        got = node.Alltoallv_(rows_in[cold_in], reply * w, wire.buffer(int(back.sum()), w, table.dtype), back * w,
-                              "table rows (node)")
-        self._count_node(reply, row_bytes)
-        rows = np.empty((ids.shape[0], w), table.dtype)
-        rows[order[need[order]]] = wire.back(got, table.dtype)
-        rows[~need] = wire.round(table[ids[~need]])
-        return rows, NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted, key_in)
+        pending = PendingNodeRows(self, ids.shape[0], table.dtype,
+                                  NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted, key_in))
+        pending.where, pending.pos = np.searchsorted(keys, key), fwd[mine]
+        pending.need = ~hot_ids
+        pending.back = np.bincount(relay[pending.need], minlength=R).astype(np.int64, copy=False)
+        pending.local = wire.round(table[ids[~pending.need]])          # the replica's rows, copied now
+        out, got = wire.out(np.take(table, answer % self.n_rows, axis=0)), wire.buffer(keys.shape[0], w, table.dtype)
+        if wait:
+            pending.got = peers.Alltoallv_(out, give * w, got, ask * w, "table rows (between nodes)")
+        else:
+            pending.out, pending.got = out, got                 # alive until the request completes
+            pending.request = peers.Ialltoallv_(out, give * w, got, ask * w, "table rows (between nodes, ahead)")
+        self._count_peers(give, w * wire.itemsize(table.dtype))
+        return pending
+
+    def hand_out(self, pending):
+        """4. each rank its rows, inside the node (as they came: rounded once, by the owner): PendingNodeRows.wait's
+        (rows in ids' order, the NodePlan)."""
+        w, wire, plan, dtype = self.width, self.wire, pending.plan, pending.dtype
+        rows_in = wire.buffer(plan.n_in, w, dtype)
+        rows_in[pending.pos] = pending.got[pending.where]
+        cold_in = np.zeros(plan.n_in, bool)
+        cold_in[pending.pos] = True
+        reply = segment_sums(cold_in, plan.got_counts)
+        got = self.node.Alltoallv_(rows_in[cold_in], reply * w, wire.buffer(int(pending.back.sum()), w, dtype),
+                                   pending.back * w, "table rows (node)")
+        self._count_node(reply, w * wire.itemsize(dtype))
+        rows = np.empty((pending.k, w), dtype)
+        rows[plan.order[pending.need[plan.order]]] = wire.back(got, dtype)
+        rows[~pending.need] = pending.local
+        return rows, plan
 
     def send_back(self, plan, grad_rows):
         if self.node is None:
@@ -206,3 +222,24 @@ class NodeShards(TableShards):
         off = np.ones(self.N, dtype=bool)
         off[self.peers.rank] = False
         self.traffic.add(counts, itemsize, off, self.peers.rank)
+
+
+class PendingNodeRows:
+    """NodeShards.post's fetch on its way: the rows' request between nodes, if any, the buffers it reads and writes
+    (kept alive until it completes), and what the hand-out inside the node needs: where each received row goes among
+    the relay's ids (where, pos), which of this rank's ids were fetched (need; the others are hot, their rows the
+    replica's as posted: local) and how many rows come from each relay (back)."""
+
+    def __init__(self, shards, k, dtype, plan):
+        self.shards, self.k, self.dtype, self.plan = shards, k, dtype, plan
+        self.request = self.out = self.got = None
+        self.where = self.pos = self.need = self.back = self.local = None
+
+    def wait(self):
+        """(rows (k, width) in ids' order, the NodePlan for send_back), once the rows have crossed and been handed
+        out inside the node (collective in the node)."""
+        if self.request is not None:
+            self.request.Wait()
+        self.request = self.out = None
+        return self.shards.hand_out(self)
+

@@ -108,7 +108,7 @@ def make_plan(cfg, topo, spec, optimizer):
     plan = Plan(cfg, topo, device, note, reduce, transport, transport_note, step, step_why,
                 step == "shared", float("inf") if rows_always else float(cfg.sparse_threshold), table, table_why)
     if sharded:
-        exchange, exchange_why = choose_exchange(cfg.shard_exchange, topo, cfg.stale_rows)
+        exchange, exchange_why = choose_exchange(cfg.shard_exchange, topo)
         hot, hot_why = choose_hot(cfg, topo, spec, optimizer)
         plan = replace(plan, exchange=exchange, exchange_why=exchange_why, hot_rows=hot, hot_why=hot_why)
     return plan
@@ -275,7 +275,7 @@ def choose_table(cfg, topo, spec, optimizer):
     return "replicated", "auto: one node, with room for the replicas"
 
 
-def choose_exchange(kind, topo, stale=0):
+def choose_exchange(kind, topo):
     """(flat or node, why) for --shard-exchange. auto: node-aware from NODE_FROM nodes with more than one rank on
     each, the same number on each; flat below. Its relays cost 1.2 ms a step more than the flat exchange on W2 at
     np 2 here (one node of 2 ranks, every collective of the path run; medians of 5), and the cluster model
@@ -285,8 +285,6 @@ def choose_exchange(kind, topo, stale=0):
         return "flat", "one rank"
     if kind == "flat":
         return "flat", "asked for"
-    if stale and kind == "auto":        # --stale-rows 1 with --shard-exchange node is a rule (stale-rows)
-        return "flat", "auto: --stale-rows 1 fetches through the flat exchange"
     if topo.uneven:         # --shard-exchange node on uneven nodes is a rule (node-exchange-even)
         return "flat", "auto: %s" % topo.uneven
     N, R = topo.nodes, topo.per_node

@@ -154,10 +154,10 @@ RULES = tuple([
          "--shard-exchange node, --hot-rows K and --wire-rows bf16 are for a sharded table, and this run's table is "
          "replicated (--table auto keeps it replicated on one node): give --table sharded",
          "--table replicated --hot-rows 100"),
-    Rule("stale-rows", ("stale_rows", "table", "shard_exchange", "graph"),
-         lambda c: bool(c.stale_rows) and (c.table == "replicated" or c.shard_exchange == "node" or c.graph == "on"),
-         "--stale-rows 1 fetches a sharded table's rows a step ahead through the flat exchange: it needs --table "
-         "sharded, and neither --shard-exchange node nor --graph on (yet)", "--stale-rows 1 --table replicated"),
+    Rule("stale-rows", ("stale_rows", "table", "graph"),
+         lambda c: bool(c.stale_rows) and (c.table == "replicated" or c.graph == "on"),
+         "--stale-rows 1 fetches a sharded table's rows a step ahead: it needs --table sharded, and not --graph on "
+         "(yet)", "--stale-rows 1 --table replicated"),
     Rule("hot-rows-lazy", ("hot_rows", "hashed_update"),
          lambda c: c.hot_rows not in ("auto", "off") and c.hashed_update == "dense",
          "--hot-rows needs the lazy update of the hashed table: leave out --hashed-update dense",

@@ -310,7 +310,7 @@ class RunConfig:
     stale_rows: int = option(0, "distribution", "1: a sharded table's rows fetched a step ahead, their exchange "
                              "overlapping the previous batch's compute: batch s+1 sees the rows after update s-1 "
                              "(one update late; the dense layers stay synchronous); deterministic, one process "
-                             "reproduces it (docs/scale.md). --table sharded, flat exchange; 0: off", resume=True,
+                             "reproduces it (docs/scale.md). --table sharded; 0: off", resume=True,
                              type=zero_or_one, metavar="0|1")
     graph: str = option("auto", "distribution", "a GPU rank's step as one captured CUDA graph, replayed with no "
                         "host wait (auto: where the step plan covers the run, else eager with the reason on the "

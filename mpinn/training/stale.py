@@ -33,14 +33,12 @@ class StaleShardedStep(ShardedStep):
     Results come one call late (Step.outcomes). settle_ (before an evaluation, a checkpoint, the end) computes and
     applies the held batch with no new fetch; the next call starts the pipeline again (its batch sees the table
     after the last update). One process reproduces P ranks: the rows used at step s are the table after update
-    max(s - 2, r), r the last settle before s (tests/training/mpi_stale.py). The flat exchange only (the rule
-    stale-rows); progress: "thread" (a Progress thread drives MPI on the posted rows while this rank computes
+    max(s - 2, r), r the last settle before s (tests/training/mpi_stale.py). The flat or the node exchange (its rows
+    cross between nodes in the Ialltoallv; their hand-out inside the node is the wait's); progress: "thread" (a Progress thread drives MPI on the posted rows while this rank computes
     and updates) or "none" (MPI's own, e.g. MPIR_CVAR_ASYNC_PROGRESS=1, or none until the wait)."""
 
     def __init__(self, *args, progress="thread", **kw):
         super().__init__(*args, **kw)
-        if self.exchange != "flat":         # the plan gives none other (the rule stale-rows)
-            raise ValueError("--stale-rows 1 fetches through the flat exchange, not %r" % self.exchange)
         if progress not in PROGRESS:
             raise ValueError("progress is one of %s, not %r" % (", ".join(PROGRESS), progress))
         self.progress = Progress() if progress == "thread" and self.comm.size > 1 else None

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from mpi_shard_exchange import cut, cuts
 from mpi_sharded import LAYOUT, data_for, make_trainer, spec_for, steps, trained
 from ranks import COMM, LR, agree, make_optimizer, restore_then_start, shared_dir, write_checkpoint
 from mpinn.comm.buffers import displs, split_counts
@@ -127,6 +128,25 @@ def test_p_ranks_equal_one_process_with_the_ranks_shares(optimizer):
     agree(np.max(np.abs(got - sync)) > 1e-6, "--stale-rows 1 equals --stale-rows 0")
     fresh = one_process(optimizer, 7, 6, data_for(), COMM.size, fresh=True)
     agree(np.max(np.abs(sync - fresh)) < 1e-12, "the reference's fresh mode is not --stale-rows 0")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad-rowwise"])
+def test_through_the_node_exchange_the_flat_exchanges_bits(optimizer):
+    """Through the node exchange, on every cut of this job into nodes (consecutive ranks: the node's gradient rows
+    summed where a power of two; dealt round robin: unsummed), with hot rows, --stale-rows 1 gives the flat
+    exchange's parameters bit for bit (its rows cross between nodes in the posted Ialltoallv, handed out in the node
+    at the wait), and so the one-process reference's; once with the progress thread driving them."""
+    hot = np.array([3, 17, 40, 41, 63])
+    flat, _ = run_stale(optimizer, batch=7, hot=hot)
+    ref = one_process(optimizer, 7, 6, data_for(), COMM.size)
+    agree(np.max(np.abs(flat - ref)) < 1e-12, "flat vs one process: %g" % np.max(np.abs(flat - ref)))
+    for i, (R, dealt) in enumerate(cuts()):
+        got, t = run_stale(optimizer, batch=7, hot=hot, shard_exchange="node", topology=cut(R, dealt, COMM),
+                           progress="thread" if i == 0 else None)
+        agree(t.stepper.exchange == ("node" if R > 1 else "flat"), "R %d: %s" % (R, t.stepper.exchange))
+        agree(np.array_equal(got, flat), "R %d dealt %s: %g" % (R, dealt, np.max(np.abs(got - flat))))
+        t.stepper.release_()
+        t.comm.comm.Free()
 
 
 def test_the_progress_thread_changes_no_bit():

@@ -209,17 +209,17 @@ def test_the_communicator_of_one_gpu_rank_copies_nothing_to_the_host():
     comm.free()
 
 
-def test_stale_rows_fetch_through_the_flat_exchange_of_a_sharded_table():
-    """--stale-rows 1: auto's exchange is flat even from NODE_FROM nodes on (said why, and on the table's line);
-    refused, one line, with a replicated table (asked for, or auto's answer on one node), --shard-exchange node or
-    --graph on."""
+def test_stale_rows_fetch_through_either_exchange_of_a_sharded_table():
+    """--stale-rows 1: auto's exchange is the one it would be without it (node from NODE_FROM nodes on), said on the
+    table's line; --shard-exchange node is taken; refused, one line, with a replicated table (asked for, or auto's
+    answer on one node) or --graph on."""
     p = plan(job(nodes=4, per_node=2), stale_rows=1)
-    assert (p.table, p.exchange) == ("sharded", "flat") and "--stale-rows 1" in p.exchange_why
+    assert (p.table, p.exchange) == ("sharded", "node") and "summed in the node" in p.exchange_why
     assert "rows fetched a step ahead (--stale-rows 1" in p.hot_line(0, 0)
     assert "fetched a step ahead" not in plan(job(nodes=4, per_node=2)).hot_line(0, 0)
-    assert plan(job(nodes=4, per_node=2)).exchange == "node"
-    for refused in (dict(table="replicated"), dict(), dict(table="sharded", shard_exchange="node"),
-                    dict(table="sharded", graph="on")):
+    assert plan(job(nodes=4, per_node=2), stale_rows=1, shard_exchange="flat").exchange == "flat"
+    assert plan(job(nodes=2, per_node=2), stale_rows=1, table="sharded", shard_exchange="node").exchange == "node"
+    for refused in (dict(table="replicated"), dict(), dict(table="sharded", graph="on")):
         with pytest.raises(MpinnError, match="^--stale-rows 1 fetches a sharded table's rows a step ahead") as e:
             plan(job(), stale_rows=1, **refused)
         assert e.value.code == 2 and "\n" not in str(e.value)
