@@ -115,9 +115,9 @@ class TableShards:
 
     name = "flat"
 
-    def __init__(self, comm, n_rows, width, owners=None, node_of=None, wire="fp32"):
+    def __init__(self, comm, n_rows, width, owners=None, node_of=None, wire="fp32", codec=None):
         self.comm, self.n_rows, self.width = comm, int(n_rows), int(width)
-        self.wire = Wire(wire, self.n_rows)         # the rows' and ids' format on the wire (--wire-rows)
+        self.wire = Wire(wire, self.n_rows, codec)  # the rows' and ids' format on the wire (--wire-rows)
         self.owners = owners or RowOwners(n_rows, comm.size)
         self.counts, self.bounds = self.owners.counts, self.owners.bounds
         self.lo, self.hi = int(self.bounds[comm.rank]), int(self.bounds[comm.rank + 1])
@@ -167,13 +167,13 @@ class TableShards:
         check_owned(owners, wanted, comm.rank)
         pending = PendingRows(ids.shape[0], w, table.dtype, wire, RowPlan(asked, given, wanted, order))
         if not hot:
-            reply, back, out = given, asked, wire.out(np.take(table, wanted, axis=0))
+            reply, back, out = given, asked, wire.take(table, wanted)
         else:
             cold = ~owners.hot_mask(wanted)                      # the rows to answer with
             reply = segment_sums(cold, given)
             need = ~hot_ids                                      # in ids' order
             back = np.bincount(owner[need], minlength=comm.size).astype(np.int64, copy=False)
-            out = wire.out(np.take(table, wanted[cold], axis=0))
+            out = wire.take(table, wanted[cold])
             pending.place = order[need[order]]
             pending.local = (~need, wire.round(table[ids[~need]]))      # the replica's rows, copied now
         got = wire.buffer(int(back.sum()), w, table.dtype)

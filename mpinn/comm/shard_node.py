@@ -49,10 +49,10 @@ class NodeShards(TableShards):
 
     name = "node"
 
-    def __init__(self, comm, n_rows, width, owners=None, topology=None, wire="fp32", sum_rows=coalesce):
+    def __init__(self, comm, n_rows, width, owners=None, topology=None, wire="fp32", sum_rows=coalesce, codec=None):
         if topology.uneven:
             raise ValueError(topology.uneven)
-        super().__init__(comm, n_rows, width, owners, node_of=topology.node_of, wire=wire)
+        super().__init__(comm, n_rows, width, owners, node_of=topology.node_of, wire=wire, codec=codec)
         node, leaders, peers = node_comms(comm, topology, peers_by_node=True)
         self.node, self.peers = Communicator(node), Communicator(peers)             # mpinn Communicators (Dups)
         for c in (node, leaders, peers):
@@ -135,7 +135,7 @@ class NodeShards(TableShards):
         pending.need = ~hot_ids
         pending.back = np.bincount(relay[pending.need], minlength=R).astype(np.int64, copy=False)
         pending.local = wire.round(table[ids[~pending.need]])          # the replica's rows, copied now
-        out, got = wire.out(np.take(table, answer % self.n_rows, axis=0)), wire.buffer(keys.shape[0], w, table.dtype)
+        out, got = wire.take(table, answer % self.n_rows), wire.buffer(keys.shape[0], w, table.dtype)
         if wait:
             pending.got = peers.Alltoallv_(out, give * w, got, ask * w, "table rows (between nodes)")
         else:

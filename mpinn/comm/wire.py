@@ -13,15 +13,18 @@ WIRES = ("fp32", "bf16")
 
 
 class Wire:
-    """The rows' and ids' format on the wire for a table of n_rows rows (see the module docstring)."""
+    """The rows' and ids' format on the wire for a table of n_rows rows (see the module docstring). codec: the
+    bf16 casts by compiled kernels (mpinn.optim.fused.BF16, given by the step: this layer does not import the
+    kernels), each returning None where it does not run; numpy's casts otherwise, with the same bits."""
 
-    def __init__(self, name="fp32", n_rows=0):
+    def __init__(self, name="fp32", n_rows=0, codec=None):
         if name not in WIRES:
             raise ValueError("rows go on the wire as %s, not %r" % (" or ".join(WIRES), name))   # the option's choices
         self.name = name
         self.half = name == "bf16"
         self.ids = np.int32 if self.half and n_rows < 2 ** 31 else np.int64
         self.id_bytes = np.dtype(self.ids).itemsize
+        self.codec = codec
 
     def itemsize(self, dtype):
         """Bytes a row element takes on the wire."""
@@ -31,7 +34,18 @@ class Wire:
         """Rows (k, width) as they are sent."""
         if not self.half:
             return np.ascontiguousarray(rows)
-        return to_bf16(rows, np.empty(rows.shape, np.uint16))
+        words = np.empty(rows.shape, np.uint16)
+        got = self.codec.encode(rows, words) if self.codec is not None else None
+        return got if got is not None else to_bf16(rows, words)
+
+    def take(self, table, ids):
+        """Rows ids of the (n, width) table as they are sent (an owner's answer: gathered and cast in one pass
+        where the codec runs)."""
+        if self.half and self.codec is not None:
+            got = self.codec.take(table, ids, np.empty((ids.shape[0], table.shape[1]), np.uint16))
+            if got is not None:
+                return got
+        return self.out(np.take(table, ids, axis=0))
 
     def buffer(self, k, width, dtype):
         """A receive buffer for k rows."""
@@ -39,7 +53,10 @@ class Wire:
 
     def back(self, got, dtype):
         """Received rows in the table's dtype."""
-        return from_bf16(got).astype(dtype, copy=False) if self.half else got
+        if not self.half:
+            return got
+        rows = self.codec.decode(got) if self.codec is not None else None
+        return (from_bf16(got) if rows is None else rows).astype(dtype, copy=False)
 
     def round(self, rows):
         """Rows as a receiver sees them after the trip (a hot row's replica: no trip, the same rounding)."""

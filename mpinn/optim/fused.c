@@ -59,6 +59,38 @@ const char* mpinn_source_hash(void) { return MPINN_SOURCE_HASH; }
 #endif
 const char* mpinn_cpu_flags(void) { return MPINN_CPU_FLAGS; }
 
+/* --wire-rows bf16 (mpinn/comm/wire.py): float32 as bfloat16 words, the top half rounded to nearest even and any
+   NaN as 0x7FC0 (mpinn.comm.compress.to_bf16's bits), and back (exact). memcpy: a float's bits without breaking
+   the aliasing rules (compiled to one move). */
+#include <string.h>
+static inline uint16_t bf16_of(float x) {
+    uint32_t v;
+    memcpy(&v, &x, 4);
+    if ((v & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+    return (uint16_t)((v + 0x7FFFu + ((v >> 16) & 1u)) >> 16);
+}
+
+void bf16_encode(int64_t n, const float* restrict x, uint16_t* restrict o) {
+    for (int64_t i = 0; i < n; i++) o[i] = bf16_of(x[i]);
+}
+
+/* rows ids[0..k) of the (., w) table, as bfloat16 words (an owner answering a fetch: np.take then the cast) */
+void bf16_take(int64_t k, int64_t w, const int64_t* restrict ids, const float* restrict table,
+               uint16_t* restrict o) {
+    for (int64_t r = 0; r < k; r++) {
+        const float* row = table + ids[r] * w;
+        uint16_t* out = o + r * w;
+        for (int64_t j = 0; j < w; j++) out[j] = bf16_of(row[j]);
+    }
+}
+
+void bf16_decode(int64_t n, const uint16_t* restrict words, float* restrict o) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)words[i] << 16;
+        memcpy(o + i, &v, 4);
+    }
+}
+
 #define R real* restrict
 #define CR const real* restrict
 /* Ask for the rows AHEAD rows on now (each id a random row of tables far larger than the cache): their

@@ -173,6 +173,44 @@ def coalesce_rows(leaves, n_rows, width, dtype):
     return batch_coalesce(leaves, n_rows, width, dtype)
 
 
+class BF16:
+    """--wire-rows bf16's casts by the kernels (mpinn.comm.wire.Wire's codec): each returns its result, or None
+    where the kernels do not run (none loaded, or arrays that are not C-contiguous float32 and int64): the caller
+    then casts in numpy. The same bits as mpinn.comm.compress's to_bf16 and from_bf16 (tests/model/test_fused.py)."""
+
+    @staticmethod
+    def encode(rows, words):
+        """rows (float32) as bfloat16 words into words (uint16, rows' shape)."""
+        if not (_plain(rows, np.float32) and _plain(words, np.uint16) and words.size == rows.size) or library() is None:
+            return None
+        _lib.bf16_encode(ctypes.c_int64(rows.size), _ptr(rows), _ptr(words))
+        return words
+
+    @staticmethod
+    def take(table, ids, words):
+        """Rows ids of the (n, w) float32 table as bfloat16 words into words ((len(ids), w) uint16); the ids in
+        range (the caller's check_owned)."""
+        if not (_plain(table, np.float32) and table.ndim == 2 and _plain(ids, np.int64) and _plain(words, np.uint16)
+                and words.shape == (ids.shape[0], table.shape[1])) or library() is None:
+            return None
+        _lib.bf16_take(ctypes.c_int64(ids.shape[0]), ctypes.c_int64(table.shape[1]), _ptr(ids), _ptr(table),
+                       _ptr(words))
+        return words
+
+    @staticmethod
+    def decode(words):
+        """bfloat16 words as a new float32 array of their shape."""
+        if not _plain(words, np.uint16) or library() is None:
+            return None
+        out = np.empty(words.shape, np.float32)
+        _lib.bf16_decode(ctypes.c_int64(words.size), _ptr(words), _ptr(out))
+        return out
+
+
+def _plain(a, dtype):
+    return isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous
+
+
 def _ptr(a):
     return None if a is None else ctypes.c_void_p(a.ctypes.data)
 

@@ -91,3 +91,39 @@ def test_constants_whose_layout_differs_from_the_c_side_refuse_the_library(lib, 
     opt = create_optimizer("adam", SIZE, np, table=(N_ROWS, WIDTH))
     assert opt.fused_library(np.float32) is None                 # and a step still runs, in numpy
     opt.step_(np.zeros(SIZE, np.float32), np.ones(SIZE, np.float32), lr=0.01)
+
+
+def bf16_plainly(bits):
+    """float32 bit patterns (uint32) to bfloat16 words, the rule written as a decision: any NaN is 0x7FC0; else keep
+    the top half, plus one where the dropped half is over half way, or exactly half way and the kept half odd."""
+    bits = bits.astype(np.int64)
+    top, low = bits >> 16, bits & 0xFFFF
+    up = (low > 0x8000) | ((low == 0x8000) & (top & 1 == 1))
+    nan = ((bits & 0x7FFFFFFF) > 0x7F800000)
+    return np.where(nan, 0x7FC0, top + up).astype(np.uint16)
+
+
+def test_bf16_kernels_round_to_nearest_even_as_written(lib):
+    """--wire-rows bf16's kernels (fused.BF16, mpinn.comm.wire's codec): every top half with the dropped halves that
+    decide the rounding (0, 1, just under, at and over half way, all ones): Inf, -0, subnormals, the largest floats
+    (rounded to Inf), NaNs of either sign; the rule written plainly above, numpy's cast (compress.to_bf16) the same;
+    rows gathered by id and cast in one pass; the words back to the exact floats."""
+    from mpinn.comm.compress import from_bf16, to_bf16
+    top = np.arange(1 << 16, dtype=np.uint32) << 16
+    bits = (top[:, None] | np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)).reshape(-1, 64)
+    x = bits.view(np.float32)
+    got = fused.BF16.encode(x, np.empty(x.shape, np.uint16))
+    want = bf16_plainly(bits)
+    assert got is not None and np.array_equal(got, want)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(to_bf16(x, np.empty(x.shape, np.uint16)), want)
+    ids = np.random.default_rng(0).integers(0, x.shape[0], 300)
+    assert np.array_equal(fused.BF16.take(x, ids, np.empty((300, 64), np.uint16)), want[ids])
+    back = fused.BF16.decode(want)
+    assert back.dtype == np.float32 and np.array_equal(back.view(np.uint32), want.astype(np.uint32) << 16)
+    assert np.array_equal(back.view(np.uint32), from_bf16(want).view(np.uint32))
+    # what the kernels do not take is left to numpy (None): float64, a strided view, a mismatched buffer
+    with np.errstate(invalid="ignore"):
+        assert fused.BF16.encode(x.astype(np.float64), np.empty(x.shape, np.uint16)) is None
+    assert fused.BF16.encode(x[:, ::2], np.empty((x.shape[0], 32), np.uint16)) is None
+    assert fused.BF16.take(x, ids.astype(np.int32), np.empty((300, 64), np.uint16)) is None

@@ -64,14 +64,16 @@ def w2_cluster_terms(c, scheme, shm, net, t):
     return w2_cluster_split(c, scheme, shm, net, t)[0]
 
 
-FETCH_PHASES = ("counts", "ids", "rows")        # what a one-step-stale exchange fetches while the step computes
+FETCH_PHASES = ("rows",)        # what a one-step-stale exchange (--stale-rows 1) moves while the step computes
 
 
 def w2_cluster_split(c, scheme, shm, net, t):
     """({term: seconds}, {term: the seconds of it that fetch the rows}): the terms of w2_cluster_terms, and of each
-    the part a one-step-stale exchange overlaps with the compute (stale_step): the counts, the ids' and the rows'
-    messages and bytes, in the node and between nodes. Not the fetch's CPU work (the owner's gather, the relay's
-    dedup, the casts of rows answered and received): that runs on the compute core, and stays in the rest."""
+    the part a one-step-stale exchange overlaps with the compute (stale_step), as mpinn's --stale-rows 1 posts it
+    (TableShards.post, NodeShards.post): the rows' Ialltoallv, its messages and bytes (flat: in the node and
+    between nodes; node schemes: between nodes, the rows' hand-out inside the node is at the wait). The counts and
+    the ids travel before it, blocking, and the fetch's CPU work (the owner's gather, the relay's dedup, the casts
+    of rows answered and received) runs on the compute core: they stay in the rest."""
     P, R, N = c["P"], c["R"], c["N"]
     s = c["schemes"][scheme]
     if P == 1:
@@ -79,20 +81,22 @@ def w2_cluster_split(c, scheme, shm, net, t):
     pb = w2_loads.phase_bytes(s["inter"])
     counts_b = sum(pb.get(n, 0.0) for n in COUNT_PHASES)
     data_b = sum(v for n, v in pb.items() if n not in COUNT_PHASES + ("hot Allgatherv", "dense tail Allreduce"))
-    fetch_b = pb["ids"] + pb["rows"]
+    fetch_b = pb["rows"]
     if s["node_aware"]:
         counts = log2(R) * shm["a2a"] + log2(N) * net["a2a"]       # the counts: per asking rank, N x R
-        msgs = messages(R - 1, shm) + messages(N - 1, net)         # one Alltoallv (ids, rows, gradient rows)
+        across = messages(N - 1, net)
+        msgs = messages(R - 1, shm) + across                       # one Alltoallv (ids, rows, gradient rows)
+        ahead_msgs, ahead_intra = across, 0.0                      # the rows between nodes; the hand-out waits
     else:
         counts = log2(R) * shm["a2a"] + (log2(P) - log2(R)) * net["a2a"]
         msgs = messages(R - 1, shm) + messages(P - R, net)
+        ahead_msgs, ahead_intra = msgs, s["intra"]["rows"]
     intra = s["intra"]
     out = {"counts": counts + counts_b / net["b_v"], "Alltoallv messages": 3 * msgs,
            "Alltoallv bytes, inter-node": data_b / net["b_v"],
            "Alltoallv bytes, intra-node": sum(intra.values()) / shm["b_v"]}
-    fetch = {"counts": out["counts"], "Alltoallv messages": 2 * msgs,
-             "Alltoallv bytes, inter-node": fetch_b / net["b_v"],
-             "Alltoallv bytes, intra-node": (intra["ids"] + intra["rows"]) / shm["b_v"]}
+    fetch = {"Alltoallv messages": ahead_msgs, "Alltoallv bytes, inter-node": fetch_b / net["b_v"],
+             "Alltoallv bytes, intra-node": ahead_intra / shm["b_v"]}
     if s["hot"]:
         m = c["hot_rows"] * w2_loads.ROW
         out["hot Allgatherv"] = hot_allgatherv(m, P, R, shm, net, pb.get("hot Allgatherv", 0.0))
@@ -109,22 +113,25 @@ def w2_cluster_split(c, scheme, shm, net, t):
 
 
 def stale_step(compute_s, terms, fetch):
-    """One-step-stale: batch s+1's rows are fetched while batch s computes (a progress thread moves the messages),
-    so the step is max(compute, fetch) + the rest (the gradient rows' return, the dense Allreduce, the hot refresh,
-    every CPU term); the synchronous step is compute + fetch + the rest."""
+    """One-step-stale: batch s+1's rows travel while batch s computes (a progress thread moves the messages), so
+    the step is max(compute, fetch) + the rest (the counts and ids, the gradient rows' return, the dense Allreduce,
+    the hot refresh, every CPU term); the synchronous step is compute + fetch + the rest."""
     f = sum(fetch.values())
     return max(compute_s, f) + sum(terms.values()) - f
 
 
 def wire_casts(c, s, t):
-    """The busiest owner's casts for 16-bit rows on the wire (t: seconds per element to encode, decode): it encodes
-    the rows it answers and its own gradient rows (and rounds its replicas of the hot rows it uses), and decodes
-    the rows it receives and the gradient rows it owns. A relay passes 16-bit rows on as they came; a summing relay
-    (node-sum) decodes the gradient rows its node's ranks send it and encodes the sums it sends on."""
+    """The busiest owner's casts for 16-bit rows on the wire (t: seconds per element to encode, decode; per row to
+    gather and encode, take_bf16, beside take, the gather alone, which the owner's rows term counts): it encodes the
+    rows it answers (as it gathers them: what take_bf16 takes more than take) and its own gradient rows (and rounds
+    its replicas of the hot rows it uses), and decodes the rows it receives and the gradient rows it owns. A relay
+    passes 16-bit rows on as they came; a summing relay (node-sum) decodes the gradient rows its node's ranks send
+    it and encodes the sums it sends on."""
     k = c["unique_ids_per_rank"]
     replicas = k * c["hot_share_of_rank_ids"] if s["hot"] else 0.0
     relay = s["relay_max"] * t["decode"] + s["sum_out_max"] * t["encode"] if s["summed"] else 0.0
-    return W2_H * ((s["take_max"] + k + replicas) * t["encode"] + (k + s["grad_max"]) * t["decode"] + relay)
+    answer = s["take_max"] * max(t["take_bf16"] - t["take"], 0.0)
+    return answer + W2_H * ((k + replicas) * t["encode"] + (k + s["grad_max"]) * t["decode"] + relay)
 
 
 def hot_allgatherv(m, P, R, shm, net, ring_bytes):

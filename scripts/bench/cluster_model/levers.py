@@ -5,10 +5,11 @@ targets checked (python -m scripts.bench.cluster_model --levers). Modelled, not 
 Compute per rank per step: W2's compute_ms at np 1 (1024 rows) in the scaling JSON, per row, times the rows a rank
 (the model's weak-scaling assumption: linear in the rows); the affine fit through np 1 and np 2 (512 rows a rank,
 two ranks on this machine's two cores) is printed beside the targets as a check. The one-step-stale step is
-max(compute, fetch) + the rest (costs.stale_step): the fetch is the counts, ids and rows' messages and bytes,
+max(compute, fetch) + the rest (costs.stale_step): the fetch is what mpinn's --stale-rows 1 posts ahead, the rows'
+Ialltoallv (its messages and bytes; the node schemes' rows between nodes, their hand-out inside the node waits),
 moved by an MPI progress thread on a spare core while the step computes (assumed: mpinn's --overlap gained
-nothing here for lack of progress); the gradient rows' return, the dense Allreduce and every CPU term do not
-overlap. Its floor: compute / (max(compute, fetch bytes / B) + the rest's bytes / B).
+nothing here for lack of progress); the counts and the ids (blocking, before it), the gradient rows' return, the
+dense Allreduce and every CPU term do not overlap. Its floor: compute / (max(compute, fetch bytes / B) + the rest's bytes / B).
 """
 import json
 import os

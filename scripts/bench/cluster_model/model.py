@@ -16,20 +16,32 @@ from mpinn.bench.crossing import CONVENTION, fit_crossing, probe_fits
 
 
 def update_times():
-    """Seconds, timed now: "row" per gradient row of the sparse SGD update (fancy-indexed, random rows), "dense"
-    for one dense SGD update of the whole 2^18 x 64 table, "take" per row of gathering random rows (np.take: what
-    an owner does to answer a fetch), "unique" per id of np.unique (a relay's dedup), and "encode" and "decode"
-    per element of a slice's rows cast to bfloat16 words and back (mpinn.comm.compress, what --wire-rows bf16
-    does to every row it sends and receives), and "sum" per element of the gradient rows a relay sums (what the
-    node exchange's relay calls, mpinn.optim.fused.coalesce_rows: the canonical tree in the kernels, on the rows
-    its node's 8 ranks send one relay at 64 ranks, W2's ids, 512 rows a rank: what node-sum adds)."""
-    from mpinn.comm.compress import from_bf16, to_bf16
-    from mpinn.optim.fused import coalesce_rows
+    """Seconds, timed now, each of what mpinn calls for it: "row" per gradient row of the sparse SGD update (the
+    SGD optimizer's rows kernel, mpinn.optim.fused.rows, random rows; numpy's fancy-indexed pass where no kernel
+    is built), "dense" for one dense SGD update of the whole 2^18 x 64 table, "take" per row of gathering random
+    rows (np.take: what an owner does to answer a fetch in fp32) and "take_bf16" of gathering them as bfloat16
+    words (Wire.take: the gather and the cast in one pass), "unique" per id of a relay's dedup (mpinn.comm.shard's
+    sorted_unique, on the ids a node's 8 ranks send it), "encode" and "decode" per element of a slice's rows cast to
+    bfloat16 words and back (mpinn.comm.wire.Wire with the kernels' codec, what --wire-rows bf16 does to every row
+    it sends and receives), and "sum" per element of the gradient rows a relay sums (what the node exchange's relay
+    calls, mpinn.optim.fused.coalesce_rows: the canonical tree in the kernels, on the rows its node's 8 ranks send
+    one relay at 64 ranks, W2's ids, 512 rows a rank: what node-sum adds)."""
+    from mpinn.comm.shard import sorted_unique
+    from mpinn.comm.wire import Wire
+    from mpinn.optim import fused
     rng = np.random.default_rng(0)
     table = np.zeros((1 << 18, W2_H), np.float32)
     ids = np.unique(rng.integers(0, 1 << 18, 4000))[:W2_ROWS_PER_RANK]
     rows = rng.standard_normal((ids.size, W2_H)).astype(np.float32)
-    words = to_bf16(rows, np.empty(rows.shape, np.uint16))
+    wire = Wire("bf16", 1 << 18, fused.BF16)
+    words = wire.out(rows)
+    lib, lr = fused.library(), fused.consts("sgd", lr=0.1, wd=0.0)
+
+    def sgd_rows():
+        if lib is None:
+            table[ids] -= np.float32(0.1) * rows
+        else:
+            fused.rows(lib, "sgd", table, ids, rows, consts=lr)
 
     def median(f, n=30):
         ts = []
@@ -38,12 +50,13 @@ def update_times():
             f()
             ts.append(time.perf_counter() - t)
         return float(np.median(ts))
-    t = {"row": median(lambda: table.__setitem__(ids, table[ids] - np.float32(0.1) * rows)) / ids.size,
+    t = {"row": median(sgd_rows) / ids.size,
          "take": median(lambda: np.take(table, ids, axis=0)) / ids.size,
-         "encode": median(lambda: to_bf16(rows, np.empty(rows.shape, np.uint16))) / rows.size,
-         "decode": median(lambda: from_bf16(words)) / rows.size}
+         "take_bf16": median(lambda: wire.take(table, ids)) / ids.size,
+         "encode": median(lambda: wire.out(rows)) / rows.size,
+         "decode": median(lambda: wire.back(words, np.float32)) / rows.size}
     mixed = rng.integers(0, 1 << 18, W2_ROWS_PER_RANK)       # a relay gets ~one slice's ids from its node
-    t["unique"] = median(lambda: np.unique(mixed)) / mixed.size
+    t["unique"] = median(lambda: sorted_unique(mixed)) / mixed.size
     parts = relay_parts()
     t["sum"] = median(lambda: coalesce_rows(parts, 1 << 18, W2_H, np.float32)) / sum(r.size for _, r in parts)
     grad = np.ones_like(table)
