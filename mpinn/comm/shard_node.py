@@ -31,7 +31,7 @@ from mpi4py import MPI
 from mpinn.core.batch import SparseRows, coalesce
 from mpinn.comm.base import Communicator
 from mpinn.comm.buffers import displs
-from mpinn.comm.shard import TableShards, check_owned, segment_sums, sorted_unique
+from mpinn.comm.shard import TableShards, check_owned, segment_sums, sorted_unique, unique_inverse
 from mpinn.comm.topology import node_comms
 
 
@@ -104,10 +104,11 @@ class NodeShards(TableShards):
         owner_in, hot_in = owners.locate(ids_in)
         dest = self.node_of[owner_in]
         fwd = np.argsort(dest, kind="stable")
-        key_in = None
-        if self.unsummed_why is None:       # the node's distinct ids, once each: their gradient rows come summed
-            key_in = dest * self.n_rows + ids_in
-            per, per_in, wanted = self._distinct_ids_across(key_in)
+        key_in = dest * self.n_rows + ids_in
+        distinct, inv = unique_inverse(key_in)          # the node's distinct (owner's node, id) keys
+        summed = self.unsummed_why is None
+        if summed:                          # the node's distinct ids, once each: their gradient rows come summed
+            per, per_in, wanted = self._distinct_ids_across(distinct)
             recv_n = per_in
         else:                               # grouped by (node, asking rank), each group sorted: they route them
             source = np.repeat(np.arange(R), got_counts)
@@ -119,19 +120,23 @@ class NodeShards(TableShards):
                                       recv_n, "row ids (between nodes)").astype(np.int64, copy=False)
             self._count_peers(send_n, wire.id_bytes)
         check_owned(owners, wanted, self.comm.rank)
-        # 3. the owners answer each node once per row: the node's distinct cold ids, in (node, id) order;
-        # the relay knows the same sets from what it sent
+        # 3. the owners answer each node once per row: the node's distinct cold ids, in (node, id) order (summed:
+        # as they came, one sorted run of distinct ids a node); the relay knows the same sets from what it sent
         asked_by = np.repeat(np.arange(N), recv_n)
         cold = ~owners.hot_mask(wanted)
-        answer = sorted_unique(asked_by[cold] * self.n_rows + wanted[cold])
+        answer = asked_by[cold] * self.n_rows + wanted[cold]
+        if not summed:
+            answer = sorted_unique(answer)
         give = np.bincount(answer // self.n_rows, minlength=N).astype(np.int64, copy=False)
-        mine = ~hot_in[fwd]
-        key = dest[fwd][mine] * self.n_rows + ids_in[fwd][mine]
-        keys = sorted_unique(key)
+        pos = fwd[~hot_in[fwd]]             # the cold entries of ids_in, in forwarding order
+        keys, where = distinct, inv[pos]    # the rows asked for: the distinct cold keys; each entry's among them
+        if owners.n_hot:
+            cold_keys = ~owners.hot_mask(distinct % self.n_rows)
+            keys, where = distinct[cold_keys], (np.cumsum(cold_keys) - 1)[where]
         ask = np.bincount(keys // self.n_rows, minlength=N).astype(np.int64, copy=False)
-        pending = PendingNodeRows(self, ids.shape[0], table.dtype,
-                                  NodePlan(order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted, key_in))
-        pending.where, pending.pos = np.searchsorted(keys, key), fwd[mine]
+        pending = PendingNodeRows(self, ids.shape[0], table.dtype, NodePlan(
+            order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted, key_in if summed else None))
+        pending.where, pending.pos = where, pos
         pending.need = ~hot_ids
         pending.back = np.bincount(relay[pending.need], minlength=R).astype(np.int64, copy=False)
         pending.local = wire.round(table[ids[~pending.need]])          # the replica's rows, copied now
@@ -187,10 +192,10 @@ class NodeShards(TableShards):
         return SparseRows(plan.wanted[take], got[take], self.n_rows, displs(np.r_[plan.per_in[seg], 0]))
 
     def _distinct_ids_across(self, keys):
-        """The relay's distinct (owner's node, id) keys to the owners, one count and one id each between a pair of
-        nodes: (ids sent to each node, ids received from each, those ids: one sorted run per node)."""
+        """The relay's distinct (owner's node, id) keys (sorted, unique) to the owners, one count and one id each
+        between a pair of nodes: (ids sent to each node, ids received from each, those ids: one sorted run per
+        node)."""
         N, n_rows, ID = self.N, self.n_rows, self.wire.ids
-        keys = sorted_unique(keys)
         send_n = np.bincount(keys // n_rows, minlength=N).astype(np.int64, copy=False)
         recv_n = self.peers.Alltoall_(send_n, np.empty(N, np.int64), "row id counts (between nodes)")
         self._count_peers(np.ones(N, np.int64), 8)
