@@ -94,7 +94,7 @@ def test_inter_node_message_counts(P, R):
     shm = dict(costs.ASSUMED, a2a=0.0, a_v=0.0, a_ar=0.0, per_message=None, a_ag=0.0, b_ag=1e30,
                b_v=1e30, b_ar=1e30)
     net = dict(costs.ASSUMED, a_v=1.0, a2a=1.0, a_ar=0.0, b_v=1e30, b_ar=1e30)
-    t = {"take": 0.0, "row": 0.0, "unique": 0.0, "sum": 0.0}
+    t = {"take": 0.0, "row": 0.0, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 0.0}
     node = costs.w2_cluster_terms(c, "node", shm, net, t)
     flat = costs.w2_cluster_terms(c, "flat", shm, net, t)
     lg = lambda n: int(np.ceil(np.log2(n))) if n > 1 else 0  # noqa: E731
@@ -112,7 +112,7 @@ def test_at_one_rank_per_node_node_aware_adds_nothing():
         x, y = c["schemes"][a], c["schemes"][b]
         assert w2_loads.phase_bytes(x["inter"]) == w2_loads.phase_bytes(y["inter"])
         assert (x["take_max"], x["grad_max"], x["inter_messages"]) == (y["take_max"], y["grad_max"], y["inter_messages"])
-        t = {"take": 1e-7, "row": 1e-7, "unique": 1e-7, "sum": 1e-9}
+        t = {"take": 1e-7, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9}
         shm = dict(costs.ASSUMED, a_ag=1e-6, b_ag=1e9)
         assert (costs.w2_cluster_terms(c, a, shm, costs.ASSUMED, t)
                 == costs.w2_cluster_terms(c, b, shm, costs.ASSUMED, t))
@@ -127,7 +127,7 @@ def test_floor_bounds_every_prediction():
            "b_ag": 3e9, "per_message": 1e-6}
     fast = dict(costs.ASSUMED, label="fast", a_v=1e-7, a2a=1e-7, a_ar=1e-7)
     got = costs.cluster({"W1": 1.5e-3, "W2": 1.4e-3}, shm, [costs.ASSUMED, fast], {"fp32": counts},
-                        {"take": 1e-8, "row": 1e-7, "unique": 1e-7, "sum": 1e-9}, [1, 8])
+                        {"take": 1e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9}, [1, 8])
     assert len(got) == 2 * 2 * (len(w2_loads.SCHEMES) + 2)
     seen_below = seen_faster = False
     for key, v in got.items():
@@ -193,7 +193,7 @@ def test_link_terms_and_floor_divide_crossing_bytes_by_the_fitted_B(monkeypatch)
     idx = small_idx(P * per, cols=20, seed=11)
     counts = w2_loads.loads([P], [R], per, idx)
     c = counts[(P, R)]
-    t = {"take": 0.0, "row": 0.0, "unique": 0.0, "sum": 0.0}
+    t = {"take": 0.0, "row": 0.0, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 0.0}
     terms = costs.w2_cluster_terms(c, "flat", shm, net, t)
     pb = w2_loads.phase_bytes(c["schemes"]["flat"]["inter"])
     data = pb["ids"] + pb["rows"] + pb["gradient rows"]
@@ -225,7 +225,7 @@ def test_the_bf16_wire_halves_rows_and_ids_and_costs_its_casts(P, R):
         # what all nodes send over their links (the lab's eth0 tx) is what they all receive
         assert w2_loads.link_bytes(b["inter"]) == {n: float(into.sum()) for n, (_, into) in b["inter"].items()}
         assert (a["take_max"], a["grad_max"], a["relay_max"]) == (b["take_max"], b["grad_max"], b["relay_max"])
-        t = {"take": 0.0, "take_bf16": 3e-8, "row": 0.0, "unique": 0.0, "sum": 0.0, "encode": 1e-9, "decode": 1e-10}
+        t = {"take": 0.0, "take_bf16": 3e-8, "row": 0.0, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 0.0, "encode": 1e-9, "decode": 1e-10}
         shm = dict(costs.ASSUMED, a_ag=1e-6, b_ag=1e9)
         t32 = costs.w2_cluster_terms(fp32, scheme, shm, costs.ASSUMED, t)
         t16 = costs.w2_cluster_terms(bf16, scheme, shm, costs.ASSUMED, t)

@@ -54,7 +54,7 @@ def test_node_sum_bytes_by_hand():
 
 def test_node_sum_costs_the_relays_sum():
     c = tiny_counts()
-    t = {"take": 0.0, "row": 0.0, "unique": 0.0, "sum": 1e-9}
+    t = {"take": 0.0, "row": 0.0, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9}
     terms = costs.w2_cluster_terms(c, "node-sum", costs.ASSUMED, costs.ASSUMED, t)
     assert terms["relay's sum"] == pytest.approx(4 * 64 * 1e-9)       # the busiest relay's 4 rows of 64 elements
     assert "relay's sum" not in costs.w2_cluster_terms(c, "node", costs.ASSUMED, costs.ASSUMED, t)
@@ -72,7 +72,7 @@ def test_the_stale_step_is_max_of_compute_and_fetch_plus_the_rest():
     rng = np.random.default_rng(0)
     rank, ids = w2_loads.rank_ids(rng.integers(0, 1 << 18, (P * 4, 5)), P, 4)
     shm = dict(costs.ASSUMED, label="shm", a_v=5e-6, b_v=3e9, per_message=1e-6, a_ag=3e-6, b_ag=3e9)
-    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "unique": 1e-7, "sum": 1e-9, "encode": 1e-9, "decode": 1e-9}
+    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9, "encode": 1e-9, "decode": 1e-9}
     for wire in costs.WIRES:
         c = w2_loads.step_counts(rank, ids, P, R, wire=wire)
         for scheme in w2_loads.SCHEMES:
@@ -98,7 +98,7 @@ def test_the_stale_floor_overlaps_only_the_fetch_bytes(monkeypatch):
     # the fetch: node 0 out, the 3 rows it answers 768; the rest: node 1 out (node 0 in), counts 16, ids 24,
     # gradient rows 768 + the dense tail 516
     assert (f_b, rest_b) == (768, 16 + 24 + 768 + 516)
-    zero = {"take": 0.0, "row": 0.0, "unique": 0.0, "sum": 0.0}
+    zero = {"take": 0.0, "row": 0.0, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 0.0}
     monkeypatch.setattr(costs, "CLUSTER_RANKS", [4])
     net = dict(costs.ASSUMED, label="n", b_v=1e6)
     comp = 1e-3                                         # 1 ms; fetch 0.768 ms, the rest 1.324 ms on the link
@@ -107,3 +107,28 @@ def test_the_stale_floor_overlaps_only_the_fetch_bytes(monkeypatch):
     assert got["floor_stale"][0] == pytest.approx(comp / (comp + rest_b / 1e6))
     link = w2_loads.node_bytes(c["schemes"]["node-sum"]["inter"]) / 1e6
     assert got["floor"][0] == pytest.approx(comp / max(comp, link))
+
+
+def test_the_ids_bookkeeping_counts_the_busiest_role():
+    """The exchange's CPU on ids: the flat or the node exchange's (fixed, per id), measured by
+    scripts/bench/exchange_cpu.py, for the largest of the busiest rank's ids as an asking rank, a relay and an owner."""
+    c = tiny_counts()
+    t = {"take": 0.0, "row": 0.0, "sum": 0.0, "book_flat": (1e-6, 1e-8), "book_node": (2e-6, 3e-8)}
+    for scheme in ("flat", "node", "node-sum"):
+        s = c["schemes"][scheme]
+        n = max(c["unique_ids_per_rank"], s["take_max"], s["relay_max"])
+        fixed, per = t["book_node"] if scheme != "flat" else t["book_flat"]
+        got = costs.w2_cluster_terms(c, scheme, costs.ASSUMED, costs.ASSUMED, t)["ids' bookkeeping"]
+        assert got == pytest.approx(fixed + per * n) and n >= 3
+
+
+def test_the_bookkeeping_bench_fits_a_line(monkeypatch):
+    """exchange_cpu's fit: the fixed cost and the cost of a further id through two or more sizes."""
+    from scripts.bench import exchange_cpu
+    fixed, per = exchange_cpu.fit([1000, 3000, 5000], [3e-4, 5e-4, 7e-4])
+    assert fixed == pytest.approx(2e-4) and per == pytest.approx(1e-7)
+    for kind in exchange_cpu.EXCHANGES:            # mpinn's own exchanges, in this process (COMM_SELF)
+        assert 0 < exchange_cpu.path_seconds(kind, 300, reps=2) < 1.0
+    with pytest.raises(SystemExit) as e:
+        exchange_cpu.main(["--ids", "5"])
+    assert e.value.code == 2

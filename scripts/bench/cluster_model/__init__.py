@@ -37,11 +37,13 @@ fits were against n: at np 2 twice the crossing rate, so the link and shared mem
     bytes each node's link carries per step for each scheme (its busier direction);
   * compute time per sample: W1 and W2 at np = 1 in the bench-scaling JSON (the bench's compute_ms,
     forward, backward and update, divided by the global batch);
-  * W2's update cost per gradient row, of one dense pass over the table, of gathering a row
-    (np.take), of deduplicating an id (np.unique, the relay's work), of casting a row element to
-    bfloat16 and back (mpinn.comm.compress's to_bf16 / from_bf16, what --wire-rows bf16 does), and of summing
+  * W2's update cost per gradient row (the SGD rows kernel), of one dense pass over the table, of gathering a
+    row (np.take; with bf16 rows Wire.take, the gather and the cast in one pass), of casting a row element to
+    bfloat16 and back (mpinn.comm.wire.Wire with the kernels' codec, what --wire-rows bf16 does), of summing
     a relay's gradient rows per id in the canonical tree over its node's ranks (mpinn.optim.fused.coalesce_rows, per
-    element: what node-sum adds): timed here.
+    element: what node-sum adds), and the ids' bookkeeping of the flat and the node exchange (mpinn's own fetch and
+    send_back in one process, rows one element wide: a fixed cost and a cost an id, scripts/bench/exchange_cpu.py):
+    timed here, each with what mpinn calls.
 
 Assumptions (the model is only as good as these):
   1. Weak scaling, as Horovod measured it: the per-rank batch stays fixed (W1 128 rows, W2 512 rows,
@@ -99,7 +101,8 @@ Assumptions (the model is only as good as these):
      another; the assumed 10 GbE always so), and the
      intra- and inter-node messages of a flat Alltoallv do not overlap either. The busiest owner's
      work (measured per-row costs): gathering the rows it answers, updating the gradient rows beyond
-     one slice's, and (node schemes) deduplicating the ids its node's ranks send it as relay.
+     one slice's; and the ids' bookkeeping, for the largest of its ids as an asking rank, a relay and an
+     owner (an upper bound: the per-id cost measured with each id in all three roles).
      Each scheme twice, by the rows' format on the wire (--wire-rows, mpinn/comm/wire.py): fp32 (ids 8 B, rows
      256 B) and bf16 (ids 4 B, rows and gradient rows 128 B, in the node and between nodes; the counts, the
      hot block's refresh and the dense tail stay as they are), the floor from the same halved bytes. bf16 adds

@@ -103,13 +103,22 @@ def w2_cluster_split(c, scheme, shm, net, t):
     out["dense tail Allreduce"] = (log2(R) * (shm["a_ar"] + W2_DENSE_TAIL * 4 / shm["b_ar"])
                                    + log2(N) * net["a_ar"] + pb["dense tail Allreduce"] / net["b_v"])
     k = c["unique_ids_per_rank"]
-    out["busiest owner's rows"] = (s["take_max"] * t["take"] + max(s["grad_max"] - k, 0) * t["row"]
-                                   + s["relay_max"] * t["unique"])
+    out["busiest owner's rows"] = s["take_max"] * t["take"] + max(s["grad_max"] - k, 0) * t["row"]
+    out["ids' bookkeeping"] = bookkeeping(c, s, t)
     if s["summed"]:
         out["relay's sum"] = s["relay_max"] * W2_H * t["sum"]
     if c["wire"] != "fp32":
         out["casts (%s)" % c["wire"]] = wire_casts(c, s, t)
     return out, fetch
+
+
+def bookkeeping(c, s, t):
+    """The busiest rank's CPU on the exchange's ids (locating owners, grouping, deduplicating, counting, placing):
+    t["book_flat"] or t["book_node"], (fixed seconds, seconds an id) of mpinn's own fetch and send_back at np 1 on
+    rows one element wide (scripts/bench/exchange_cpu.py), where each id passes once as an asking rank's, a relay's
+    and an owner's; at P ranks counted for the largest of the busiest rank's ids in those roles (an upper bound)."""
+    fixed, per_id = t["book_node"] if s["node_aware"] else t["book_flat"]
+    return fixed + per_id * max(c["unique_ids_per_rank"], s["take_max"], s["relay_max"])
 
 
 def stale_step(compute_s, terms, fetch):

@@ -44,7 +44,8 @@ def levers(doc, a2a, nets):
     load = os.getloadavg()[0]         # the per-row and per-element costs are timed now, on cores others may share
     shm, t = shared_memory(doc, a2a), update_times()
     idx = w2_loads.w2_index(max(LEVER_RANKS) * max(PER_RANKS))
-    out, inputs = [], {"t_per_row_or_element_ns": {k: v * 1e9 for k, v in t.items()}, "ranks_per_node": R,
+    out, inputs = [], {"t_per_row_or_element_ns": {k: [x * 1e9 for x in v] if isinstance(v, tuple) else v * 1e9
+                                                     for k, v in t.items()}, "ranks_per_node": R,
                        "compute_ms": {}, "compute_ms_affine": {}, "inter_node_bytes_per_node": {},
                        "load_average_1min_before_after_timing": [load, os.getloadavg()[0]]}
     for per in PER_RANKS:

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from scripts import RESULTS
+from scripts.bench import exchange_cpu
 from scripts.bench.cluster_model import w2_loads
 from scripts.bench.cluster_model.costs import (ASSUMED, NET_10GBE, PER_RANK, RANKS, ROW_BYTES, W1_PARAMS,
                                                W2_DENSE_TAIL, W2_H, W2_ROWS_PER_RANK, W2_TABLE, WIRES, cluster,
@@ -20,13 +21,13 @@ def update_times():
     SGD optimizer's rows kernel, mpinn.optim.fused.rows, random rows; numpy's fancy-indexed pass where no kernel
     is built), "dense" for one dense SGD update of the whole 2^18 x 64 table, "take" per row of gathering random
     rows (np.take: what an owner does to answer a fetch in fp32) and "take_bf16" of gathering them as bfloat16
-    words (Wire.take: the gather and the cast in one pass), "unique" per id of a relay's dedup (mpinn.comm.shard's
-    sorted_unique, on the ids a node's 8 ranks send it), "encode" and "decode" per element of a slice's rows cast to
+    words (Wire.take: the gather and the cast in one pass), "book_flat" and "book_node" the ids' bookkeeping of
+    the flat and the node exchange (scripts/bench/exchange_cpu.py: (fixed seconds, seconds an id) of mpinn's own
+    fetch and send_back in one process), "encode" and "decode" per element of a slice's rows cast to
     bfloat16 words and back (mpinn.comm.wire.Wire with the kernels' codec, what --wire-rows bf16 does to every row
     it sends and receives), and "sum" per element of the gradient rows a relay sums (what the node exchange's relay
     calls, mpinn.optim.fused.coalesce_rows: the canonical tree in the kernels, on the rows its node's 8 ranks send
     one relay at 64 ranks, W2's ids, 512 rows a rank: what node-sum adds)."""
-    from mpinn.comm.shard import sorted_unique
     from mpinn.comm.wire import Wire
     from mpinn.optim import fused
     rng = np.random.default_rng(0)
@@ -55,10 +56,10 @@ def update_times():
          "take_bf16": median(lambda: wire.take(table, ids)) / ids.size,
          "encode": median(lambda: wire.out(rows)) / rows.size,
          "decode": median(lambda: wire.back(words, np.float32)) / rows.size}
-    mixed = rng.integers(0, 1 << 18, W2_ROWS_PER_RANK)       # a relay gets ~one slice's ids from its node
-    t["unique"] = median(lambda: sorted_unique(mixed)) / mixed.size
+    book = exchange_cpu.bookkeeping()
+    t["book_flat"], t["book_node"] = book["flat"], book["node"]
     parts = relay_parts()
-    t["sum"] = median(lambda: coalesce_rows(parts, 1 << 18, W2_H, np.float32)) / sum(r.size for _, r in parts)
+    t["sum"] = median(lambda: fused.coalesce_rows(parts, 1 << 18, W2_H, np.float32)) / sum(r.size for _, r in parts)
     grad = np.ones_like(table)
     t["dense"] = median(lambda: table.__isub__(np.float32(0.1) * grad), 5)
     return t
@@ -148,7 +149,8 @@ def model(doc, a2a, nets=(ASSUMED,), rpns=(1, 8)):
     inputs = {"allreduce_alpha_us": a_ar * 1e6, "allreduce_GBps": b_ar / 1e9, "allgatherv_alpha_us": a_ag * 1e6,
               "allgatherv_GBps": b_ag / 1e9, "w1_compute_ms_per_rank_step": comp["W1"] * 1e3,
               "w2_compute_ms_per_rank_step": comp["W2"] * 1e3, "w2_row_update_us": t_row * 1e6,
-              "w2_dense_update_ms": dense_update * 1e3, "w2_id_unique_us": t["unique"] * 1e6,
+              "w2_dense_update_ms": dense_update * 1e3, "exchange_bookkeeping_flat_us_and_ns_an_id": [t["book_flat"][0] * 1e6, t["book_flat"][1] * 1e9],
+              "exchange_bookkeeping_node_us_and_ns_an_id": [t["book_node"][0] * 1e6, t["book_node"][1] * 1e9],
               "bf16_encode_ns_per_element": t["encode"] * 1e9, "bf16_decode_ns_per_element": t["decode"] * 1e9,
               "relay_sum_ns_per_element": t["sum"] * 1e9,
               "networks": {n["label"]: {k: v for k, v in n.items() if k != "label"} for n in nets},
