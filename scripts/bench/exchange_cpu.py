@@ -74,7 +74,7 @@ def fit(sizes, seconds):
     return float(fixed), float(slope)
 
 
-def bookkeeping(sizes=(3300, 13200), reps=30):
+def bookkeeping(sizes=(3300, 13200), reps=50):
     """{exchange: (fixed s, s per id)} for the flat and the node exchange."""
     return {kind: fit(sizes, [path_seconds(kind, k, reps) for k in sizes]) for kind in EXCHANGES}
 

@@ -44,8 +44,10 @@ def main(argv=None):
         print(levers.__doc__.strip())
         rows, inputs = levers.levers(doc, a2a, nets)
         targets = levers.check_targets(rows, inputs, ASSUMED["label"])
-        print("\ntimed now (ns a row, or an element for casts and the relay's sum; load average before and after): "
-              "%s, %s" % ({k: round(v, 2) for k, v in inputs["t_per_row_or_element_ns"].items() if k != "dense"},
+        print("\ntimed now (ns a row, or an element for casts and the relay's sum, book_*: ns fixed and an id; load "
+              "average before and after): %s, %s" % (
+                  {k: [round(x, 1) for x in v] if isinstance(v, list) else round(v, 2)
+                   for k, v in inputs["t_per_row_or_element_ns"].items() if k != "dense"},
                           [round(x, 1) for x in inputs["load_average_1min_before_after_timing"]]))
         print("compute a rank a step, ms (linear in the rows from np 1; affine through np 1 and 2): %s; %s" % (
             {k: round(v, 3) for k, v in inputs["compute_ms"].items()},
