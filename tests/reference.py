@@ -129,3 +129,19 @@ def tree_sum(values):
     while len(level) > 1:
         level = [a if b is None else b if a is None else a + b for a, b in zip(level[0::2], level[1::2])]
     return level[0]
+
+
+def int8_row(row):
+    """--wire-rows int8's trip for one row (float32), written plainly: s = the row's largest magnitude / 127 and
+    q = the element / s, each a float32 (a float64 quotient of float32s, rounded once to float32, is the float32
+    quotient), q rounded half to even (Python's round) and kept within +-127; back as q x s (exact in float64,
+    rounded once to float32). A row of zeros comes back zeros; a row holding a NaN or an Inf comes back all NaN."""
+    x = [float(v) for v in np.asarray(row, np.float32)]
+    top = max((abs(v) for v in x), default=0.0)
+    if math.isnan(top) or math.isinf(top):
+        return np.full(len(x), np.nan, np.float32)
+    s = float(np.float32(top / 127.0))
+    if s == 0.0:
+        return np.zeros(len(x), np.float32)
+    q = [max(-127, min(127, round(float(np.float32(v / s))))) for v in x]
+    return np.array([np.float32(v * s) for v in q], np.float32)

@@ -167,7 +167,7 @@ def run(args):
         " local" if local_input else "") + (" " + args.compress if args.compress else "") + (" overlap" if args.overlap else "") + (
         " avg%d" % args.average_every if args.average_every else "") + (" graph" if r.plan.step == "graph" else "") + (
         " " + args.optimizer if args.optimizer != "sgd" else "") + (" sharded" if table == "sharded" else "") + (
-        " bf16-rows" if args.wire_rows != "fp32" else "") + (
+        " %s-rows" % args.wire_rows if args.wire_rows != "fp32" else "") + (
         " stale-%s%s" % (r.plan.stale_progress, "+async" if os.environ.get("MPIR_CVAR_ASYNC_PROGRESS") == "1" else "")
         if args.stale_rows else "")
     per["other"] = step_ms - sum(per.values())

@@ -153,6 +153,7 @@ class TableShards:
         the table as it is at this call, whatever is stepped before the wait. The counts and the ids (small)
         travel at once. Returns the PendingRows whose wait() gives fetch's (rows, RowPlan)."""
         comm, w, owners, wire = self.comm, self.width, self.owners, self.wire
+        cw = wire.items(w)                  # a row's items in the wire's buffers
         hot = owners.n_hot > 0
         if hot:
             owner, hot_ids = owners.locate(ids)
@@ -180,11 +181,11 @@ class TableShards:
             pending.local = (~need, wire.round(table[ids[~need]]))      # the replica's rows, copied now
         got = wire.buffer(int(back.sum()), w, table.dtype)
         if wait:
-            pending.got = comm.Alltoallv_(out, reply * w, got, back * w, "table rows")
+            pending.got = comm.Alltoallv_(out, reply * cw, got, back * cw, "table rows")
         else:
             pending.out, pending.got = out, got                  # alive until the request completes
-            pending.request = comm.Ialltoallv_(out, reply * w, got, back * w, "table rows (ahead)")
-        self._count(reply, w * wire.itemsize(table.dtype))
+            pending.request = comm.Ialltoallv_(out, reply * cw, got, back * cw, "table rows (ahead)")
+        self._count(reply, wire.row_bytes(w, table.dtype))
         return pending
 
     def send_back(self, plan, grad_rows):
@@ -193,11 +194,12 @@ class TableShards:
         within a segment; .coalesced() sums them in rank order, and SGD applies them in turn, as the
         replicated exchange does: the same arithmetic, element by element)."""
         w, wire = self.width, self.wire
+        cw = wire.items(w)
         send = grad_rows if plan.order is None else grad_rows[plan.order]
-        got = self.comm.Alltoallv_(wire.out(send), plan.asked * w,
-                                   wire.buffer(plan.wanted.shape[0], w, grad_rows.dtype), plan.given * w,
+        got = self.comm.Alltoallv_(wire.out(send), plan.asked * cw,
+                                   wire.buffer(plan.wanted.shape[0], w, grad_rows.dtype), plan.given * cw,
                                    "gradient rows")
-        self._count(plan.asked, w * wire.itemsize(grad_rows.dtype))
+        self._count(plan.asked, wire.row_bytes(w, grad_rows.dtype))
         return SparseRows(plan.wanted, wire.back(got, grad_rows.dtype), self.n_rows, displs(np.r_[plan.given, 0]))
 
     # ------------------------------------------------------------ the hot rows' replica

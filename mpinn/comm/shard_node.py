@@ -141,12 +141,13 @@ class NodeShards(TableShards):
         pending.back = np.bincount(relay[pending.need], minlength=R).astype(np.int64, copy=False)
         pending.local = wire.round(table[ids[~pending.need]])          # the replica's rows, copied now
         out, got = wire.take(table, answer % self.n_rows), wire.buffer(keys.shape[0], w, table.dtype)
+        cw = wire.items(w)                  # a row's items in the wire's buffers
         if wait:
-            pending.got = peers.Alltoallv_(out, give * w, got, ask * w, "table rows (between nodes)")
+            pending.got = peers.Alltoallv_(out, give * cw, got, ask * cw, "table rows (between nodes)")
         else:
             pending.out, pending.got = out, got                 # alive until the request completes
-            pending.request = peers.Ialltoallv_(out, give * w, got, ask * w, "table rows (between nodes, ahead)")
-        self._count_peers(give, w * wire.itemsize(table.dtype))
+            pending.request = peers.Ialltoallv_(out, give * cw, got, ask * cw, "table rows (between nodes, ahead)")
+        self._count_peers(give, wire.row_bytes(w, table.dtype))
         return pending
 
     def hand_out(self, pending):
@@ -158,9 +159,10 @@ class NodeShards(TableShards):
         cold_in = np.zeros(plan.n_in, bool)
         cold_in[pending.pos] = True
         reply = segment_sums(cold_in, plan.got_counts)
-        got = self.node.Alltoallv_(rows_in[cold_in], reply * w, wire.buffer(int(pending.back.sum()), w, dtype),
-                                   pending.back * w, "table rows (node)")
-        self._count_node(reply, w * wire.itemsize(dtype))
+        cw = wire.items(w)
+        got = self.node.Alltoallv_(rows_in[cold_in], reply * cw, wire.buffer(int(pending.back.sum()), w, dtype),
+                                   pending.back * cw, "table rows (node)")
+        self._count_node(reply, wire.row_bytes(w, dtype))
         rows = np.empty((pending.k, w), dtype)
         rows[plan.order[pending.need[plan.order]]] = wire.back(got, dtype)
         rows[~pending.need] = pending.local
@@ -170,18 +172,18 @@ class NodeShards(TableShards):
         if self.node is None:
             return TableShards.send_back(self, plan, grad_rows)
         w, node, peers, N, R, wire = self.width, self.node, self.peers, self.N, self.R, self.wire
-        row_bytes = w * wire.itemsize(grad_rows.dtype)
+        row_bytes, cw = wire.row_bytes(w, grad_rows.dtype), wire.items(w)
         # 1. every rank's gradient rows to the relays, inside the node (the fetch's counts; rounded once, here)
-        rows_in = node.Alltoallv_(wire.out(grad_rows[plan.order]), plan.sent * w,
-                                  wire.buffer(plan.n_in, w, grad_rows.dtype), plan.got_counts * w,
+        rows_in = node.Alltoallv_(wire.out(grad_rows[plan.order]), plan.sent * cw,
+                                  wire.buffer(plan.n_in, w, grad_rows.dtype), plan.got_counts * cw,
                                   "gradient rows (node)")
         self._count_node(plan.sent, row_bytes)
         if self.unsummed_why is None:
             return self._summed_back(plan, rows_in, grad_rows.dtype)
         # 2. to the owners, as the ids went (each asking rank's rows apart)
         send_n, recv_n = plan.per.reshape(N, R).sum(1), plan.per_in.reshape(N, R).sum(1)
-        got = peers.Alltoallv_(np.ascontiguousarray(rows_in[plan.fwd]), send_n * w,
-                               wire.buffer(int(recv_n.sum()), w, grad_rows.dtype), recv_n * w,
+        got = peers.Alltoallv_(np.ascontiguousarray(rows_in[plan.fwd]), send_n * cw,
+                               wire.buffer(int(recv_n.sum()), w, grad_rows.dtype), recv_n * cw,
                                "gradient rows (between nodes)")
         self._count_peers(send_n, row_bytes)
         got = wire.back(got, grad_rows.dtype)
@@ -213,9 +215,10 @@ class NodeShards(TableShards):
         summed = self.sum_rows([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w,
                                dtype)
         # one row per key the fetch sent (plan.per: per node), arriving as its ids did (plan.wanted, plan.per_in)
-        got = self.peers.Alltoallv_(wire.out(summed.rows), plan.per * w, wire.buffer(plan.wanted.shape[0], w, dtype),
-                                    plan.per_in * w, "gradient rows summed in the node (between nodes)")
-        self._count_peers(plan.per, w * wire.itemsize(dtype))
+        cw = wire.items(w)
+        got = self.peers.Alltoallv_(wire.out(summed.rows), plan.per * cw, wire.buffer(plan.wanted.shape[0], w, dtype),
+                                    plan.per_in * cw, "gradient rows summed in the node (between nodes)")
+        self._count_peers(plan.per, wire.row_bytes(w, dtype))
         return SparseRows(plan.wanted, wire.back(got, dtype), n_rows, displs(np.r_[plan.per_in, 0]))
 
     def _count_node(self, counts, itemsize):

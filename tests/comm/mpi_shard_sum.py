@@ -1,13 +1,13 @@
 """The node exchange's gradient rows summed in the node (mpinn.comm.shard_node): on every cut of this job into nodes
 of a power of two of consecutive ranks, what an owner receives sums to the canonical tree over world ranks
-(tests/reference.tree_sum, written plainly) bit for bit, as the flat exchange's does; with --wire-rows bf16 each
-rank's rows are rounded once and its node's sum once more; the gradient rows that cross between nodes are one per
+(tests/reference.tree_sum, written plainly) bit for bit, as the flat exchange's does; with --wire-rows bf16 or
+int8 each rank's rows are rounded once and its node's sum once more; the gradient rows that cross between nodes are one per
 (node, distinct id), hot rows included; other placements send every rank's rows apart. Run at np 1-4."""
 import numpy as np
 import pytest
 
 from ranks import COMM, agree
-from reference import tree_sum
+from reference import int8_row, tree_sum
 from mpinn.comm import create_communicator
 from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.comm.shard_node import NodeShards
@@ -47,8 +47,11 @@ def exchange(R, seed, wire="fp32", hot=(), dealt=False):
     return got, owners, topo, traffic
 
 
+ROUND = {"bf16": nearest_bf16, "int8": int8_row}     # the rounding written plainly, each
+
+
 def expected(owners, topo, seed, wire):
-    """Every owned row's sum from every rank's batch: fp32, the tree over world ranks; bf16, each rank's row
+    """Every owned row's sum from every rank's batch: fp32, the tree over world ranks; bf16 or int8, each rank's row
     rounded, its node's (tree) sum rounded again, then the tree over the nodes."""
     me = COMM.rank
     mine = {}
@@ -56,14 +59,14 @@ def expected(owners, topo, seed, wire):
         ids, rows = batch_of(r, seed)
         for i, row in zip(ids, rows):
             if owners.of(np.array([i]))[0] == me:
-                mine.setdefault(int(i), [None] * COMM.size)[r] = row if wire == "fp32" else nearest_bf16(row)
+                mine.setdefault(int(i), [None] * COMM.size)[r] = row if wire == "fp32" else ROUND[wire](row)
     if wire == "fp32":
         return {i: tree_sum(v) for i, v in mine.items()}
     N, R = topo.nodes, COMM.size // topo.nodes
     out = {}
     for i, v in mine.items():
         nodes = [tree_sum(v[n * R:(n + 1) * R]) for n in range(N)]
-        out[i] = tree_sum([None if s is None else nearest_bf16(s) for s in nodes])
+        out[i] = tree_sum([None if s is None else ROUND[wire](s) for s in nodes])
     return out
 
 
@@ -82,11 +85,12 @@ def test_summed_in_the_node_is_the_tree_over_world_ranks(seed, hot):
         agree(same(got, expected(owners, topo, seed, "fp32")), "R=%d" % R)
 
 
+@pytest.mark.parametrize("wire", ["bf16", "int8"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_bf16_node_sums_are_rounded_once_more(seed):
+def test_rounded_node_sums_are_rounded_once_more(seed, wire):
     for R in blocks():
-        got, owners, topo, _ = exchange(R, seed, wire="bf16")
-        agree(same(got, expected(owners, topo, seed, "bf16")), "R=%d" % R)
+        got, owners, topo, _ = exchange(R, seed, wire=wire)
+        agree(same(got, expected(owners, topo, seed, wire)), "R=%d" % R)
 
 
 def test_one_gradient_row_crosses_per_node_and_distinct_id():

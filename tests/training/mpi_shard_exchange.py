@@ -83,14 +83,16 @@ def written_outside(t, hot):
     return bool(bad)
 
 
+@pytest.mark.parametrize("wire, near", [("bf16", 1e-3), ("int8", 0.1)])     # int8: Adam moves an element by ~the rate
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_bf16_rows_give_the_flat_exchanges_bits_through_the_node_exchange_and_hot_rows(optimizer):
-    """--wire-rows bf16: each row is rounded once, by its sender, whichever way it travels (relays forward the 16-bit
-    words) and a hot row's replica the same way: every cut into nodes, with and without hot rows, the flat bits;
-    except where the node sums its gradient rows (nodes of a power of two of consecutive ranks): the node's sum is
-    rounded once more as it crosses (tests/comm/mpi_shard_sum.py checks those bits), here within 1e-3."""
+def test_rounded_rows_give_the_flat_exchanges_bits_through_the_node_exchange_and_hot_rows(optimizer, wire, near):
+    """--wire-rows bf16 or int8: each row is rounded once, by its sender, whichever way it travels (relays forward
+    the words as they came) and a hot row's replica the same way: every cut into nodes, with and without hot rows,
+    the flat bits; except where the node sums its gradient rows (nodes of a power of two of consecutive ranks): the
+    node's sum is rounded once more as it crosses (tests/comm/mpi_shard_sum.py checks those bits), here within
+    `near`."""
     def bf16(**kw):
-        t = trainer(optimizer, wire_rows="bf16", **kw)
+        t = trainer(optimizer, wire_rows=wire, **kw)
         t.start()
         steps(t, data_for(), 12, 0, 6)
         return COMM.bcast(t.final_params())
@@ -99,7 +101,7 @@ def test_bf16_rows_give_the_flat_exchanges_bits_through_the_node_exchange_and_ho
             ("node", R, dealt, HOT[:5]) for R, dealt in cuts()]:
         got = bf16(exchange=exchange, R=R, hot=hot, dealt=dealt)
         summed = exchange == "node" and 1 < R and cut(R, dealt, COMM).unsummable is None
-        agree(np.max(np.abs(got - ref)) < 1e-3 if summed else np.array_equal(got, ref),
+        agree(np.max(np.abs(got - ref)) < near if summed else np.array_equal(got, ref),
               "%s R=%s dealt=%s hot=%d: max diff %g" % (exchange, R, dealt, len(hot), np.max(np.abs(got - ref))))
 
 

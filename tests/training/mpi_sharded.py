@@ -68,16 +68,17 @@ def one_process(optimizer, batch, n, data, n_sparse=64):
     return model.params
 
 
-def one_process_bf16(optimizer, batch, n, data, ranks, n_sparse=64):
-    """--wire-rows bf16 at `ranks` ranks, reproduced in one process: each rank's share of a batch (the scatter's
-    contiguous split) is a micro-batch over its own unique ids, whose rows it sees rounded to bfloat16 and whose
-    gradient rows leave it rounded; the rows' segments are applied in rank order, the dense gradients summed."""
+def one_process_wire(optimizer, batch, n, data, ranks, n_sparse=64, wire="bf16"):
+    """--wire-rows bf16 (or int8) at `ranks` ranks, reproduced in one process: each rank's share of a batch (the
+    scatter's contiguous split) is a micro-batch over its own unique ids, whose rows it sees rounded as they travel
+    and whose gradient rows leave it rounded; the rows' segments are applied in rank order, the dense gradients
+    summed."""
     from mpinn.comm.buffers import displs, split_counts
     from mpinn.comm.wire import Wire
     from mpinn.core.batch import SparseRows
     from mpinn.device.backend import compact_csr
     model = MLP(spec_for(n_sparse)).init_(0)
-    opt, wire, Xs, Xd, y = make_optimizer(optimizer, model), Wire("bf16", n_sparse), *data
+    opt, wire, Xs, Xd, y = make_optimizer(optimizer, model), Wire(wire, n_sparse), *data
     width = model.table[1]
     table = model.params[:n_sparse * width].reshape(n_sparse, width)
     start = model.dense_start
@@ -268,13 +269,14 @@ def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
         shutil.rmtree(d)
 
 
+@pytest.mark.parametrize("wire", ["bf16", "int8"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
-def test_bf16_rows_on_the_wire_equal_one_process_rounding_each_ranks_share(optimizer):
-    """--wire-rows bf16 at P ranks equals one process whose micro-batches are the ranks' shares, each rounding its
-    rows and its gradient rows as a rank does (the dense sums within MPI's order: 1e-12); and it is not the fp32
-    run (the rounding happened)."""
-    got, _ = trained("sharded", optimizer, 12, wire_rows="bf16")
-    ref = one_process_bf16(optimizer, 12, 6, data_for(), COMM.size)
-    agree(np.max(np.abs(got - ref)) < 1e-12, "bf16 vs one process: max diff %g" % np.max(np.abs(got - ref)))
+def test_rounded_rows_on_the_wire_equal_one_process_rounding_each_ranks_share(optimizer, wire):
+    """--wire-rows bf16 or int8 at P ranks equals one process whose micro-batches are the ranks' shares, each
+    rounding its rows and its gradient rows as a rank does (the dense sums within MPI's order: 1e-12); and it is not
+    the fp32 run (the rounding happened)."""
+    got, _ = trained("sharded", optimizer, 12, wire_rows=wire)
+    ref = one_process_wire(optimizer, 12, 6, data_for(), COMM.size, wire=wire)
+    agree(np.max(np.abs(got - ref)) < 1e-12, "%s vs one process: max diff %g" % (wire, np.max(np.abs(got - ref))))
     fp32, _ = trained("sharded", optimizer, 12)
-    agree(np.max(np.abs(got - fp32)) > 1e-6, "bf16 rows changed nothing")
+    agree(np.max(np.abs(got - fp32)) > 1e-6, "%s rows changed nothing" % wire)

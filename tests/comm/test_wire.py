@@ -1,0 +1,56 @@
+"""The rows' formats on the wire (mpinn.comm.wire): --wire-rows int8 against its rule written plainly
+(tests/reference.int8_row), at ties, zeros, NaN and Inf; its error bound; what each format puts on the wire."""
+import numpy as np
+import pytest
+
+from mpinn.comm.wire import SCALE, Wire, from_int8, to_int8
+from reference import int8_row
+
+
+def rows_with_edges():
+    rng = np.random.default_rng(0)
+    rows = [rng.standard_normal(64) * 10.0 ** rng.integers(-6, 6) for _ in range(200)]
+    rows += [np.r_[127.0, np.arange(-60, 3) + 0.5],       # s = 1: every x.5 a tie, to the even neighbour
+             np.r_[-254.0, np.arange(63) * 2 + 1.0],      # s = 2: odd values are the ties
+             np.zeros(64), -np.zeros(64), np.r_[1e-40, np.zeros(63)],        # a subnormal alone
+             np.r_[np.nan, np.ones(63)], np.r_[np.inf, np.ones(63)], np.r_[-np.inf, np.zeros(63)],
+             np.full(64, 3.4e38), np.r_[3.4e38, -3.4e38, np.ones(62)]]
+    return np.array(rows, np.float32)
+
+
+def test_int8_rows_follow_the_rule_written_plainly():
+    x = rows_with_edges()
+    with np.errstate(invalid="ignore"):
+        got = from_int8(to_int8(x))
+    want = np.array([int8_row(r) for r in x])
+    assert got.dtype == np.float32 and got.shape == x.shape
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(got[-5:-2]).all() and not np.isnan(got[:-5]).any() and not np.isnan(got[-2:]).any()
+    assert list(got[200][1:7]) == [-60.0, -58.0, -58.0, -56.0, -56.0, -54.0]     # -59.5 -> -60, -58.5 -> -58, ...
+    # within half a step of the row's scale: |x - back| <= max|x| / 254
+    ok = np.isfinite(x).all(axis=1)
+    err = np.abs(x[ok].astype(np.float64) - got[ok])
+    assert (err <= np.abs(x[ok]).max(axis=1, keepdims=True) / 254 * (1 + 1e-6)).all()
+
+
+def test_float64_rows_are_rounded_to_float32_first():
+    x = np.random.default_rng(1).standard_normal((5, 8))
+    assert np.array_equal(from_int8(to_int8(x)), from_int8(to_int8(x.astype(np.float32))))
+
+
+@pytest.mark.parametrize("name, items, itemsize, ids", [("fp32", 64, 4, np.int64), ("bf16", 64, 2, np.int32),
+                                                        ("int8", 64 + SCALE, 1, np.int32)])
+def test_each_format_on_the_wire(name, items, itemsize, ids):
+    """A 64-wide row of a float32 table: 256, 128 and 68 bytes; its buffers; a row's round trip."""
+    w = Wire(name, 1 << 18)
+    assert (w.items(64), w.itemsize(np.float32), w.ids) == (items, itemsize, ids)
+    assert w.row_bytes(64, np.float32) == items * itemsize
+    rows = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+    sent = w.out(rows)
+    buf = w.buffer(3, 64, np.float32)
+    assert sent.shape == buf.shape and sent.dtype == buf.dtype and sent.nbytes == 3 * w.row_bytes(64, np.float32)
+    back = w.back(sent, np.float32)
+    assert np.array_equal(back, w.round(rows)) and back.dtype == np.float32
+    assert np.array_equal(back, rows) == (name == "fp32")
+    assert np.array_equal(w.take(rows, np.array([2, 0])), sent[[2, 0]])
+    assert Wire(name, 2 ** 31).ids == np.int64
