@@ -146,11 +146,12 @@ def segment(workdir, scale, seed, start, stop, truth=False):
     return path
 
 
-def make_data(workdir, scale, seed, counts, test_rows, keep_text=False):
-    """{rows: packed file of the log's first rows} for each count, and the test rows' text (the next test_rows
-    after the largest count)."""
+def make_data(workdir, scale, seed, counts, test_rows, keep_text=False, test_start=None):
+    """{rows: packed file of the log's first rows} for each count, and the test rows' text (test_rows from
+    test_start, by default right after the largest count)."""
     counts = sorted(set(counts))
-    test = segment(workdir, scale, seed, counts[-1], counts[-1] + test_rows, truth=True)
+    start = counts[-1] if test_start is None else test_start
+    test = segment(workdir, scale, seed, start, start + test_rows, truth=True)
     packed = {n: os.path.join(workdir, "w4-s%d-seed%d-train-%d.mpinn" % (scale, seed, n)) for n in counts}
     bounds = [0] + counts
     if all(os.path.exists(p + ".done") for p in packed.values()):
@@ -175,7 +176,8 @@ def make_data(workdir, scale, seed, counts, test_rows, keep_text=False):
 # --------------------------------------------------------------------------------------------------- the runs
 def key(arm, args, seed):
     return {"arm": arm["name"], "batch": arm["batch"], "flags": " ".join(arm["flags"]), "steps": args.steps,
-            "seed": seed, "test_rows": args.test_rows, "scale": args.scale, "data_seed": args.data_seed}
+            "seed": seed, "test_rows": args.test_rows, "test_start": args.test_start, "scale": args.scale,
+            "data_seed": args.data_seed}
 
 
 def prior_runs(old, arms, args):
@@ -232,6 +234,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=32768, help="an arm's global batch when it names none (32768)")
     p.add_argument("--steps", type=int, default=1000, help="steps an arm, one pass (default 1000)")
     p.add_argument("--test-rows", type=int, default=200000, help="test rows after the longest arm's (200,000)")
+    p.add_argument("--test-start", type=int, default=None, help="the first test row (default: right after the longest "
+                   "arm's rows; give it to compare arms with another sweep's, e.g. 32768000 beside the 32k arms)")
     p.add_argument("--seeds", default="0,1,2", help="mpinn's --seed of each run (default 0,1,2)")
     p.add_argument("--scale", type=int, default=100, help="W4's --scale (default 100)")
     p.add_argument("--data-seed", type=int, default=0, help="W4's --seed (default 0)")
@@ -248,10 +252,12 @@ def main(argv=None):
         p.error(str(e))
     seeds = [int(s) for s in args.seeds.split(",")]
     counts = {a["name"]: args.steps * a["batch"] for a in arms}
-    args.test_start = max(counts.values())
+    args.test_start = max(counts.values()) if args.test_start is None else args.test_start
+    if args.test_start < max(counts.values()):
+        p.error("--test-start %d is inside the longest arm's %d training rows" % (args.test_start, max(counts.values())))
     os.makedirs(args.workdir, exist_ok=True)
     packed, test = make_data(args.workdir, args.scale, args.data_seed, counts.values(), args.test_rows,
-                             args.keep_text)
+                             args.keep_text, args.test_start)
     prior = prior_runs(json.load(open(args.out))["runs"] if os.path.exists(args.out) else [], arms, args)
     runs = []
     for seed in seeds:

@@ -106,10 +106,11 @@ def test_wire_auc_is_lever_auc_with_an_arm_a_wire():
 
 
 def test_an_earlier_run_is_kept_only_when_this_sweep_would_make_it():
-    args = argparse.Namespace(steps=1000, test_rows=200000, scale=100, data_seed=0)
+    args = argparse.Namespace(steps=1000, test_rows=200000, test_start=32768000, scale=100, data_seed=0)
     a = la.parse_arm("sqrt=--batch 32768 --lr-scaling sqrt", 8192)
     same = dict(la.key(a, args, 1), auc=0.8)
     other_flags = dict(same, flags="--lr-scaling linear")
     other_steps = dict(same, steps=500)
+    other_test = dict(same, test_start=8192000)         # scored on other rows: not comparable
     gone = dict(la.key(la.parse_arm("gone=", 8192), args, 0), auc=0.8)
-    assert la.prior_runs([same, other_flags, other_steps, gone], [a], args) == [same]
+    assert la.prior_runs([same, other_flags, other_steps, other_test, gone], [a], args) == [same]
