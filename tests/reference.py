@@ -145,3 +145,15 @@ def int8_row(row):
         return np.zeros(len(x), np.float32)
     q = [max(-127, min(127, round(float(np.float32(v / s))))) for v in x]
     return np.array([np.float32(v * s) for v in q], np.float32)
+
+
+def int8_edge_rows():
+    """Rows for int8's rule: 200 of random scales, then ties, zeros, a subnormal, NaN, +-Inf, the largest floats."""
+    rng = np.random.default_rng(0)
+    rows = [rng.standard_normal(64) * 10.0 ** rng.integers(-6, 6) for _ in range(200)]
+    rows += [np.r_[127.0, np.arange(-60, 3) + 0.5],       # s = 1: every x.5 a tie, to the even neighbour
+             np.r_[-254.0, np.arange(63) * 2 + 1.0],      # s = 2: odd values are the ties
+             np.zeros(64), -np.zeros(64), np.r_[1e-40, np.zeros(63)],        # a subnormal alone
+             np.r_[np.nan, np.ones(63)], np.r_[np.inf, np.ones(63)], np.r_[-np.inf, np.zeros(63)],
+             np.full(64, 3.4e38), np.r_[3.4e38, -3.4e38, np.ones(62)]]
+    return np.array(rows, np.float32)

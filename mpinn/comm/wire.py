@@ -18,7 +18,7 @@ LEVELS = np.float32(127)
 
 class Wire:
     """The rows' and ids' format on the wire for a table of n_rows rows (see the module docstring). codec: the
-    casts by compiled kernels (mpinn.optim.fused.BF16, given by the step: this layer does not import the
+    casts by compiled kernels (mpinn.optim.fused.CODECS[name], given by the step: this layer does not import the
     kernels), each returning None where it does not run; numpy's casts otherwise, with the same bits."""
 
     def __init__(self, name="fp32", n_rows=0, codec=None):
@@ -28,7 +28,7 @@ class Wire:
         self.half, self.int8 = name == "bf16", name == "int8"
         self.ids = np.int32 if name != "fp32" and n_rows < 2 ** 31 else np.int64
         self.id_bytes = np.dtype(self.ids).itemsize
-        self.codec = codec if self.half else None
+        self.codec = codec if name != "fp32" else None
 
     def items(self, width):
         """Items a row of width elements takes in a wire buffer (an int8 row: its values, then its scale's bytes)."""
@@ -44,19 +44,19 @@ class Wire:
 
     def out(self, rows):
         """Rows (k, width) as they are sent."""
-        if self.int8:
-            return to_int8(rows)
-        if not self.half:
+        if self.name == "fp32":
             return np.ascontiguousarray(rows)
-        words = np.empty(rows.shape, np.uint16)
-        got = self.codec.encode(rows, words) if self.codec is not None else None
-        return got if got is not None else to_bf16(rows, words)
+        buf = self.buffer(rows.shape[0], rows.shape[1], rows.dtype)
+        got = self.codec.encode(rows, buf) if self.codec is not None else None
+        if got is not None:
+            return got
+        return to_int8(rows) if self.int8 else to_bf16(rows, buf)
 
     def take(self, table, ids):
         """Rows ids of the (n, width) table as they are sent (an owner's answer: gathered and cast in one pass
         where the codec runs)."""
-        if self.half and self.codec is not None:
-            got = self.codec.take(table, ids, np.empty((ids.shape[0], table.shape[1]), np.uint16))
+        if self.codec is not None:
+            got = self.codec.take(table, ids, self.buffer(ids.shape[0], table.shape[1], table.dtype))
             if got is not None:
                 return got
         return self.out(np.take(table, ids, axis=0))
@@ -69,12 +69,12 @@ class Wire:
 
     def back(self, got, dtype):
         """Received rows in the table's dtype."""
-        if self.int8:
-            return from_int8(got).astype(dtype, copy=False)
-        if not self.half:
+        if self.name == "fp32":
             return got
         rows = self.codec.decode(got) if self.codec is not None else None
-        return (from_bf16(got) if rows is None else rows).astype(dtype, copy=False)
+        if rows is None:
+            rows = from_int8(got) if self.int8 else from_bf16(got)
+        return rows.astype(dtype, copy=False)
 
     def round(self, rows):
         """Rows as a receiver sees them after the trip (a hot row's replica: no trip, the same rounding)."""

@@ -91,6 +91,45 @@ void bf16_decode(int64_t n, const uint16_t* restrict words, float* restrict o) {
     }
 }
 
+/* --wire-rows int8 (mpinn/comm/wire.py's to_int8 and from_int8, the same bits): a row of w float32 values as w int8
+   values q = rint(x / s) within +-127, then s = max|x| / 127 as 4 bytes; s NaN or Inf (a NaN or an Inf in the row)
+   or 0: q = 0. All in float arithmetic (division and rint correctly rounded; no FMA, -ffp-contract=off). */
+static void int8_row(const float* restrict x, int64_t w, uint8_t* restrict o) {
+    float top = 0.0f;
+    int nan = 0;
+    for (int64_t j = 0; j < w; j++) {
+        float a = fabsf(x[j]);
+        nan |= a != a;
+        top = a > top ? a : top;
+    }
+    float s = nan ? NAN : top / 127.0f;
+    int ok = isfinite(s) && s > 0.0f;
+    for (int64_t j = 0; j < w; j++) {
+        float q = ok ? rintf(x[j] / s) : 0.0f;
+        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+        o[j] = (uint8_t)(int8_t)q;
+    }
+    memcpy(o + w, &s, 4);
+}
+
+void int8_encode(int64_t k, int64_t w, const float* restrict x, uint8_t* restrict o) {
+    for (int64_t r = 0; r < k; r++) int8_row(x + r * w, w, o + r * (w + 4));
+}
+
+/* rows ids[0..k) of the (., w) table as int8 rows (an owner answering a fetch: the gather and the cast in one) */
+void int8_take(int64_t k, int64_t w, const int64_t* restrict ids, const float* restrict table, uint8_t* restrict o) {
+    for (int64_t r = 0; r < k; r++) int8_row(table + ids[r] * w, w, o + r * (w + 4));
+}
+
+void int8_decode(int64_t k, int64_t w, const uint8_t* restrict in, float* restrict o) {
+    for (int64_t r = 0; r < k; r++) {
+        const uint8_t* row = in + r * (w + 4);
+        float s;
+        memcpy(&s, row + w, 4);
+        for (int64_t j = 0; j < w; j++) o[r * w + j] = (float)(int8_t)row[j] * s;
+    }
+}
+
 #define R real* restrict
 #define CR const real* restrict
 /* Ask for the rows AHEAD rows on now (each id a random row of tables far larger than the cache): their

@@ -207,6 +207,42 @@ class BF16:
         return out
 
 
+class INT8:
+    """--wire-rows int8's casts by the kernels (mpinn.comm.wire.Wire's codec for int8), as BF16's: each returns its
+    result, or None where the kernels do not run; the same bits as mpinn.comm.wire's to_int8 and from_int8."""
+
+    @staticmethod
+    def encode(rows, out):
+        """rows (k, w) float32 into out (k, w + 4) uint8: each row's int8 values, then its float32 scale."""
+        if not (_plain(rows, np.float32) and rows.ndim == 2 and _plain(out, np.uint8)
+                and out.shape == (rows.shape[0], rows.shape[1] + 4)) or library() is None:
+            return None
+        _lib.int8_encode(ctypes.c_int64(rows.shape[0]), ctypes.c_int64(rows.shape[1]), _ptr(rows), _ptr(out))
+        return out
+
+    @staticmethod
+    def take(table, ids, out):
+        """Rows ids of the (n, w) float32 table into out (len(ids), w + 4) uint8; the ids in range (check_owned)."""
+        if not (_plain(table, np.float32) and table.ndim == 2 and _plain(ids, np.int64) and _plain(out, np.uint8)
+                and out.shape == (ids.shape[0], table.shape[1] + 4)) or library() is None:
+            return None
+        _lib.int8_take(ctypes.c_int64(ids.shape[0]), ctypes.c_int64(table.shape[1]), _ptr(ids), _ptr(table),
+                       _ptr(out))
+        return out
+
+    @staticmethod
+    def decode(got):
+        """(k, w + 4) int8 rows as a new (k, w) float32 array."""
+        if not (_plain(got, np.uint8) and got.ndim == 2 and got.shape[1] >= 4) or library() is None:
+            return None
+        out = np.empty((got.shape[0], got.shape[1] - 4), np.float32)
+        _lib.int8_decode(ctypes.c_int64(got.shape[0]), ctypes.c_int64(got.shape[1] - 4), _ptr(got), _ptr(out))
+        return out
+
+
+CODECS = {"bf16": BF16, "int8": INT8}       # the wire's casts by name (mpinn.comm.wire.Wire's codec)
+
+
 def _plain(a, dtype):
     return isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous
 

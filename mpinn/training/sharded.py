@@ -13,7 +13,7 @@ from mpinn.comm.shard import RowOwners, TableShards
 from mpinn.comm.shard_node import NodeShards
 from mpinn.core.errors import MpinnError
 from mpinn.host.heap import small_pages_at
-from mpinn.optim.fused import BF16, coalesce_rows
+from mpinn.optim.fused import CODECS, coalesce_rows
 from mpinn.training.step_base import Step, all_finite, check_params
 
 
@@ -61,10 +61,10 @@ class ShardedStep(Step):
         owners = RowOwners(self.n_rows, comm.size, hot)
         if exchange == "node":
             self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology, wire=wire,
-                                     sum_rows=coalesce_rows, codec=BF16)
+                                     sum_rows=coalesce_rows, codec=CODECS.get(wire))
         else:
             self.shards = TableShards(comm, self.n_rows, self.width, owners, node_of=topology.node_of, wire=wire,
-                                      codec=BF16)
+                                      codec=CODECS.get(wire))
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
         for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
             if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends

@@ -29,11 +29,11 @@ def shards(kind, comm, width, wire="fp32"):
     from mpinn.comm.shard import TableShards
     from mpinn.comm.shard_node import NodeShards
     from mpinn.comm.topology import Topology
-    from mpinn.optim.fused import BF16, coalesce_rows
+    from mpinn.optim.fused import CODECS, coalesce_rows
     if kind == "flat":
-        return TableShards(comm, N_ROWS, width, wire=wire, codec=BF16)
+        return TableShards(comm, N_ROWS, width, wire=wire, codec=CODECS.get(wire))
     return NodeShards(comm, N_ROWS, width, topology=Topology.of_nodes([0]), wire=wire, sum_rows=coalesce_rows,
-                      codec=BF16)
+                      codec=CODECS.get(wire))
 
 
 def median_s(f, reps):

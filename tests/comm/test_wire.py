@@ -4,22 +4,11 @@ import numpy as np
 import pytest
 
 from mpinn.comm.wire import SCALE, Wire, from_int8, to_int8
-from reference import int8_row
-
-
-def rows_with_edges():
-    rng = np.random.default_rng(0)
-    rows = [rng.standard_normal(64) * 10.0 ** rng.integers(-6, 6) for _ in range(200)]
-    rows += [np.r_[127.0, np.arange(-60, 3) + 0.5],       # s = 1: every x.5 a tie, to the even neighbour
-             np.r_[-254.0, np.arange(63) * 2 + 1.0],      # s = 2: odd values are the ties
-             np.zeros(64), -np.zeros(64), np.r_[1e-40, np.zeros(63)],        # a subnormal alone
-             np.r_[np.nan, np.ones(63)], np.r_[np.inf, np.ones(63)], np.r_[-np.inf, np.zeros(63)],
-             np.full(64, 3.4e38), np.r_[3.4e38, -3.4e38, np.ones(62)]]
-    return np.array(rows, np.float32)
+from reference import int8_edge_rows, int8_row
 
 
 def test_int8_rows_follow_the_rule_written_plainly():
-    x = rows_with_edges()
+    x = int8_edge_rows()
     with np.errstate(invalid="ignore"):
         got = from_int8(to_int8(x))
     want = np.array([int8_row(r) for r in x])

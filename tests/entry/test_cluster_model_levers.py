@@ -50,6 +50,11 @@ def test_node_sum_bytes_by_hand():
     half = tiny_counts("bf16")["schemes"]["node-sum"]
     assert got(half, "gradient rows") == ([2 * 128, 3 * 128], [3 * 128, 2 * 128])
     assert got(half, "ids") == ([2 * 4, 3 * 4], [3 * 4, 2 * 4])
+    # int8: a row's 64 values and its 4-byte scale, the ids as bf16's
+    assert w2_loads.wire_bytes("int8") == (4, 68)
+    eight = tiny_counts("int8")["schemes"]["node-sum"]
+    assert got(eight, "gradient rows") == ([2 * 68, 3 * 68], [3 * 68, 2 * 68])
+    assert got(eight, "rows") == ([3 * 68, 2 * 68], [2 * 68, 3 * 68]) and got(eight, "ids") == got(half, "ids")
 
 
 def test_node_sum_costs_the_relays_sum():
@@ -72,8 +77,9 @@ def test_the_stale_step_is_max_of_compute_and_fetch_plus_the_rest():
     rng = np.random.default_rng(0)
     rank, ids = w2_loads.rank_ids(rng.integers(0, 1 << 18, (P * 4, 5)), P, 4)
     shm = dict(costs.ASSUMED, label="shm", a_v=5e-6, b_v=3e9, per_message=1e-6, a_ag=3e-6, b_ag=3e9)
-    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9, "encode": 1e-9, "decode": 1e-9}
-    for wire in costs.WIRES:
+    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9,
+         "encode": 1e-9, "decode": 1e-9, "take_int8": 3e-8, "encode_int8": 2e-9, "decode_int8": 1e-9}
+    for wire in costs.WIRES + ("int8",):
         c = w2_loads.step_counts(rank, ids, P, R, wire=wire)
         for scheme in w2_loads.SCHEMES:
             terms, fetch = costs.w2_cluster_split(c, scheme, shm, costs.ASSUMED, t)

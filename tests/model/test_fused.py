@@ -127,3 +127,23 @@ def test_bf16_kernels_round_to_nearest_even_as_written(lib):
         assert fused.BF16.encode(x.astype(np.float64), np.empty(x.shape, np.uint16)) is None
     assert fused.BF16.encode(x[:, ::2], np.empty((x.shape[0], 32), np.uint16)) is None
     assert fused.BF16.take(x, ids.astype(np.int32), np.empty((300, 64), np.uint16)) is None
+
+
+def test_int8_kernels_follow_the_rule_written_plainly(lib):
+    """--wire-rows int8's kernels (fused.INT8): rows of every scale, ties, zeros, subnormals, NaN and Inf, each
+    against tests/reference.int8_row; numpy's to_int8 gives the same bytes; gathered by id; back exactly."""
+    from mpinn.comm.wire import from_int8, to_int8
+    from reference import int8_edge_rows, int8_row
+    x = int8_edge_rows()
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = to_int8(x)
+    got = fused.INT8.encode(x, np.empty(want.shape, np.uint8))
+    assert got is not None and np.array_equal(got, want)
+    back = fused.INT8.decode(got)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(back, np.array([int8_row(r) for r in x]), equal_nan=True)
+        assert np.array_equal(back, from_int8(want), equal_nan=True)
+    ids = np.random.default_rng(0).integers(0, x.shape[0], 300)
+    assert np.array_equal(fused.INT8.take(x, ids, np.empty((300, 68), np.uint8)), want[ids])
+    assert fused.INT8.encode(x.astype(np.float64), np.empty(want.shape, np.uint8)) is None
+    assert fused.INT8.decode(want[:, ::2]) is None

@@ -130,17 +130,20 @@ def stale_step(compute_s, terms, fetch):
 
 
 def wire_casts(c, s, t):
-    """The busiest owner's casts for 16-bit rows on the wire (t: seconds per element to encode, decode; per row to
-    gather and encode, take_bf16, beside take, the gather alone, which the owner's rows term counts): it encodes the
+    """The busiest owner's casts for rows rounded on the wire, bf16 or int8 (t: seconds per element to encode,
+    decode; per row to gather and encode, take_bf16 or take_int8, beside take, the gather alone, which the owner's
+    rows term counts): it encodes the
     rows it answers (as it gathers them: what take_bf16 takes more than take) and its own gradient rows (and rounds
     its replicas of the hot rows it uses), and decodes the rows it receives and the gradient rows it owns. A relay
     passes 16-bit rows on as they came; a summing relay (node-sum) decodes the gradient rows its node's ranks send
     it and encodes the sums it sends on."""
     k = c["unique_ids_per_rank"]
+    sfx = "" if c["wire"] == "bf16" else "_" + c["wire"]           # t's keys: encode, decode (bf16); encode_int8, ..
+    enc, dec, take = t["encode" + sfx], t["decode" + sfx], t["take_" + c["wire"]]
     replicas = k * c["hot_share_of_rank_ids"] if s["hot"] else 0.0
-    relay = s["relay_max"] * t["decode"] + s["sum_out_max"] * t["encode"] if s["summed"] else 0.0
-    answer = s["take_max"] * max(t["take_bf16"] - t["take"], 0.0)
-    return answer + W2_H * ((k + replicas) * t["encode"] + (k + s["grad_max"]) * t["decode"] + relay)
+    relay = s["relay_max"] * dec + s["sum_out_max"] * enc if s["summed"] else 0.0
+    answer = s["take_max"] * max(take - t["take"], 0.0)
+    return answer + W2_H * ((k + replicas) * enc + (k + s["grad_max"]) * dec + relay)
 
 
 def hot_allgatherv(m, P, R, shm, net, ring_bytes):

@@ -1,6 +1,6 @@
 """Issue 63's levers in the cluster model: gradient rows summed in the node (node-sum), the one-step-stale exchange
-and 16-bit rows, every combination at 64 and 1024 ranks, 512 and 2048 rows a rank, 8 ranks a node; the issue's
-targets checked (python -m scripts.bench.cluster_model --levers). Modelled, not measured.
+and 16-bit (bf16) or 8-bit (int8) rows, every combination at 64 and 1024 ranks, 512 and 2048 rows a rank, 8 ranks a
+node; the issue's targets checked (python -m scripts.bench.cluster_model --levers). Modelled, not measured.
 
 Compute per rank per step: W2's compute_ms at np 1 (1024 rows) in the scaling JSON, per row, times the rows a rank
 (the model's weak-scaling assumption: linear in the rows); the affine fit through np 1 and np 2 (512 rows a rank,
@@ -17,13 +17,14 @@ import time
 
 from scripts import RESULTS, ROOT
 from scripts.bench.cluster_model import w2_loads
-from scripts.bench.cluster_model.costs import WIRES, cluster, dominant, stale_step
+from scripts.bench.cluster_model.costs import cluster, dominant, stale_step
 from scripts.bench.cluster_model.model import shared_memory, update_times
 
 LEVER_RANKS = (64, 1024)
 PER_RANKS = (512, 2048)
 LEVER_SCHEMES = ("flat", "node", "node-sum")
 EXCHANGES = ("sync", "stale")
+WIRES = ("fp32", "bf16", "int8")     # --wire-rows (int8: 68 bytes a row, its AUC in scripts/results/int8-auc-*.json)
 R = 8
 # issue 63's acceptance: W2 on 10 GbE (the model's assumed network), (ranks, rows a rank, efficiency)
 TARGETS = ((64, 512, 0.35), (64, 2048, 0.60), (1024, 2048, 0.25))

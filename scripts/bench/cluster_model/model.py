@@ -25,7 +25,7 @@ def update_times():
     the flat and the node exchange (scripts/bench/exchange_cpu.py: (fixed seconds, seconds an id) of mpinn's own
     fetch and send_back in one process), "encode" and "decode" per element of a slice's rows cast to
     bfloat16 words and back (mpinn.comm.wire.Wire with the kernels' codec, what --wire-rows bf16 does to every row
-    it sends and receives), and "sum" per element of the gradient rows a relay sums (what the node exchange's relay
+    it sends and receives), and the same three for --wire-rows int8 ("take_int8", "encode_int8", "decode_int8"), and "sum" per element of the gradient rows a relay sums (what the node exchange's relay
     calls, mpinn.optim.fused.coalesce_rows: the canonical tree in the kernels, on the rows its node's 8 ranks send
     one relay at 64 ranks, W2's ids, 512 rows a rank: what node-sum adds)."""
     from mpinn.comm.wire import Wire
@@ -34,8 +34,8 @@ def update_times():
     table = np.zeros((1 << 18, W2_H), np.float32)
     ids = np.unique(rng.integers(0, 1 << 18, 4000))[:W2_ROWS_PER_RANK]
     rows = rng.standard_normal((ids.size, W2_H)).astype(np.float32)
-    wire = Wire("bf16", 1 << 18, fused.BF16)
-    words = wire.out(rows)
+    wire, int8 = Wire("bf16", 1 << 18, fused.CODECS["bf16"]), Wire("int8", 1 << 18, fused.CODECS["int8"])
+    words, bytes8 = wire.out(rows), int8.out(rows)
     lib, lr = fused.library(), fused.consts("sgd", lr=0.1, wd=0.0)
 
     def sgd_rows():
@@ -55,7 +55,10 @@ def update_times():
          "take": median(lambda: np.take(table, ids, axis=0)) / ids.size,
          "take_bf16": median(lambda: wire.take(table, ids)) / ids.size,
          "encode": median(lambda: wire.out(rows)) / rows.size,
-         "decode": median(lambda: wire.back(words, np.float32)) / rows.size}
+         "decode": median(lambda: wire.back(words, np.float32)) / rows.size,
+         "take_int8": median(lambda: int8.take(table, ids)) / ids.size,
+         "encode_int8": median(lambda: int8.out(rows)) / rows.size,
+         "decode_int8": median(lambda: int8.back(bytes8, np.float32)) / rows.size}
     book = exchange_cpu.bookkeeping()
     t["book_flat"], t["book_node"] = book["flat"], book["node"]
     parts = relay_parts()

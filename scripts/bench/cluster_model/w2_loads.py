@@ -33,7 +33,7 @@ def wire_bytes(wire="fp32"):
     """(id bytes, row bytes) of W2's table on the wire --wire-rows names (mpinn/comm/wire.py's Wire)."""
     from mpinn.comm.wire import Wire
     w = Wire(wire, TABLE_ROWS)
-    return w.id_bytes, WIDTH * w.itemsize(np.float32)
+    return w.id_bytes, w.row_bytes(WIDTH, np.float32)
 
 
 HOT_EXPECT = 4                   # auto's threshold (mpinn/training/hot.py)
