@@ -103,11 +103,15 @@ static void int8_row(const float* restrict x, int64_t w, uint8_t* restrict o) {
         top = a > top ? a : top;
     }
     float s = nan ? NAN : top / 127.0f;
-    int ok = isfinite(s) && s > 0.0f;
-    for (int64_t j = 0; j < w; j++) {
-        float q = ok ? rintf(x[j] / s) : 0.0f;
-        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-        o[j] = (uint8_t)(int8_t)q;
+    if (isfinite(s) && s > 0.0f) {
+        for (int64_t j = 0; j < w; j++) {
+            float q = rintf(x[j] / s);
+            q = q > 127.0f ? 127.0f : q;
+            q = q < -127.0f ? -127.0f : q;
+            o[j] = (uint8_t)(int8_t)(int32_t)q;
+        }
+    } else {
+        memset(o, 0, (size_t)w);
     }
     memcpy(o + w, &s, 4);
 }

@@ -12,7 +12,8 @@ NodeShards.fetch on one node of one rank: the relay's steps run, its node and pe
 send_back and the owner's coalesced(), with k sorted unique random ids. At np 1 each id passes once as an asking
 rank's, a relay's and an owner's; at P ranks the busiest rank's bookkeeping is counted by the model as
 fixed + per_id x the largest of its ids in those roles (an upper bound: each role's share of the per-id cost is not
-split). Medians of --reps; the line through the --ids sizes gives fixed and per_id."""
+split). Medians of --reps rounds, each timing every exchange and size in turn; the line through the --ids sizes
+gives fixed and per_id."""
 import argparse
 import time
 
@@ -36,17 +37,8 @@ def shards(kind, comm, width, wire="fp32"):
                       codec=CODECS.get(wire))
 
 
-def median_s(f, reps):
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
-
-
-def path_seconds(kind, k, reps=30, width=1, wire="fp32", seed=0):
-    """Median seconds of one fetch + send_back + coalesced() of k ids through exchange `kind` at np 1."""
+def path(kind, k, width=1, wire="fp32", seed=0):
+    """(one fetch + send_back + coalesced() of k ids through exchange `kind` at np 1, its clean-up)."""
     from mpi4py import MPI
     from mpinn.comm.base import Communicator
     rng = np.random.default_rng(seed)
@@ -56,16 +48,33 @@ def path_seconds(kind, k, reps=30, width=1, wire="fp32", seed=0):
     comm = Communicator(MPI.COMM_SELF.Dup())
     s = shards(kind, comm, width, wire)
 
-    def path():
+    def one():
         rows, plan = s.fetch(table, ids)
         s.send_back(plan, g).coalesced()
-    try:
-        for _ in range(3):
-            path()
-        return median_s(path, reps)
-    finally:
+
+    def done():
         s.free()
         comm.comm.Free()
+    for _ in range(3):
+        one()
+    return one, done
+
+
+def path_seconds(kinds, sizes, reps=30):
+    """{(kind, k): median seconds of one path}, the paths timed in turn, round after round (a machine's other load
+    falls on every size alike)."""
+    paths = {(kind, k): path(kind, k) for kind in kinds for k in sizes}
+    ts = {key: [] for key in paths}
+    try:
+        for _ in range(reps):
+            for key, (one, _) in paths.items():
+                t = time.perf_counter()
+                one()
+                ts[key].append(time.perf_counter() - t)
+    finally:
+        for _, done in paths.values():
+            done()
+    return {key: float(np.median(v)) for key, v in ts.items()}
 
 
 def fit(sizes, seconds):
@@ -76,7 +85,8 @@ def fit(sizes, seconds):
 
 def bookkeeping(sizes=(3300, 13200), reps=50):
     """{exchange: (fixed s, s per id)} for the flat and the node exchange."""
-    return {kind: fit(sizes, [path_seconds(kind, k, reps) for k in sizes]) for kind in EXCHANGES}
+    secs = path_seconds(EXCHANGES, sizes, reps)
+    return {kind: fit(sizes, [secs[(kind, k)] for k in sizes]) for kind in EXCHANGES}
 
 
 def main(argv=None):
@@ -89,8 +99,9 @@ def main(argv=None):
     if len(sizes) < 2 or min(sizes) < 1:
         ap.error("--ids needs two or more positive sizes, not %r" % a.ids)
     rows, lines = [], ["| exchange | ids | us a path | ns an id |", "|---|---|---|---|"]
+    timed = path_seconds(EXCHANGES, sizes, a.reps)
     for kind in EXCHANGES:
-        secs = [path_seconds(kind, k, a.reps) for k in sizes]
+        secs = [timed[(kind, k)] for k in sizes]
         for k, s in zip(sizes, secs):
             rows.append({"exchange": kind, "ids": k, "seconds": s})
             lines.append("| %s | %d | %.1f | %.1f |" % (kind, k, s * 1e6, s / k * 1e9))

@@ -133,8 +133,23 @@ def test_the_bookkeeping_bench_fits_a_line(monkeypatch):
     from scripts.bench import exchange_cpu
     fixed, per = exchange_cpu.fit([1000, 3000, 5000], [3e-4, 5e-4, 7e-4])
     assert fixed == pytest.approx(2e-4) and per == pytest.approx(1e-7)
-    for kind in exchange_cpu.EXCHANGES:            # mpinn's own exchanges, in this process (COMM_SELF)
-        assert 0 < exchange_cpu.path_seconds(kind, 300, reps=2) < 1.0
+    got = exchange_cpu.path_seconds(exchange_cpu.EXCHANGES, [300, 600], reps=2)     # mpinn's own, at COMM_SELF
+    assert sorted(got) == [("flat", 300), ("flat", 600), ("node", 300), ("node", 600)]
+    assert all(0 < v < 1.0 for v in got.values())
     with pytest.raises(SystemExit) as e:
         exchange_cpu.main(["--ids", "5"])
     assert e.value.code == 2
+
+
+def test_targets_are_checked_among_all_levers_and_within_the_auc_rule():
+    """int8 rows fail the AUC rule (measured): each target's best combination is given twice, with and without them."""
+    from scripts.bench.cluster_model import levers
+    rows = [{"network": "n", "ranks": P, "per_rank": per, "scheme": "node-sum", "wire": wire, "exchange": "sync",
+             "efficiency": eff, "floor": 0.9, "terms_s": {"x": 1e-3}, "fetch_s": {}}
+            for P, per, _ in levers.TARGETS for wire, eff in (("int8", 0.7), ("bf16", 0.3), ("fp32", 0.2))]
+    inputs = {"compute_ms_affine": {512: 1.0, 2048: 1.0}}
+    got = levers.check_targets(rows, inputs, "n")
+    assert [g["among"] for g in got[:2]] == ["all levers", "within the AUC rule"] and len(got) == 2 * len(levers.TARGETS)
+    assert all(("int8" in g["best"]) == (g["among"] == "all levers") for g in got)
+    assert [g["met"] for g in got[:2]] == [True, False]          # 70% and 30% against 35%
+    assert got[0]["efficiency_affine_compute"] == pytest.approx(0.5)

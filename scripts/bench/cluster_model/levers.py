@@ -25,6 +25,9 @@ PER_RANKS = (512, 2048)
 LEVER_SCHEMES = ("flat", "node", "node-sum")
 EXCHANGES = ("sync", "stale")
 WIRES = ("fp32", "bf16", "int8")     # --wire-rows (int8: 68 bytes a row, its AUC in scripts/results/int8-auc-*.json)
+# the levers within the issue's AUC rule (0.001 of fp32 synchronous on W4, measured): bf16 rows +0.00018 and the stale
+# step -0.00068 are; int8 rows (-0.00152, scripts/results/int8-auc-2026-12-02.json) are not
+WITHIN_AUC_RULE = ("fp32", "bf16")
 R = 8
 # issue 63's acceptance: W2 on 10 GbE (the model's assumed network), (ranks, rows a rank, efficiency)
 TARGETS = ((64, 512, 0.35), (64, 2048, 0.60), (1024, 2048, 0.25))
@@ -73,16 +76,18 @@ def levers(doc, a2a, nets):
 
 
 def check_targets(rows, inputs, label):
-    """Each target on network `label`: the best combination's efficiency and floor, met or not, by how much, and
-    that combination's efficiency with the affine compute (compute_s(affine=True)) in place of the linear one."""
+    """Each target on network `label`, twice: among every combination, and among those within the AUC rule (wires in
+    WITHIN_AUC_RULE): the best combination's efficiency and floor, met or not, by how much, and that combination's
+    efficiency with the affine compute (compute_s(affine=True)) in place of the linear one."""
     found = []
-    for P, per, goal in TARGETS:
-        cand = [r for r in rows if r["network"] == label and r["ranks"] == P and r["per_rank"] == per]
+    for (P, per, goal), among in [(t, a) for t in TARGETS for a in ("all levers", "within the AUC rule")]:
+        cand = [r for r in rows if r["network"] == label and r["ranks"] == P and r["per_rank"] == per
+                and (among == "all levers" or r["wire"] in WITHIN_AUC_RULE)]
         best = max(cand, key=lambda r: r["efficiency"])
         aff = inputs["compute_ms_affine"][per] / 1e3
         terms, fetch = best["terms_s"], best["fetch_s"]
         step = stale_step(aff, terms, fetch) if best["exchange"] == "stale" else aff + sum(terms.values())
-        found.append({"ranks": P, "per_rank": per, "target": goal, "network": label,
+        found.append({"ranks": P, "per_rank": per, "target": goal, "network": label, "among": among,
                       "best": "%s, %s rows, %s" % (best["scheme"], best["wire"], best["exchange"]),
                       "efficiency": best["efficiency"], "floor": best["floor"], "met": best["efficiency"] >= goal,
                       "points_over_target": 100 * (best["efficiency"] - goal),
@@ -108,11 +113,13 @@ def print_levers(rows, targets):
                             100 * st["floor"], s["inter_node_bytes_per_node"] / 1e6, s["dominant"],
                             1e3 * s["terms_s"][s["dominant"]]))
     print("\nIssue 63's targets (W2, 10 GbE, modelled):")
-    print("| ranks | rows/rank | target | best combination | modelled | floor | met? | points over | affine compute |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| ranks | rows/rank | target | among | best combination | modelled | floor | met? | points over | "
+          "affine compute |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for g in targets:
-        print("| %d | %d | %.0f%% | %s | %.1f%% | %.1f%% | %s | %+.1f | %.1f%% |" % (
-            g["ranks"], g["per_rank"], 100 * g["target"], g["best"], 100 * g["efficiency"], 100 * g["floor"],
+        print("| %d | %d | %.0f%% | %s | %s | %.1f%% | %.1f%% | %s | %+.1f | %.1f%% |" % (
+            g["ranks"], g["per_rank"], 100 * g["target"], g["among"], g["best"], 100 * g["efficiency"],
+            100 * g["floor"],
             "met" if g["met"] else "not met", g["points_over_target"], 100 * g["efficiency_affine_compute"]))
 
 
