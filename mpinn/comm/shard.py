@@ -5,7 +5,7 @@ import numpy as np
 
 from mpinn.core.batch import SparseRows
 from mpinn.comm.buffers import displs, split_counts
-from mpinn.comm.wire import Wire
+from mpinn.comm.wire import wires
 
 ID = np.int64       # row ids on the wire (a table may outgrow int32 one day; ids are ~3% of the bytes)
 
@@ -117,9 +117,10 @@ class TableShards:
 
     name = "flat"
 
-    def __init__(self, comm, n_rows, width, owners=None, node_of=None, wire="fp32", codec=None):
+    def __init__(self, comm, n_rows, width, owners=None, node_of=None, wire="fp32", codecs=None):
         self.comm, self.n_rows, self.width = comm, int(n_rows), int(width)
-        self.wire = Wire(wire, self.n_rows, codec)  # the rows' and ids' format on the wire (--wire-rows)
+        # the rows' and ids' format on the wire, and the gradient rows' (--wire-rows; codecs: the casts' kernels)
+        self.wire, self.grad_wire = wires(wire, self.n_rows, codecs)
         self.owners = owners or RowOwners(n_rows, comm.size)
         self.counts, self.bounds = self.owners.counts, self.owners.bounds
         self.lo, self.hi = int(self.bounds[comm.rank]), int(self.bounds[comm.rank + 1])
@@ -193,7 +194,7 @@ class TableShards:
         each owner, SparseRows of its rows with one segment per asking rank in rank order (ids unique
         within a segment; .coalesced() sums them in rank order, and SGD applies them in turn, as the
         replicated exchange does: the same arithmetic, element by element)."""
-        w, wire = self.width, self.wire
+        w, wire = self.width, self.grad_wire
         cw = wire.items(w)
         send = grad_rows if plan.order is None else grad_rows[plan.order]
         got = self.comm.Alltoallv_(wire.out(send), plan.asked * cw,

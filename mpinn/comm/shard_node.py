@@ -49,10 +49,10 @@ class NodeShards(TableShards):
 
     name = "node"
 
-    def __init__(self, comm, n_rows, width, owners=None, topology=None, wire="fp32", sum_rows=coalesce, codec=None):
+    def __init__(self, comm, n_rows, width, owners=None, topology=None, wire="fp32", sum_rows=coalesce, codecs=None):
         if topology.uneven:
             raise ValueError(topology.uneven)
-        super().__init__(comm, n_rows, width, owners, node_of=topology.node_of, wire=wire, codec=codec)
+        super().__init__(comm, n_rows, width, owners, node_of=topology.node_of, wire=wire, codecs=codecs)
         node, leaders, peers = node_comms(comm, topology, peers_by_node=True)
         self.node, self.peers = Communicator(node), Communicator(peers)             # mpinn Communicators (Dups)
         for c in (node, leaders, peers):
@@ -171,7 +171,7 @@ class NodeShards(TableShards):
     def send_back(self, plan, grad_rows):
         if self.node is None:
             return TableShards.send_back(self, plan, grad_rows)
-        w, node, peers, N, R, wire = self.width, self.node, self.peers, self.N, self.R, self.wire
+        w, node, peers, N, R, wire = self.width, self.node, self.peers, self.N, self.R, self.grad_wire
         row_bytes, cw = wire.row_bytes(w, grad_rows.dtype), wire.items(w)
         # 1. every rank's gradient rows to the relays, inside the node (the fetch's counts; rounded once, here)
         rows_in = node.Alltoallv_(wire.out(grad_rows[plan.order]), plan.sent * cw,
@@ -210,8 +210,8 @@ class NodeShards(TableShards):
         """2. the relay sums its node's rows for each (owner's node, id) over the node's ranks (leaves in
         local-rank order: a subtree of world ranks) and sends each owner one row per id; the owner's segments,
         one per node in node order, are the tree's next level (SparseRows.coalesced)."""
-        w, N, n_rows, wire = self.width, self.N, self.n_rows, self.wire
-        vals, ends = self.wire.back(rows_in, dtype), displs(np.r_[plan.got_counts, 0])
+        w, N, n_rows, wire = self.width, self.N, self.n_rows, self.grad_wire
+        vals, ends = wire.back(rows_in, dtype), displs(np.r_[plan.got_counts, 0])
         summed = self.sum_rows([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w,
                                dtype)
         # one row per key the fetch sent (plan.per: per node), arriving as its ids did (plan.wanted, plan.per_in)

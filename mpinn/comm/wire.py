@@ -2,7 +2,8 @@
 row a rank uses (fetched from its owner, or its replica of a hot row) rounded to bfloat16, and every gradient row
 rounded once by the rank that computed it, half the bytes each; int8: each row as 8-bit integers and one float32
 scale of its own (the row's largest magnitude / 127; each element / the scale rounded to nearest even), 68 bytes
-a 64-wide row instead of 256. With either, the ids go as int32 where the table has fewer than 2^31 rows. The
+a 64-wide row instead of 256; bf16-int8: the rows as bf16 and the gradient rows as int8. With any of them, the ids
+go as int32 where the table has fewer than 2^31 rows. The
 rounding is the row's alone, so it is the same whichever rank owns or relays a row: P ranks compute what one
 process computes with each rank's share of the batch as a micro-batch whose rows are rounded as the rank rounds
 them (tests/training/mpi_sharded.py). The table and its optimizer state stay in their own precision: only what
@@ -11,9 +12,19 @@ import numpy as np
 
 from mpinn.comm.compress import from_bf16, to_bf16
 
-WIRES = ("fp32", "bf16", "int8")
+WIRES = ("fp32", "bf16", "int8", "bf16-int8")     # bf16-int8: rows as bf16, gradient rows as int8
 SCALE = 4               # bytes of an int8 row's float32 scale, after its values
 LEVELS = np.float32(127)
+
+
+def wires(name, n_rows=0, codecs=None):
+    """(the rows' Wire, the gradient rows' Wire) of --wire-rows `name`, each with its codec from codecs (a {format:
+    codec} map, e.g. mpinn.optim.fused.CODECS)."""
+    if name not in WIRES:
+        raise ValueError("rows go on the wire as %s, not %r" % (" or ".join(WIRES), name))   # the option's choices
+    rows, grads = name.split("-") if "-" in name else (name, name)
+    codecs = codecs or {}
+    return Wire(rows, n_rows, codecs.get(rows)), Wire(grads, n_rows, codecs.get(grads))
 
 
 class Wire:
@@ -22,8 +33,8 @@ class Wire:
     kernels), each returning None where it does not run; numpy's casts otherwise, with the same bits."""
 
     def __init__(self, name="fp32", n_rows=0, codec=None):
-        if name not in WIRES:
-            raise ValueError("rows go on the wire as %s, not %r" % (" or ".join(WIRES), name))   # the option's choices
+        if name not in WIRES or "-" in name:
+            raise ValueError("a wire format is fp32, bf16 or int8, not %r" % name)
         self.name = name
         self.half, self.int8 = name == "bf16", name == "int8"
         self.ids = np.int32 if name != "fp32" and n_rows < 2 ** 31 else np.int64

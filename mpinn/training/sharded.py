@@ -61,10 +61,10 @@ class ShardedStep(Step):
         owners = RowOwners(self.n_rows, comm.size, hot)
         if exchange == "node":
             self.shards = NodeShards(comm, self.n_rows, self.width, owners, topology, wire=wire,
-                                     sum_rows=coalesce_rows, codec=CODECS.get(wire))
+                                     sum_rows=coalesce_rows, codecs=CODECS)
         else:
             self.shards = TableShards(comm, self.n_rows, self.width, owners, node_of=topology.node_of, wire=wire,
-                                      codec=CODECS.get(wire))
+                                      codecs=CODECS)
         self.own = (self.shards.lo * self.width, self.shards.hi * self.width)   # of the flat buffers
         for a in [model.grad_buffer] + [optimizer.arrays[k] for k in optimizer.element_state]:
             if isinstance(a, np.ndarray):       # written at the own rows only: no huge page across their ends

@@ -32,9 +32,9 @@ def shards(kind, comm, width, wire="fp32"):
     from mpinn.comm.topology import Topology
     from mpinn.optim.fused import CODECS, coalesce_rows
     if kind == "flat":
-        return TableShards(comm, N_ROWS, width, wire=wire, codec=CODECS.get(wire))
+        return TableShards(comm, N_ROWS, width, wire=wire, codecs=CODECS)
     return NodeShards(comm, N_ROWS, width, topology=Topology.of_nodes([0]), wire=wire, sum_rows=coalesce_rows,
-                      codec=CODECS.get(wire))
+                      codecs=CODECS)
 
 
 def path(kind, k, width=1, wire="fp32", seed=0):

@@ -53,20 +53,20 @@ ROUND = {"bf16": nearest_bf16, "int8": int8_row}     # the rounding written plai
 def expected(owners, topo, seed, wire):
     """Every owned row's sum from every rank's batch: fp32, the tree over world ranks; bf16 or int8, each rank's row
     rounded, its node's (tree) sum rounded again, then the tree over the nodes."""
-    me = COMM.rank
+    me, grads = COMM.rank, wire.split("-")[-1]        # the gradient rows' format (bf16-int8: int8)
     mine = {}
     for r in range(COMM.size):
         ids, rows = batch_of(r, seed)
         for i, row in zip(ids, rows):
             if owners.of(np.array([i]))[0] == me:
-                mine.setdefault(int(i), [None] * COMM.size)[r] = row if wire == "fp32" else ROUND[wire](row)
+                mine.setdefault(int(i), [None] * COMM.size)[r] = row if wire == "fp32" else ROUND[grads](row)
     if wire == "fp32":
         return {i: tree_sum(v) for i, v in mine.items()}
     N, R = topo.nodes, COMM.size // topo.nodes
     out = {}
     for i, v in mine.items():
         nodes = [tree_sum(v[n * R:(n + 1) * R]) for n in range(N)]
-        out[i] = tree_sum([None if s is None else ROUND[wire](s) for s in nodes])
+        out[i] = tree_sum([None if s is None else ROUND[grads](s) for s in nodes])
     return out
 
 
@@ -85,7 +85,7 @@ def test_summed_in_the_node_is_the_tree_over_world_ranks(seed, hot):
         agree(same(got, expected(owners, topo, seed, "fp32")), "R=%d" % R)
 
 
-@pytest.mark.parametrize("wire", ["bf16", "int8"])
+@pytest.mark.parametrize("wire", ["bf16", "int8", "bf16-int8"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_rounded_node_sums_are_rounded_once_more(seed, wire):
     for R in blocks():

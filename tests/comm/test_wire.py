@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mpinn.comm.wire import SCALE, Wire, from_int8, to_int8
+from mpinn.comm.wire import SCALE, Wire, from_int8, to_int8, wires
 from reference import int8_edge_rows, int8_row
 
 
@@ -43,3 +43,13 @@ def test_each_format_on_the_wire(name, items, itemsize, ids):
     assert np.array_equal(back, rows) == (name == "fp32")
     assert np.array_equal(w.take(rows, np.array([2, 0])), sent[[2, 0]])
     assert Wire(name, 2 ** 31).ids == np.int64
+
+
+def test_bf16_int8_sends_rows_as_bf16_and_gradient_rows_as_int8():
+    rows, grads = wires("bf16-int8", 1 << 18)
+    assert (rows.name, grads.name, rows.ids, grads.ids) == ("bf16", "int8", np.int32, np.int32)
+    assert [w.name for w in wires("int8")] == ["int8", "int8"]
+    with pytest.raises(ValueError, match="bf16-int8"):
+        wires("int8-bf16")
+    with pytest.raises(ValueError, match="a wire format is"):
+        Wire("bf16-int8")

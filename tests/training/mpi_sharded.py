@@ -74,11 +74,11 @@ def one_process_wire(optimizer, batch, n, data, ranks, n_sparse=64, wire="bf16")
     and whose gradient rows leave it rounded; the rows' segments are applied in rank order, the dense gradients
     summed."""
     from mpinn.comm.buffers import displs, split_counts
-    from mpinn.comm.wire import Wire
+    from mpinn.comm.wire import wires
     from mpinn.core.batch import SparseRows
     from mpinn.device.backend import compact_csr
     model = MLP(spec_for(n_sparse)).init_(0)
-    opt, wire, Xs, Xd, y = make_optimizer(optimizer, model), Wire(wire, n_sparse), *data
+    opt, (wire, grad_wire), Xs, Xd, y = make_optimizer(optimizer, model), wires(wire, n_sparse), *data
     width = model.table[1]
     table = model.params[:n_sparse * width].reshape(n_sparse, width)
     start = model.dense_start
@@ -94,7 +94,7 @@ def one_process_wire(optimizer, batch, n, data, ranks, n_sparse=64, wire="bf16")
                                  table=wire.round(table[k])).rows
             dense += model.grad_buffer[start:]
             ids.append(k)
-            grads.append(wire.round(g))
+            grads.append(grad_wire.round(g))
         model.grad_buffer[start:] = dense
         touched = SparseRows(np.concatenate(ids), np.concatenate(grads), n_sparse, displs(np.r_[[len(k) for k in ids], 0]))
         opt.step_(model.params, model.grads, touched, lr=LR)
@@ -269,11 +269,11 @@ def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
         shutil.rmtree(d)
 
 
-@pytest.mark.parametrize("wire", ["bf16", "int8"])
+@pytest.mark.parametrize("wire", ["bf16", "int8", "bf16-int8"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
 def test_rounded_rows_on_the_wire_equal_one_process_rounding_each_ranks_share(optimizer, wire):
-    """--wire-rows bf16 or int8 at P ranks equals one process whose micro-batches are the ranks' shares, each
-    rounding its rows and its gradient rows as a rank does (the dense sums within MPI's order: 1e-12); and it is not
+    """--wire-rows bf16, int8 or bf16-int8 at P ranks equals one process whose micro-batches are the ranks' shares,
+    each rounding its rows and its gradient rows as a rank does (the dense sums within MPI's order: 1e-12); and it is not
     the fp32 run (the rounding happened)."""
     got, _ = trained("sharded", optimizer, 12, wire_rows=wire)
     ref = one_process_wire(optimizer, 12, 6, data_for(), COMM.size, wire=wire)
