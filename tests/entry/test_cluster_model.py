@@ -214,7 +214,7 @@ def test_the_bf16_wire_halves_rows_and_ids_and_costs_its_casts(P, R):
     rank, ids = w2_loads.rank_ids(idx, P, per)
     hot = w2_loads.auto_hot(idx, per, expect=1)
     fp32, bf16 = (w2_loads.step_counts(rank, ids, P, R, hot, wire=w) for w in ("fp32", "bf16"))
-    assert w2_loads.wire_bytes("fp32") == (8, 256) and w2_loads.wire_bytes("bf16") == (4, 128)
+    assert w2_loads.wire_bytes("fp32") == (8, 256, 256) and w2_loads.wire_bytes("bf16") == (4, 128, 128)
     for scheme in w2_loads.SCHEMES:
         a, b = fp32["schemes"][scheme], bf16["schemes"][scheme]
         for phase, (out, into) in a["inter"].items():

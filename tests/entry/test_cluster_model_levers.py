@@ -51,10 +51,12 @@ def test_node_sum_bytes_by_hand():
     assert got(half, "gradient rows") == ([2 * 128, 3 * 128], [3 * 128, 2 * 128])
     assert got(half, "ids") == ([2 * 4, 3 * 4], [3 * 4, 2 * 4])
     # int8: a row's 64 values and its 4-byte scale, the ids as bf16's
-    assert w2_loads.wire_bytes("int8") == (4, 68)
+    assert w2_loads.wire_bytes("int8") == (4, 68, 68) and w2_loads.wire_bytes("bf16-int8") == (4, 128, 68)
     eight = tiny_counts("int8")["schemes"]["node-sum"]
     assert got(eight, "gradient rows") == ([2 * 68, 3 * 68], [3 * 68, 2 * 68])
     assert got(eight, "rows") == ([3 * 68, 2 * 68], [2 * 68, 3 * 68]) and got(eight, "ids") == got(half, "ids")
+    mixed = tiny_counts("bf16-int8")["schemes"]["node-sum"]     # rows as bf16's, gradient rows as int8's
+    assert got(mixed, "rows") == got(half, "rows") and got(mixed, "gradient rows") == got(eight, "gradient rows")
 
 
 def test_node_sum_costs_the_relays_sum():
@@ -153,3 +155,15 @@ def test_targets_are_checked_among_all_levers_and_within_the_auc_rule():
     assert all(("int8" in g["best"]) == (g["among"] == "all levers") for g in got)
     assert [g["met"] for g in got[:2]] == [True, False]          # 70% and 30% against 35%
     assert got[0]["efficiency_affine_compute"] == pytest.approx(0.5)
+
+
+def test_bf16_int8_casts_rows_as_bf16_and_gradient_rows_as_int8():
+    """The busiest owner's casts with rows bf16 and gradient rows int8: each direction at its own format's cost."""
+    c = tiny_counts("bf16-int8")
+    s = c["schemes"]["node-sum"]
+    t = {"take": 1e-8, "take_bf16": 3e-8, "take_int8": 9e-8, "encode": 1e-9, "decode": 1e-10, "encode_int8": 3e-9,
+         "decode_int8": 4e-10}
+    k = c["unique_ids_per_rank"]
+    want = (s["take_max"] * 2e-8 + 64 * (k * 3e-9 + k * 1e-10 + s["grad_max"] * 4e-10
+                                          + s["relay_max"] * 4e-10 + s["sum_out_max"] * 3e-9))
+    assert costs.wire_casts(c, s, t) == pytest.approx(want)

@@ -138,12 +138,21 @@ def wire_casts(c, s, t):
     passes 16-bit rows on as they came; a summing relay (node-sum) decodes the gradient rows its node's ranks send
     it and encodes the sums it sends on."""
     k = c["unique_ids_per_rank"]
-    sfx = "" if c["wire"] == "bf16" else "_" + c["wire"]           # t's keys: encode, decode (bf16); encode_int8, ..
-    enc, dec, take = t["encode" + sfx], t["decode" + sfx], t["take_" + c["wire"]]
+    rows, grads = c["wire"].split("-") if "-" in c["wire"] else (c["wire"],) * 2      # bf16-int8: rows, gradients
+    (enc, dec, take), (g_enc, g_dec, _) = cast_times(t, rows), cast_times(t, grads)
     replicas = k * c["hot_share_of_rank_ids"] if s["hot"] else 0.0
-    relay = s["relay_max"] * dec + s["sum_out_max"] * enc if s["summed"] else 0.0
+    relay = s["relay_max"] * g_dec + s["sum_out_max"] * g_enc if s["summed"] else 0.0
     answer = s["take_max"] * max(take - t["take"], 0.0)
-    return answer + W2_H * ((k + replicas) * enc + (k + s["grad_max"]) * dec + relay)
+    return answer + W2_H * (replicas * enc + k * g_enc + k * dec + s["grad_max"] * g_dec + relay)
+
+
+def cast_times(t, fmt):
+    """(encode, decode a element, gather and encode a row) of a wire format from t's keys: encode, decode, take_bf16
+    (bf16); encode_int8, decode_int8, take_int8 (int8); fp32 casts nothing."""
+    if fmt == "fp32":
+        return 0.0, 0.0, t["take"]
+    sfx = "" if fmt == "bf16" else "_" + fmt
+    return t["encode" + sfx], t["decode" + sfx], t["take_" + fmt]
 
 
 def hot_allgatherv(m, P, R, shm, net, ring_bytes):

@@ -30,10 +30,10 @@ def w2_index(n):
 
 
 def wire_bytes(wire="fp32"):
-    """(id bytes, row bytes) of W2's table on the wire --wire-rows names (mpinn/comm/wire.py's Wire)."""
-    from mpinn.comm.wire import Wire
-    w = Wire(wire, TABLE_ROWS)
-    return w.id_bytes, w.row_bytes(WIDTH, np.float32)
+    """(id bytes, row bytes, gradient row bytes) of W2's table on the wire --wire-rows names (mpinn/comm/wire.py)."""
+    from mpinn.comm.wire import wires
+    rows, grads = wires(wire, TABLE_ROWS)
+    return rows.id_bytes, rows.row_bytes(WIDTH, np.float32), grads.row_bytes(WIDTH, np.float32)
 
 
 HOT_EXPECT = 4                   # auto's threshold (mpinn/training/hot.py)
@@ -88,7 +88,7 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
     counts once per relay pair (R x (N - 1) a node, not R x R x (N - 1)); inside the node nothing changes."""
     assert P % R == 0, (P, R)
     N, hot = P // R, np.asarray(hot, np.int64)
-    id_bytes, row_bytes = wire_bytes(wire)
+    id_bytes, row_bytes, grad_bytes = wire_bytes(wire)
     k = np.bincount(rank, minlength=P)
     ishot = np.zeros(n_rows, bool)
     ishot[hot] = True
@@ -115,11 +115,11 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
             inter["counts"] = (per_node * R * (P - R) * COUNT,) * 2
             inter["ids"] = _flow(node_s, o // R, N, id_bytes, off)
             inter["rows"] = _flow(o // R, node_s, N, row_bytes, off & cold)
-            inter["gradient rows"] = _flow(node_s, o // R, N, row_bytes, off)
+            inter["gradient rows"] = _flow(node_s, o // R, N, grad_bytes, off)
             near = ~off & (rank != o)
             intra["ids"] = _flow(rank, o, P, id_bytes, near)
             intra["rows"] = _flow(o, rank, P, row_bytes, near & cold)
-            intra["gradient rows"] = _flow(rank, o, P, row_bytes, near)
+            intra["gradient rows"] = _flow(rank, o, P, grad_bytes, near)
             messages = 4 * (P - R)
             take = np.bincount(o[cold], minlength=P)
             relay_max = sum_out = 0
@@ -128,7 +128,7 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
             near = relay != rank
             intra["ids"] = _flow(rank, relay, P, id_bytes, near)
             intra["rows"] = _flow(relay, rank, P, row_bytes, near & cold)
-            intra["gradient rows"] = _flow(rank, relay, P, row_bytes, near)
+            intra["gradient rows"] = _flow(rank, relay, P, grad_bytes, near)
             fo, fs, fcold = o[first], node_s[first], cold[first]
             foff = fs != fo // R
             # between nodes, 4 exchanges as the flat one's, each with N - 1 peers: counts per asking rank
@@ -137,11 +137,11 @@ def step_counts(rank, ids, P, R, hot=(), n_rows=TABLE_ROWS, wire="fp32"):
             inter["counts"] = (per_node * R * R * (N - 1) * COUNT,) * 2
             inter["ids"] = _flow(node_s, o // R, N, id_bytes, off)
             inter["rows"] = _flow(fo // R, fs, N, row_bytes, foff & fcold)
-            inter["gradient rows"] = _flow(node_s, o // R, N, row_bytes, off)
+            inter["gradient rows"] = _flow(node_s, o // R, N, grad_bytes, off)
             if summed:                                     # summed at the relay: one per distinct row of the node
                 inter["counts"] = (per_node * R * (N - 1) * COUNT,) * 2
                 inter["ids"] = _flow(fs, fo // R, N, id_bytes, foff)
-                inter["gradient rows"] = _flow(fs, fo // R, N, row_bytes, foff)
+                inter["gradient rows"] = _flow(fs, fo // R, N, grad_bytes, foff)
             messages = 4 * (N - 1)
             take = np.bincount(fo[fcold], minlength=P)
             relay_max = int(np.bincount(relay, minlength=P).max())
@@ -217,7 +217,7 @@ def main(argv=None):
     p.add_argument("--ranks", default="64,1024")
     p.add_argument("--ranks-per-node", default="1,8")
     p.add_argument("--per-rank", type=int, default=512)
-    p.add_argument("--wire", default="fp32", choices=("fp32", "bf16", "int8"),
+    p.add_argument("--wire", default="fp32", choices=("fp32", "bf16", "int8", "bf16-int8"),
                    help="ids and rows as --wire-rows sends them")
     p.add_argument("--steps", metavar="FIRST:STOP",
                    help="instead: all nodes' bytes a step, the mean over mpinn.bench's steps FIRST..STOP-1 (its "
