@@ -154,7 +154,6 @@ class TableShards:
         the table as it is at this call, whatever is stepped before the wait. The counts and the ids (small)
         travel at once. Returns the PendingRows whose wait() gives fetch's (rows, RowPlan)."""
         comm, w, owners, wire = self.comm, self.width, self.owners, self.wire
-        cw = wire.items(w)                  # a row's items in the wire's buffers
         hot = owners.n_hot > 0
         if hot:
             owner, hot_ids = owners.locate(ids)
@@ -180,14 +179,20 @@ class TableShards:
             out = wire.take(table, wanted[cold])
             pending.place = order[need[order]]
             pending.local = (~need, wire.round(table[ids[~need]]))      # the replica's rows, copied now
-        got = wire.buffer(int(back.sum()), w, table.dtype)
-        if wait:
-            pending.got = comm.Alltoallv_(out, reply * cw, got, back * cw, "table rows")
-        else:
-            pending.out, pending.got = out, got                  # alive until the request completes
-            pending.request = comm.Ialltoallv_(out, reply * cw, got, back * cw, "table rows (ahead)")
+        self.send_rows(comm, pending, out, reply, wire.buffer(int(back.sum()), w, table.dtype), back, "table rows",
+                       wait)
         self._count(reply, wire.row_bytes(w, table.dtype))
         return pending
+
+    def send_rows(self, comm, pending, out, reply, got, back, what, wait):
+        """The rows' exchange on comm, reply rows to each rank and back from each: an Alltoallv (wait), or an
+        Ialltoallv posted, its buffers kept alive on pending until it completes."""
+        cw = self.wire.items(self.width)                      # a row's items in the wire's buffers
+        if wait:
+            pending.got = comm.Alltoallv_(out, reply * cw, got, back * cw, what)
+        else:
+            pending.out, pending.got = out, got
+            pending.request = comm.Ialltoallv_(out, reply * cw, got, back * cw, what + " (ahead)")
 
     def send_back(self, plan, grad_rows):
         """Every rank's gradient rows (in the order of its fetch's ids) to their owners. Returns, on

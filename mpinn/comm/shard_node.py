@@ -140,13 +140,8 @@ class NodeShards(TableShards):
         pending.need = ~hot_ids
         pending.back = np.bincount(relay[pending.need], minlength=R).astype(np.int64, copy=False)
         pending.local = wire.round(table[ids[~pending.need]])          # the replica's rows, copied now
-        out, got = wire.take(table, answer % self.n_rows), wire.buffer(keys.shape[0], w, table.dtype)
-        cw = wire.items(w)                  # a row's items in the wire's buffers
-        if wait:
-            pending.got = peers.Alltoallv_(out, give * cw, got, ask * cw, "table rows (between nodes)")
-        else:
-            pending.out, pending.got = out, got                 # alive until the request completes
-            pending.request = peers.Ialltoallv_(out, give * cw, got, ask * cw, "table rows (between nodes, ahead)")
+        self.send_rows(peers, pending, wire.take(table, answer % self.n_rows), give,
+                       wire.buffer(keys.shape[0], w, table.dtype), ask, "table rows (between nodes)", wait)
         self._count_peers(give, wire.row_bytes(w, table.dtype))
         return pending
 

@@ -70,11 +70,12 @@ static inline uint16_t bf16_of(float x) {
     return (uint16_t)((v + 0x7FFFu + ((v >> 16) & 1u)) >> 16);
 }
 
-void bf16_encode(int64_t n, const float* restrict x, uint16_t* restrict o) {
-    for (int64_t i = 0; i < n; i++) o[i] = bf16_of(x[i]);
+void bf16_encode(int64_t k, int64_t w, const float* restrict x, uint16_t* restrict o) {
+    for (int64_t i = 0; i < k * w; i++) o[i] = bf16_of(x[i]);
 }
 
-/* rows ids[0..k) of the (., w) table, as bfloat16 words (an owner answering a fetch: np.take then the cast) */
+/* rows ids[0..k) of the (., w) table, as bfloat16 words (an owner answering a fetch: np.take then the cast); each
+   cast's rows k x w: the same arguments as the int8 kernels' below (fused.py's Codec) */
 void bf16_take(int64_t k, int64_t w, const int64_t* restrict ids, const float* restrict table,
                uint16_t* restrict o) {
     for (int64_t r = 0; r < k; r++) {
@@ -84,8 +85,8 @@ void bf16_take(int64_t k, int64_t w, const int64_t* restrict ids, const float* r
     }
 }
 
-void bf16_decode(int64_t n, const uint16_t* restrict words, float* restrict o) {
-    for (int64_t i = 0; i < n; i++) {
+void bf16_decode(int64_t k, int64_t w, const uint16_t* restrict words, float* restrict o) {
+    for (int64_t i = 0; i < k * w; i++) {
         uint32_t v = (uint32_t)words[i] << 16;
         memcpy(o + i, &v, 4);
     }

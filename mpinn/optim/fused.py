@@ -173,74 +173,49 @@ def coalesce_rows(leaves, n_rows, width, dtype):
     return batch_coalesce(leaves, n_rows, width, dtype)
 
 
-class BF16:
-    """--wire-rows bf16's casts by the kernels (mpinn.comm.wire.Wire's codec): each returns its result, or None
-    where the kernels do not run (none loaded, or arrays that are not C-contiguous float32 and int64): the caller
-    then casts in numpy. The same bits as mpinn.comm.compress's to_bf16 and from_bf16 (tests/model/test_fused.py)."""
+class Codec:
+    """A wire format's casts by the kernels (mpinn.comm.wire.Wire's codec): rows (k, w) float32 to (k, w + extra)
+    words of `word` and back, and rows gathered by id and cast in one pass. Each returns its result, or None where
+    the kernels do not run (none loaded, or arrays that are not C-contiguous 2-D float32, int64 ids, the words'
+    dtype): the caller then casts in numpy, with the same bits (mpinn.comm.compress's to_bf16 and from_bf16,
+    mpinn.comm.wire's to_int8 and from_int8; tests/model/test_fused.py)."""
 
-    @staticmethod
-    def encode(rows, words):
-        """rows (float32) as bfloat16 words into words (uint16, rows' shape)."""
-        if not (_plain(rows, np.float32) and _plain(words, np.uint16) and words.size == rows.size) or library() is None:
-            return None
-        _lib.bf16_encode(ctypes.c_int64(rows.size), _ptr(rows), _ptr(words))
-        return words
+    def __init__(self, name, word, extra):
+        self.name, self.word, self.extra = name, np.dtype(word), extra
 
-    @staticmethod
-    def take(table, ids, words):
-        """Rows ids of the (n, w) float32 table as bfloat16 words into words ((len(ids), w) uint16); the ids in
-        range (the caller's check_owned)."""
-        if not (_plain(table, np.float32) and table.ndim == 2 and _plain(ids, np.int64) and _plain(words, np.uint16)
-                and words.shape == (ids.shape[0], table.shape[1])) or library() is None:
-            return None
-        _lib.bf16_take(ctypes.c_int64(ids.shape[0]), ctypes.c_int64(table.shape[1]), _ptr(ids), _ptr(table),
-                       _ptr(words))
-        return words
+    def _go(self, kernel, k, w, *arrays):
+        getattr(_lib, "%s_%s" % (self.name, kernel))(ctypes.c_int64(k), ctypes.c_int64(w), *map(_ptr, arrays))
 
-    @staticmethod
-    def decode(words):
-        """bfloat16 words as a new float32 array of their shape."""
-        if not _plain(words, np.uint16) or library() is None:
+    def _words(self, out, k, w):
+        return _plain(out, self.word) and out.shape == (k, w + self.extra)
+
+    def encode(self, rows, out):
+        """rows (k, w) into out (k, w + extra)."""
+        if not (_plain(rows, np.float32) and rows.ndim == 2 and self._words(out, *rows.shape)) or library() is None:
             return None
-        out = np.empty(words.shape, np.float32)
-        _lib.bf16_decode(ctypes.c_int64(words.size), _ptr(words), _ptr(out))
+        self._go("encode", rows.shape[0], rows.shape[1], rows, out)
+        return out
+
+    def take(self, table, ids, out):
+        """Rows ids of the (n, w) table into out (len(ids), w + extra); the ids in range (the caller's check_owned)."""
+        if not (_plain(table, np.float32) and table.ndim == 2 and _plain(ids, np.int64)
+                and self._words(out, ids.shape[0], table.shape[1])) or library() is None:
+            return None
+        self._go("take", ids.shape[0], table.shape[1], ids, table, out)
+        return out
+
+    def decode(self, got):
+        """(k, w + extra) words as a new (k, w) float32 array."""
+        if not (_plain(got, self.word) and got.ndim == 2 and got.shape[1] >= self.extra) or library() is None:
+            return None
+        out = np.empty((got.shape[0], got.shape[1] - self.extra), np.float32)
+        self._go("decode", out.shape[0], out.shape[1], got, out)
         return out
 
 
-class INT8:
-    """--wire-rows int8's casts by the kernels (mpinn.comm.wire.Wire's codec for int8), as BF16's: each returns its
-    result, or None where the kernels do not run; the same bits as mpinn.comm.wire's to_int8 and from_int8."""
-
-    @staticmethod
-    def encode(rows, out):
-        """rows (k, w) float32 into out (k, w + 4) uint8: each row's int8 values, then its float32 scale."""
-        if not (_plain(rows, np.float32) and rows.ndim == 2 and _plain(out, np.uint8)
-                and out.shape == (rows.shape[0], rows.shape[1] + 4)) or library() is None:
-            return None
-        _lib.int8_encode(ctypes.c_int64(rows.shape[0]), ctypes.c_int64(rows.shape[1]), _ptr(rows), _ptr(out))
-        return out
-
-    @staticmethod
-    def take(table, ids, out):
-        """Rows ids of the (n, w) float32 table into out (len(ids), w + 4) uint8; the ids in range (check_owned)."""
-        if not (_plain(table, np.float32) and table.ndim == 2 and _plain(ids, np.int64) and _plain(out, np.uint8)
-                and out.shape == (ids.shape[0], table.shape[1] + 4)) or library() is None:
-            return None
-        _lib.int8_take(ctypes.c_int64(ids.shape[0]), ctypes.c_int64(table.shape[1]), _ptr(ids), _ptr(table),
-                       _ptr(out))
-        return out
-
-    @staticmethod
-    def decode(got):
-        """(k, w + 4) int8 rows as a new (k, w) float32 array."""
-        if not (_plain(got, np.uint8) and got.ndim == 2 and got.shape[1] >= 4) or library() is None:
-            return None
-        out = np.empty((got.shape[0], got.shape[1] - 4), np.float32)
-        _lib.int8_decode(ctypes.c_int64(got.shape[0]), ctypes.c_int64(got.shape[1] - 4), _ptr(got), _ptr(out))
-        return out
-
-
-CODECS = {"bf16": BF16, "int8": INT8}       # the wire's casts by name (mpinn.comm.wire.Wire's codec)
+BF16 = Codec("bf16", np.uint16, 0)      # bfloat16 words, nearest even
+INT8 = Codec("int8", np.uint8, 4)       # int8 values and a float32 scale a row
+CODECS = {"bf16": BF16, "int8": INT8}   # the wire's casts by format (mpinn.comm.wire.wires)
 
 
 def _plain(a, dtype):
