@@ -151,8 +151,8 @@ RULES = tuple([
     Rule("sharded-exchange", ("table", "shard_exchange", "hot_rows", "wire_rows"),
          lambda c: c.table == "replicated" and (c.shard_exchange == "node" or c.hot_rows not in ("auto", "off")
                                                 or c.wire_rows != "fp32"),
-         "--shard-exchange node, --hot-rows K and --wire-rows bf16|int8 are for a sharded table, and this run's table is "
-         "replicated (--table auto keeps it replicated on one node): give --table sharded",
+         "--shard-exchange node, --hot-rows K and a --wire-rows other than fp32 are for a sharded table, and this "
+         "run's table is replicated (--table auto keeps it replicated on one node): give --table sharded",
          "--table replicated --hot-rows 100"),
     Rule("stale-rows", ("stale_rows", "table", "graph"),
          lambda c: bool(c.stale_rows) and (c.table == "replicated" or c.graph == "on"),
