@@ -168,7 +168,7 @@ class TableShards:
                                  given, "row ids").astype(ID, copy=False)
         self._count(asked, wire.id_bytes)
         check_owned(owners, wanted, comm.rank)
-        pending = PendingRows(ids.shape[0], w, table.dtype, wire, RowPlan(asked, given, wanted, order))
+        pending = PendingRows(self._arrived, ids.shape[0], w, table.dtype, RowPlan(asked, given, wanted, order))
         if not hot:
             reply, back, out = given, asked, wire.take(table, wanted)
         else:
@@ -183,6 +183,18 @@ class TableShards:
                        wait)
         self._count(reply, wire.row_bytes(w, table.dtype))
         return pending
+
+    def _arrived(self, pending):
+        """PendingRows.wait's (rows in ids' order, the RowPlan), the rows received: placed among the replica's (hot
+        rows) where there are any."""
+        got = self.wire.back(pending.got, pending.dtype)
+        if pending.place is None:
+            return got, pending.plan
+        rows = np.empty((pending.k, self.width), pending.dtype)
+        rows[pending.place] = got
+        mask, local = pending.local
+        rows[mask] = local
+        return rows, pending.plan
 
     def send_rows(self, comm, pending, out, reply, got, back, what, wait):
         """The rows' exchange on comm, reply rows to each rank and back from each: an Alltoallv (wait), or an
@@ -274,27 +286,22 @@ class TableShards:
 
 
 class PendingRows:
-    """A fetch on its way (TableShards.post): the request, if any, the buffers it reads and writes (kept alive until
-    it completes), and where the received rows and the hot rows' replica's go in the rows' order."""
+    """A fetch on its way (an exchange's post): the request, if any, the buffers it reads and writes (kept alive
+    until it completes), the plan, and what the exchange's `finish` needs to make the rows once they have arrived
+    (the flat exchange: where the received rows and the hot rows' replica's go, place and local; the node exchange
+    sets its own, NodeShards.post)."""
 
-    def __init__(self, k, width, dtype, wire, plan):
-        self.k, self.width, self.dtype, self.wire, self.plan = k, width, dtype, wire, plan
+    def __init__(self, finish, k, width, dtype, plan):
+        self.finish, self.k, self.width, self.dtype, self.plan = finish, k, width, dtype, plan
         self.request = self.out = self.got = None
-        self.place = self.local = None          # hot rows: received rows' places, (replica mask, replica rows)
+        self.place = self.local = None
 
     def wait(self):
-        """(rows (k, width) in ids' order, the RowPlan for send_back), once the rows have arrived."""
+        """(rows (k, width) in ids' order, the plan for send_back), once the rows have arrived."""
         if self.request is not None:
             self.request.Wait()
-        got = self.wire.back(self.got, self.dtype)
         self.request = self.out = None
-        if self.place is None:
-            return got, self.plan
-        rows = np.empty((self.k, self.width), self.dtype)
-        rows[self.place] = got
-        mask, local = self.local
-        rows[mask] = local
-        return rows, self.plan
+        return self.finish(self)
 
 
 def check_owned(owners, wanted, rank):

@@ -31,7 +31,7 @@ from mpi4py import MPI
 from mpinn.core.batch import SparseRows, coalesce
 from mpinn.comm.base import Communicator
 from mpinn.comm.buffers import displs
-from mpinn.comm.shard import TableShards, check_owned, segment_sums, sorted_unique, unique_inverse
+from mpinn.comm.shard import PendingRows, TableShards, check_owned, segment_sums, sorted_unique, unique_inverse
 from mpinn.comm.topology import node_comms
 
 
@@ -130,12 +130,15 @@ class NodeShards(TableShards):
         give = np.bincount(answer // self.n_rows, minlength=N).astype(np.int64, copy=False)
         pos = fwd[~hot_in[fwd]]             # the cold entries of ids_in, in forwarding order
         keys, where = distinct, inv[pos]    # the rows asked for: the distinct cold keys; each entry's among them
-        if owners.n_hot:
-            cold_keys = ~owners.hot_mask(distinct % self.n_rows)
+        if owners.n_hot:                    # a key is hot where its entries are (inv: entry -> key)
+            cold_keys = np.ones(distinct.shape[0], bool)
+            cold_keys[inv[hot_in]] = False
             keys, where = distinct[cold_keys], (np.cumsum(cold_keys) - 1)[where]
         ask = np.bincount(keys // self.n_rows, minlength=N).astype(np.int64, copy=False)
-        pending = PendingNodeRows(self, ids.shape[0], table.dtype, NodePlan(
+        pending = PendingRows(self.hand_out, ids.shape[0], w, table.dtype, NodePlan(
             order, sent, got_counts, fwd, per, per_in, ids_in.shape[0], wanted, key_in if summed else None))
+        # for the hand-out: where each received row goes among the relay's ids (where, pos), which of this rank's
+        # ids were fetched (need; the others are hot, their rows the replica's as posted: local), rows a relay
         pending.where, pending.pos = where, pos
         pending.need = ~hot_ids
         pending.back = np.bincount(relay[pending.need], minlength=R).astype(np.int64, copy=False)
@@ -146,8 +149,8 @@ class NodeShards(TableShards):
         return pending
 
     def hand_out(self, pending):
-        """4. each rank its rows, inside the node (as they came: rounded once, by the owner): PendingNodeRows.wait's
-        (rows in ids' order, the NodePlan)."""
+        """4. each rank its rows, inside the node (as they came: rounded once, by the owner): PendingRows.wait's
+        (rows in ids' order, the NodePlan); collective in the node."""
         w, wire, plan, dtype = self.width, self.wire, pending.plan, pending.dtype
         rows_in = wire.buffer(plan.n_in, w, dtype)
         rows_in[pending.pos] = pending.got[pending.where]
@@ -225,24 +228,3 @@ class NodeShards(TableShards):
         off = np.ones(self.N, dtype=bool)
         off[self.peers.rank] = False
         self.traffic.add(counts, itemsize, off, self.peers.rank)
-
-
-class PendingNodeRows:
-    """NodeShards.post's fetch on its way: the rows' request between nodes, if any, the buffers it reads and writes
-    (kept alive until it completes), and what the hand-out inside the node needs: where each received row goes among
-    the relay's ids (where, pos), which of this rank's ids were fetched (need; the others are hot, their rows the
-    replica's as posted: local) and how many rows come from each relay (back)."""
-
-    def __init__(self, shards, k, dtype, plan):
-        self.shards, self.k, self.dtype, self.plan = shards, k, dtype, plan
-        self.request = self.out = self.got = None
-        self.where = self.pos = self.need = self.back = self.local = None
-
-    def wait(self):
-        """(rows (k, width) in ids' order, the NodePlan for send_back), once the rows have crossed and been handed
-        out inside the node (collective in the node)."""
-        if self.request is not None:
-            self.request.Wait()
-        self.request = self.out = None
-        return self.shards.hand_out(self)
-

@@ -3,16 +3,16 @@ row a rank uses (fetched from its owner, or its replica of a hot row) rounded to
 rounded once by the rank that computed it, half the bytes each; int8: each row as 8-bit integers and one float32
 scale of its own (the row's largest magnitude / 127; each element / the scale rounded to nearest even), 68 bytes
 a 64-wide row instead of 256; bf16-int8: the rows as bf16 and the gradient rows as int8. With any of them, the ids
-go as int32 where the table has fewer than 2^31 rows. The
-rounding is the row's alone, so it is the same whichever rank owns or relays a row: P ranks compute what one
-process computes with each rank's share of the batch as a micro-batch whose rows are rounded as the rank rounds
-them (tests/training/mpi_sharded.py). The table and its optimizer state stay in their own precision: only what
-travels is rounded."""
+go as int32 where the table has fewer than 2^31 rows. The rounding is the row's alone, so it is the same whichever
+rank owns or relays a row: P ranks compute what one process computes with each rank's share of the batch as a
+micro-batch whose rows are rounded as the rank rounds them (tests/training/mpi_sharded.py). The table and its
+optimizer state stay in their own precision: only what travels is rounded."""
 import numpy as np
 
 from mpinn.comm.compress import from_bf16, to_bf16
 
-WIRES = ("fp32", "bf16", "int8", "bf16-int8")     # bf16-int8: rows as bf16, gradient rows as int8
+FORMATS = ("fp32", "bf16", "int8")                 # a Wire's
+WIRES = FORMATS + ("bf16-int8",)                  # --wire-rows' (bf16-int8: rows as bf16, gradient rows as int8)
 SCALE = 4               # bytes of an int8 row's float32 scale, after its values
 LEVELS = np.float32(127)
 
@@ -33,7 +33,7 @@ class Wire:
     kernels), each returning None where it does not run; numpy's casts otherwise, with the same bits."""
 
     def __init__(self, name="fp32", n_rows=0, codec=None):
-        if name not in WIRES or "-" in name:
+        if name not in FORMATS:
             raise ValueError("a wire format is fp32, bf16 or int8, not %r" % name)
         self.name = name
         self.half, self.int8 = name == "bf16", name == "int8"
@@ -61,7 +61,7 @@ class Wire:
         got = self.codec.encode(rows, buf) if self.codec is not None else None
         if got is not None:
             return got
-        return to_int8(rows) if self.int8 else to_bf16(rows, buf)
+        return to_int8(rows, buf) if self.int8 else to_bf16(rows, buf)
 
     def take(self, table, ids):
         """Rows ids of the (n, width) table as they are sent (an owner's answer: gathered and cast in one pass
@@ -92,14 +92,14 @@ class Wire:
         return self.back(self.out(rows), rows.dtype) if self.name != "fp32" else rows
 
 
-def to_int8(rows):
-    """Rows (k, w) (float32; float64 is rounded to float32 first) as (k, w + SCALE) bytes: each row's w values as
+def to_int8(rows, out=None):
+    """Rows (k, w) (float32; float64 is rounded to float32 first) as (k, w + SCALE) bytes (into out, if given): each row's w values as
     int8, q = the value / s rounded to nearest even (at most 127 in magnitude), then s = the row's largest magnitude
     / 127 as a float32, all in float32 arithmetic. A row of zeros has s = 0 and q = 0; a row holding a NaN or an Inf
     has a NaN or Inf s and q = 0, so that it arrives as NaN (0 x Inf) and the step is refused as non-finite."""
     x = np.ascontiguousarray(rows, dtype=np.float32)
     k, w = x.shape
-    out = np.empty((k, w + SCALE), np.uint8)
+    out = np.empty((k, w + SCALE), np.uint8) if out is None else out
     with np.errstate(invalid="ignore", over="ignore"):
         s = np.abs(x).max(axis=1) / LEVELS if w else np.zeros(k, np.float32)
         ok = np.isfinite(s) & (s > 0)
