@@ -5,7 +5,7 @@ from mpinn.bench.run import run
 from mpinn.bench.table import print_table
 from mpinn.optim import OPTIMIZERS
 from mpinn.bench.workloads import WORKLOADS
-from mpinn.settings.options import Parser, hot_rows_spec, positive_int, zero_or_one
+from mpinn.settings.options import Parser, hot_rows_spec, positive_int, stale_depth
 
 
 def build_parser():
@@ -39,10 +39,11 @@ def build_parser():
                    help="Iallreduce the later layers' gradients while earlier layers back-propagate")
     p.add_argument("--wire-rows", default="fp32", choices=["fp32", "bf16", "int8", "bf16-int8"],
                    help="a sharded table's rows and gradient rows on the wire, as training's --wire-rows")
-    p.add_argument("--stale-rows", default=0, type=zero_or_one, metavar="0|1",
-                   help="a sharded table's rows fetched a step ahead (one update late), as training's --stale-rows")
+    p.add_argument("--stale-rows", default=0, type=stale_depth, metavar="0|1|2",
+                   help="a sharded table's rows fetched a step ahead (1: one update late; 2: the gradient rows sent "
+                        "on while the next batch computes too), as training's --stale-rows")
     p.add_argument("--stale-progress", choices=["thread", "none"],
-                   help="--stale-rows 1: who drives MPI on the rows fetched ahead while a rank computes: a thread "
+                   help="--stale-rows 1 or 2: who drives MPI on the rows fetched ahead while a rank computes: a thread "
                         "calling Test (thread), or nobody but MPI itself (none: run under MPIR_CVAR_ASYNC_PROGRESS=1 "
                         "for MPICH's own progress thread); default: training's")
     p.add_argument("--graph", default="auto", choices=["auto", "on", "off"],

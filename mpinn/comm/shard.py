@@ -149,7 +149,7 @@ class TableShards:
         return self.post(table, ids, wait=True).wait()
 
     def post(self, table, ids, wait=False):
-        """fetch, its rows' Alltoallv posted and not waited for (wait=False: an Ialltoallv; --stale-rows 1): the
+        """fetch, its rows' Alltoallv posted and not waited for (wait=False: an Ialltoallv; --stale-rows): the
         owners' rows are read from `table` now (and a hot row's from this rank's replica now), so what arrives is
         the table as it is at this call, whatever is stepped before the wait. The counts and the ids (small)
         travel at once. Returns the PendingRows whose wait() gives fetch's (rows, RowPlan)."""
@@ -196,29 +196,32 @@ class TableShards:
         rows[mask] = local
         return rows, pending.plan
 
-    def send_rows(self, comm, pending, out, reply, got, back, what, wait):
-        """The rows' exchange on comm, reply rows to each rank and back from each: an Alltoallv (wait), or an
-        Ialltoallv posted, its buffers kept alive on pending until it completes."""
-        cw = self.wire.items(self.width)                      # a row's items in the wire's buffers
+    def send_rows(self, comm, pending, out, reply, got, back, what, wait, wire=None):
+        """The rows' exchange on comm, reply rows to each rank and back from each, in `wire`'s format (default the
+        rows' wire): an Alltoallv (wait), or an Ialltoallv posted, its buffers kept alive on pending until it
+        completes."""
+        cw = (wire or self.wire).items(self.width)            # a row's items in the wire's buffers
         if wait:
             pending.got = comm.Alltoallv_(out, reply * cw, got, back * cw, what)
         else:
             pending.out, pending.got = out, got
-            pending.request = comm.Ialltoallv_(out, reply * cw, got, back * cw, what + " (ahead)")
+            pending.request = comm.Ialltoallv_(out, reply * cw, got, back * cw, what + " (posted)")
 
-    def send_back(self, plan, grad_rows):
+    def send_back(self, plan, grad_rows, wait=True):
         """Every rank's gradient rows (in the order of its fetch's ids) to their owners. Returns, on
         each owner, SparseRows of its rows with one segment per asking rank in rank order (ids unique
         within a segment; .coalesced() sums them in rank order, and SGD applies them in turn, as the
-        replicated exchange does: the same arithmetic, element by element)."""
-        w, wire = self.width, self.grad_wire
-        cw = wire.items(w)
+        replicated exchange does: the same arithmetic, element by element). wait=False (--stale-rows 2): the
+        Alltoallv posted (an Ialltoallv) and a PendingRows returned, whose wait() gives those SparseRows."""
+        w, wire, dtype = self.width, self.grad_wire, grad_rows.dtype
         send = grad_rows if plan.order is None else grad_rows[plan.order]
-        got = self.comm.Alltoallv_(wire.out(send), plan.asked * cw,
-                                   wire.buffer(plan.wanted.shape[0], w, grad_rows.dtype), plan.given * cw,
-                                   "gradient rows")
-        self._count(plan.asked, wire.row_bytes(w, grad_rows.dtype))
-        return SparseRows(plan.wanted, wire.back(got, grad_rows.dtype), self.n_rows, displs(np.r_[plan.given, 0]))
+        pending = PendingRows(lambda p: SparseRows(plan.wanted, wire.back(p.got, dtype), self.n_rows,
+                                                   displs(np.r_[plan.given, 0])),
+                              plan.wanted.shape[0], w, dtype, plan)
+        self.send_rows(self.comm, pending, wire.out(send), plan.asked, wire.buffer(plan.wanted.shape[0], w, dtype),
+                       plan.given, "gradient rows", wait, wire)
+        self._count(plan.asked, wire.row_bytes(w, dtype))
+        return pending.wait() if wait else pending
 
     # ------------------------------------------------------------ the hot rows' replica
     def refresh_hot_(self, table):
@@ -297,7 +300,8 @@ class PendingRows:
         self.place = self.local = None
 
     def wait(self):
-        """(rows (k, width) in ids' order, the plan for send_back), once the rows have arrived."""
+        """What `finish` makes once the rows have arrived: a fetch's (rows (k, width) in ids' order, the plan for
+        send_back), a send_back's SparseRows."""
         if self.request is not None:
             self.request.Wait()
         self.request = self.out = None

@@ -166,30 +166,34 @@ class NodeShards(TableShards):
         rows[~pending.need] = pending.local
         return rows, plan
 
-    def send_back(self, plan, grad_rows):
+    def send_back(self, plan, grad_rows, wait=True):
+        """TableShards.send_back in two levels: inside the node at once (and the relay's sum); between nodes an
+        Alltoallv, or (wait=False) an Ialltoallv posted, a PendingRows returned whose wait() gives the SparseRows."""
         if self.node is None:
-            return TableShards.send_back(self, plan, grad_rows)
+            return TableShards.send_back(self, plan, grad_rows, wait)
         w, node, peers, N, R, wire = self.width, self.node, self.peers, self.N, self.R, self.grad_wire
-        row_bytes, cw = wire.row_bytes(w, grad_rows.dtype), wire.items(w)
+        dtype = grad_rows.dtype
+        row_bytes, cw = wire.row_bytes(w, dtype), wire.items(w)
         # 1. every rank's gradient rows to the relays, inside the node (the fetch's counts; rounded once, here)
         rows_in = node.Alltoallv_(wire.out(grad_rows[plan.order]), plan.sent * cw,
-                                  wire.buffer(plan.n_in, w, grad_rows.dtype), plan.got_counts * cw,
-                                  "gradient rows (node)")
+                                  wire.buffer(plan.n_in, w, dtype), plan.got_counts * cw, "gradient rows (node)")
         self._count_node(plan.sent, row_bytes)
         if self.unsummed_why is None:
-            return self._summed_back(plan, rows_in, grad_rows.dtype)
+            pending = self._summed_back(plan, rows_in, dtype, wait)
+            return pending.wait() if wait else pending
         # 2. to the owners, as the ids went (each asking rank's rows apart)
         send_n, recv_n = plan.per.reshape(N, R).sum(1), plan.per_in.reshape(N, R).sum(1)
-        got = peers.Alltoallv_(np.ascontiguousarray(rows_in[plan.fwd]), send_n * cw,
-                               wire.buffer(int(recv_n.sum()), w, grad_rows.dtype), recv_n * cw,
-                               "gradient rows (between nodes)")
+
+        def arrived(p):     # the asking ranks' segments in world-rank order, as the flat exchange delivers them
+            got, starts, seg = wire.back(p.got, dtype), displs(plan.per_in), self.world_order
+            take = np.concatenate([np.arange(starts[j], starts[j] + plan.per_in[j]) for j in seg]
+                                  + [np.empty(0, np.int64)])
+            return SparseRows(plan.wanted[take], got[take], self.n_rows, displs(np.r_[plan.per_in[seg], 0]))
+        pending = PendingRows(arrived, plan.wanted.shape[0], w, dtype, plan)
+        self.send_rows(peers, pending, np.ascontiguousarray(rows_in[plan.fwd]), send_n,
+                       wire.buffer(int(recv_n.sum()), w, dtype), recv_n, "gradient rows (between nodes)", wait, wire)
         self._count_peers(send_n, row_bytes)
-        got = wire.back(got, grad_rows.dtype)
-        # the asking ranks' segments in world-rank order, as the flat exchange delivers them
-        starts = displs(plan.per_in)
-        seg = self.world_order
-        take = np.concatenate([np.arange(starts[j], starts[j] + plan.per_in[j]) for j in seg] + [np.empty(0, np.int64)])
-        return SparseRows(plan.wanted[take], got[take], self.n_rows, displs(np.r_[plan.per_in[seg], 0]))
+        return pending.wait() if wait else pending
 
     def _distinct_ids_across(self, keys):
         """The relay's distinct (owner's node, id) keys (sorted, unique) to the owners, one count and one id each
@@ -204,20 +208,24 @@ class NodeShards(TableShards):
         self._count_peers(send_n, self.wire.id_bytes)
         return send_n, recv_n, wanted
 
-    def _summed_back(self, plan, rows_in, dtype):
+    def _summed_back(self, plan, rows_in, dtype, wait):
         """2. the relay sums its node's rows for each (owner's node, id) over the node's ranks (leaves in
         local-rank order: a subtree of world ranks) and sends each owner one row per id; the owner's segments,
-        one per node in node order, are the tree's next level (SparseRows.coalesced)."""
+        one per node in node order, are the tree's next level (SparseRows.coalesced). A PendingRows (posted where
+        not wait) whose wait() gives them."""
         w, N, n_rows, wire = self.width, self.N, self.n_rows, self.grad_wire
         vals, ends = wire.back(rows_in, dtype), displs(np.r_[plan.got_counts, 0])
         summed = self.sum_rows([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w,
                                dtype)
         # one row per key the fetch sent (plan.per: per node), arriving as its ids did (plan.wanted, plan.per_in)
-        cw = wire.items(w)
-        got = self.peers.Alltoallv_(wire.out(summed.rows), plan.per * cw, wire.buffer(plan.wanted.shape[0], w, dtype),
-                                    plan.per_in * cw, "gradient rows summed in the node (between nodes)")
+        pending = PendingRows(lambda p: SparseRows(plan.wanted, wire.back(p.got, dtype), n_rows,
+                                                   displs(np.r_[plan.per_in, 0])),
+                              plan.wanted.shape[0], w, dtype, plan)
+        self.send_rows(self.peers, pending, wire.out(summed.rows), plan.per,
+                       wire.buffer(plan.wanted.shape[0], w, dtype), plan.per_in,
+                       "gradient rows summed in the node (between nodes)", wait, wire)
         self._count_peers(plan.per, wire.row_bytes(w, dtype))
-        return SparseRows(plan.wanted, wire.back(got, dtype), n_rows, displs(np.r_[plan.per_in, 0]))
+        return pending
 
     def _count_node(self, counts, itemsize):
         """An exchange inside the node: nothing crosses the network."""

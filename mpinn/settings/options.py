@@ -80,10 +80,10 @@ def nonneg_int(s):
     return v
 
 
-def zero_or_one(s):
-    """A switch written as a number (--stale-rows): 0 or 1."""
-    if str(s).strip() not in ("0", "1"):
-        raise argparse.ArgumentTypeError("must be 0 or 1, not %s" % s)
+def stale_depth(s):
+    """--stale-rows: 0, 1 or 2."""
+    if str(s).strip() not in ("0", "1", "2"):
+        raise argparse.ArgumentTypeError("must be 0, 1 or 2, not %s" % s)
     return int(s)
 
 

@@ -42,7 +42,7 @@ class Plan:
     exchange_why: str = ""
     hot_rows: str = "off"       # a sharded table's hot rows: off, auto (counted at start-up), or a number
     hot_why: str = ""           # why off (for the start-up line), when off
-    stale_progress: str = STALE_PROGRESS    # --stale-rows 1: who drives MPI on the rows fetched ahead (see there)
+    stale_progress: str = STALE_PROGRESS    # --stale-rows 1 or 2: who drives MPI on what is in flight (see there)
 
     @property
     def ranks(self):
@@ -79,7 +79,9 @@ class Plan:
         else:
             note = "no hot rows (--hot-rows %s%s)" % (self.cfg.hot_rows, self.hot_why or (
                 "" if self.cfg.hot_rows == "off" else ": none expected 4 times in a rank's share"))
-        stale = "; rows fetched a step ahead (--stale-rows 1: one update late)" if self.cfg.stale_rows else ""
+        stale = {0: "", 1: "; rows fetched a step ahead (--stale-rows 1: one update late)",
+                 2: "; rows fetched a step ahead, gradient rows sent on while the next batch computes (--stale-rows "
+                    "2: every update a step late, the rows two)"}[self.cfg.stale_rows]
         return "sharded table: %s exchange (%s); %s%s" % (self.exchange, self.exchange_why, note, stale)
 
 

@@ -156,7 +156,7 @@ RULES = tuple([
          "--table replicated --hot-rows 100"),
     Rule("stale-rows", ("stale_rows", "table", "graph"),
          lambda c: bool(c.stale_rows) and (c.table == "replicated" or c.graph == "on"),
-         "--stale-rows 1 fetches a sharded table's rows a step ahead: it needs --table sharded, and not --graph on "
+         "--stale-rows fetches a sharded table's rows a step ahead: it needs --table sharded, and not --graph on "
          "(yet)", "--stale-rows 1 --table replicated"),
     Rule("hot-rows-lazy", ("hot_rows", "hashed_update"),
          lambda c: c.hot_rows not in ("auto", "off") and c.hashed_update == "dense",

@@ -10,7 +10,7 @@ from mpinn.optim import OPTIMIZERS, optimizer_help
 from mpinn.optim.schedule import DECAYS, SCALINGS
 from mpinn.settings.options import (class_list, hash_seed, hidden_sizes, holdout_by, hot_rows_spec, nonneg_float,
                                     nonneg_int, numeric_bins, numeric_embedding, positive_float, positive_int,
-                                    readers_value, zero_or_one)
+                                    readers_value, stale_depth)
 from mpinn.hashing import MAX_BITS, MAX_K, HashSpec, parse_buckets
 
 # where a value came from
@@ -310,9 +310,11 @@ class RunConfig:
                             "their own precision", choices=("fp32", "bf16", "int8", "bf16-int8"))
     stale_rows: int = option(0, "distribution", "1: a sharded table's rows fetched a step ahead, their exchange "
                              "overlapping the previous batch's compute: batch s+1 sees the rows after update s-1 "
-                             "(one update late; the dense layers stay synchronous); deterministic, one process "
-                             "reproduces it (docs/scale.md). --table sharded; 0: off", resume=True,
-                             type=zero_or_one, metavar="0|1")
+                             "(one update late; the dense layers stay synchronous); 2: the gradient rows' exchange "
+                             "overlaps the next batch's compute too, every update landing a step late (batch s+1 "
+                             "sees the rows after update s-2, the dense layers after s-1); deterministic, one "
+                             "process reproduces it (docs/scale.md). --table sharded; 0: off", resume=True,
+                             type=stale_depth, metavar="0|1|2")
     graph: str = option("auto", "distribution", "a GPU rank's step as one captured CUDA graph, replayed with no "
                         "host wait (auto: where the step plan covers the run, else eager with the reason on the "
                         "device line; on: refuse a run it does not cover; off: eager)", choices=("auto", "on", "off"))

@@ -32,7 +32,8 @@ def build_step(plan, comm, model, optimizer, faults=None, timeline=None, hot=())
     kw = dict(faults=faults or Faults(), timeline=timeline, grad_accum=cfg.grad_accum, towers=cfg.towers)
     if plan.step == "sharded" and cfg.stale_rows:
         return StaleShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, plan.topology, plan.exchange,
-                                plan.exchange_why, hot, wire=cfg.wire_rows, progress=plan.stale_progress, **kw)
+                                plan.exchange_why, hot, wire=cfg.wire_rows, progress=plan.stale_progress,
+                                depth=cfg.stale_rows, **kw)
     if plan.step == "sharded":
         return ShardedStep(model, optimizer.allocate_(dtype=model.dtype), comm, plan.topology, plan.exchange,
                            plan.exchange_why, hot, wire=cfg.wire_rows, **kw)

@@ -1,11 +1,17 @@
-"""--stale-rows 1: the sharded table's rows fetched one step ahead, their exchange overlapping the previous batch's
-compute (StaleShardedStep); deterministic: batch s+1 sees the table as it was after update s-1."""
+"""--stale-rows 1 and 2: the sharded table's rows fetched one step ahead, their exchange overlapping the previous
+batch's compute (StaleShardedStep); with 2 the gradient rows' exchange overlaps the next batch's compute too, every
+update landing a step late. Deterministic: batch s+1 sees the table after update s-1 (1), or the table after update
+s-2 and the dense layers after update s-1 (2)."""
 import contextlib
 import functools
 import time
 
+import numpy as np
+
 from mpinn.comm.progress import Progress
+from mpinn.core.errors import MpinnError
 from mpinn.training.sharded import ShardedStep
+from mpinn.training.step_base import all_finite
 
 PROGRESS = ("thread", "none")   # who drives MPI on the posted rows while the rank computes (docs/scale.md)
 
@@ -18,6 +24,15 @@ class _Held:
 
     def __init__(self, batch, rows, plan, n_global, step, lr):
         self.batch, self.rows, self.plan, self.n_global, self.step, self.lr = batch, rows, plan, n_global, step, lr
+
+
+class _Late:
+    """An update on its way (--stale-rows 2): its gradient rows posted to their owners (send_back's PendingRows),
+    its summed dense gradient and verdict, and the step number and learning rate it was given with."""
+    __slots__ = ("rows", "dense", "ok", "step", "lr")
+
+    def __init__(self, rows, dense, ok, step, lr):
+        self.rows, self.dense, self.ok, self.step, self.lr = rows, dense, ok, step, lr
 
 
 class StaleShardedStep(ShardedStep):
@@ -34,15 +49,25 @@ class StaleShardedStep(ShardedStep):
     applies the held batch with no new fetch; the next call starts the pipeline again (its batch sees the table
     after the last update). One process reproduces P ranks: the rows used at step s are the table after update
     max(s - 2, r), r the last settle before s (tests/training/mpi_stale.py). The flat or the node exchange (its rows
-    cross between nodes in the Ialltoallv; their hand-out inside the node is the wait's); progress: "thread" (a Progress thread drives MPI on the posted rows while this rank computes
-    and updates) or "none" (MPI's own, e.g. MPIR_CVAR_ASYNC_PROGRESS=1, or none until the wait)."""
+    cross between nodes in the Ialltoallv; their hand-out inside the node is the wait's); progress: "thread" (a
+    Progress thread drives MPI on the posted rows while this rank computes and updates) or "none" (MPI's own, e.g.
+    MPIR_CVAR_ASYNC_PROGRESS=1, or none until the wait).
 
-    def __init__(self, *args, progress="thread", **kw):
+    depth 2 (--stale-rows 2): the gradient rows of batch s are posted too (send_back's Ialltoallv; the node
+    exchange's hand-in and the relay's sum are done first) and travel while batch s+1 computes; update s is taken
+    after that compute (_land), with the dense gradient it was Allreduced with. So batch s computes on the dense
+    layers after update s-2 and on the rows after update s-3 (its fetch was posted before update s-2 landed). The
+    verdict rides in the dense Allreduce as before, from every rank's own gradient rows (a sum of finite rows that
+    overflows on its way is an error, not a skip). One process reproduces P ranks with the same delays."""
+
+    def __init__(self, *args, progress="thread", depth=1, **kw):
         super().__init__(*args, **kw)
         if progress not in PROGRESS:
             raise ValueError("progress is one of %s, not %r" % (", ".join(PROGRESS), progress))
+        if depth not in (1, 2):
+            raise ValueError("depth is 1 or 2, not %r" % (depth,))
         self.progress = Progress() if progress == "thread" and self.comm.size > 1 else None
-        self.held, self.settled = None, []
+        self.depth, self.held, self.late, self.settled = depth, None, None, []
 
     def __call__(self, local, n_global, step, lr):
         rec, now = self.timeline.add, time.perf_counter
@@ -65,19 +90,78 @@ class StaleShardedStep(ShardedStep):
     def _apply(self, held, request=None):
         """ShardedStep's step from the gradient on (finish_), for the held batch (its rows fetched a call ago), while
         `request` (the next batch's rows) is in flight: the progress thread drives it during the compute and the
-        update (this thread's own collectives drive it between them)."""
-        busy = contextlib.nullcontext
-        if self.progress is not None and request is not None:
-            busy = functools.partial(self.progress.driving, request)
-        loss, ok = self.finish_(held.batch, held.rows, held.plan, held.n_global, held.step, held.lr, busy)
+        update (this thread's own collectives drive it between them). Depth 2: _apply_late."""
+        if self.depth == 2:
+            loss, ok = self._apply_late(held, request)
+        else:
+            busy = contextlib.nullcontext
+            if self.progress is not None and request is not None:
+                busy = functools.partial(self.progress.driving, request)
+            loss, ok = self.finish_(held.batch, held.rows, held.plan, held.n_global, held.step, held.lr, busy)
         self.settled.append((loss, ok, held.n_global, held.step))
 
+    def _apply_late(self, held, request):
+        """Depth 2: batch s (held) computed while the next batch's rows and update s-1's gradient rows travel (the
+        progress thread drives both), its gradient rows posted to their owners, its dense gradient and loss
+        Allreduced (the verdict: every rank's gradient rows and dense gradient finite); then update s-1 lands and
+        update s waits for the next call. (mean loss, ok)."""
+        model, rec, now, late = self.model, self.timeline.add, time.perf_counter, self.late
+        busy = contextlib.nullcontext
+        if self.progress is not None:
+            busy = functools.partial(self.progress.driving, request, late.rows.request if late else None)
+        t0 = now()
+        with busy():
+            grad_rows = self.gradient_rows(held.batch, 1.0 / (held.n_global or 1), held.rows)
+            self.faults.fire(held.step, model.grad_buffer)
+        t1 = now()
+        sent = self.shards.send_back(held.plan, grad_rows, wait=False)
+        t2 = now()
+        dense = model.grad_buffer[model.dense_start:]
+        if not all_finite(grad_rows):
+            dense[-1] = np.nan
+        self.comm.Allreduce_sum_(dense, "dense gradient and loss")
+        ok, loss = all_finite(dense), float(dense[-1]) / (held.n_global or 1)
+        t3 = now()
+        rec("compute", t0, t1, held.step)
+        rec("comm", t1, t2, held.step, "gradient rows posted to owners (Ialltoallv)")
+        rec("comm", t2, t3, held.step, "dense Allreduce")
+        self.late = _Late(sent, dense.copy(), ok, held.step, held.lr)
+        self._land(late)
+        return loss, ok
+
+    def _land(self, late):
+        """Update `late` taken once its gradient rows have arrived (skipped where its verdict said so): the owners'
+        rows and the dense layers, with the dense gradient it was Allreduced with; the hot rows' replica
+        refreshed."""
+        if late is None:
+            return
+        model, rec, now = self.model, self.timeline.add, time.perf_counter
+        t0 = now()
+        mine = late.rows.wait()
+        t1 = now()
+        rec("comm", t0, t1, late.step, "wait for the gradient rows")
+        if not late.ok:
+            return
+        if not all_finite(mine.rows):
+            raise MpinnError("step %d: gradient rows summed on their way to their owner are not finite, though every "
+                             "rank's own were (--stale-rows 2 decides a skip before the sums)" % late.step)
+        model.grad_buffer[model.dense_start:] = late.dense
+        self.update_(mine, late.lr)
+        t2 = now()
+        self.shards.refresh_hot_(self.table)
+        rec("update", t1, t2, late.step)
+        if self.hot_rows:
+            rec("comm", t2, now(), late.step, "hot rows to every rank (Allgatherv)")
+
     def settle_(self, step):
-        """Collective: the held batch computed and applied (no new fetch); the next call starts the pipeline
-        again."""
+        """Collective: the held batch computed and applied (no new fetch), the late update taken; the next call
+        starts the pipeline again."""
         if self.held is not None:
             held, self.held = self.held, None
             self._apply(held)
+        if self.late is not None:
+            late, self.late = self.late, None
+            self._land(late)
 
     def outcomes(self, result, flush=False):
         """The (loss, ok, n_global, step) of the steps applied since the last call: the batch before the one just
