@@ -158,6 +158,11 @@ RULES = tuple([
          lambda c: bool(c.stale_rows) and (c.table == "replicated" or c.graph == "on"),
          "--stale-rows fetches a sharded table's rows a step ahead: it needs --table sharded, and not --graph on "
          "(yet)", "--stale-rows 1 --table replicated"),
+    Rule("stale-rows-lazy", ("stale_rows", "hashed_update"),
+         lambda c: c.stale_rows == 2 and c.hashed_update == "dense",
+         "--stale-rows 2 lands a step's table rows after the next batch's compute, which needs the lazy update of the "
+         "hashed table: leave out --hashed-update dense (or give --stale-rows 1)",
+         "--table sharded --stale-rows 2 --hashed-update dense"),
     Rule("hot-rows-lazy", ("hot_rows", "hashed_update"),
          lambda c: c.hot_rows not in ("auto", "off") and c.hashed_update == "dense",
          "--hot-rows needs the lazy update of the hashed table: leave out --hashed-update dense",

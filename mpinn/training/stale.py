@@ -1,7 +1,7 @@
 """--stale-rows 1 and 2: the sharded table's rows fetched one step ahead, their exchange overlapping the previous
-batch's compute (StaleShardedStep); with 2 the gradient rows' exchange overlaps the next batch's compute too, every
-update landing a step late. Deterministic: batch s+1 sees the table after update s-1 (1), or the table after update
-s-2 and the dense layers after update s-1 (2)."""
+batch's compute (StaleShardedStep); with 2 the gradient rows' exchange overlaps the next batch's compute too, the
+rows' update landing a step late. Deterministic: batch s+1 sees the table after update s-1 (1) or s-2 (2); the dense
+layers stay synchronous."""
 import contextlib
 import functools
 import time
@@ -27,12 +27,13 @@ class _Held:
 
 
 class _Late:
-    """An update on its way (--stale-rows 2): its gradient rows posted to their owners (send_back's PendingRows),
-    its summed dense gradient and verdict, and the step number and learning rate it was given with."""
-    __slots__ = ("rows", "dense", "ok", "step", "lr")
+    """A rows' update on its way (--stale-rows 2): its gradient rows posted to their owners (send_back's
+    PendingRows), its verdict, the step number and learning rate it was given with, and the optimizer's count of
+    its step (t)."""
+    __slots__ = ("rows", "ok", "step", "lr", "t")
 
-    def __init__(self, rows, dense, ok, step, lr):
-        self.rows, self.dense, self.ok, self.step, self.lr = rows, dense, ok, step, lr
+    def __init__(self, rows, ok, step, lr, t):
+        self.rows, self.ok, self.step, self.lr, self.t = rows, ok, step, lr, t
 
 
 class StaleShardedStep(ShardedStep):
@@ -54,11 +55,13 @@ class StaleShardedStep(ShardedStep):
     MPIR_CVAR_ASYNC_PROGRESS=1, or none until the wait).
 
     depth 2 (--stale-rows 2): the gradient rows of batch s are posted too (send_back's Ialltoallv; the node
-    exchange's hand-in and the relay's sum are done first) and travel while batch s+1 computes; update s is taken
-    after that compute (_land), with the dense gradient it was Allreduced with. So batch s computes on the dense
-    layers after update s-2 and on the rows after update s-3 (its fetch was posted before update s-2 landed). The
-    verdict rides in the dense Allreduce as before, from every rank's own gradient rows (a sum of finite rows that
-    overflows on its way is an error, not a skip). One process reproduces P ranks with the same delays."""
+    exchange's hand-in and the relay's sum are done first) and travel while batch s+1 computes; the dense part of
+    update s is taken at once, its rows' part after that compute (_land: Optimizer.late_rows_, at step s's count
+    and rate; a lazy update's rows read only their own state, so the order of the two parts changes no bit). So
+    batch s computes on the dense layers after update s-1 and on the rows after update s-3 (its fetch was posted
+    before update s-2's rows landed). The verdict rides in the dense Allreduce as before, from every rank's own
+    gradient rows (a sum of finite rows that overflows on its way is an error, not a skip). One process reproduces
+    P ranks with the same delay. It needs the lazy update of the table (not --hashed-update dense)."""
 
     def __init__(self, *args, progress="thread", depth=1, **kw):
         super().__init__(*args, **kw)
@@ -66,6 +69,8 @@ class StaleShardedStep(ShardedStep):
             raise ValueError("progress is one of %s, not %r" % (", ".join(PROGRESS), progress))
         if depth not in (1, 2):
             raise ValueError("depth is 1 or 2, not %r" % (depth,))
+        if depth == 2 and not self.optimizer.sparse_ok:     # the plan refuses it (the rule stale-rows-lazy)
+            raise ValueError("depth 2 needs the lazy update of the hashed table")
         self.progress = Progress() if progress == "thread" and self.comm.size > 1 else None
         self.depth, self.held, self.late, self.settled = depth, None, None, []
 
@@ -103,8 +108,8 @@ class StaleShardedStep(ShardedStep):
     def _apply_late(self, held, request):
         """Depth 2: batch s (held) computed while the next batch's rows and update s-1's gradient rows travel (the
         progress thread drives both), its gradient rows posted to their owners, its dense gradient and loss
-        Allreduced (the verdict: every rank's gradient rows and dense gradient finite); then update s-1 lands and
-        update s waits for the next call. (mean loss, ok)."""
+        Allreduced (the verdict: every rank's gradient rows and dense gradient finite), the dense layers stepped;
+        then update s-1's rows land and update s's wait for the next call. (mean loss, ok)."""
         model, rec, now, late = self.model, self.timeline.add, time.perf_counter, self.late
         busy = contextlib.nullcontext
         if self.progress is not None:
@@ -122,20 +127,24 @@ class StaleShardedStep(ShardedStep):
         self.comm.Allreduce_sum_(dense, "dense gradient and loss")
         ok, loss = all_finite(dense), float(dense[-1]) / (held.n_global or 1)
         t3 = now()
+        if ok:
+            self.optimizer.step_(model.params, model.grads, None, regions=[(model.dense_start, model.size)],
+                                 lr=held.lr)
+        t4 = now()
         rec("compute", t0, t1, held.step)
         rec("comm", t1, t2, held.step, "gradient rows posted to owners (Ialltoallv)")
         rec("comm", t2, t3, held.step, "dense Allreduce")
-        self.late = _Late(sent, dense.copy(), ok, held.step, held.lr)
+        rec("update", t3, t4, held.step)
+        self.late = _Late(sent, ok, held.step, held.lr, self.optimizer.t)
         self._land(late)
         return loss, ok
 
     def _land(self, late):
-        """Update `late` taken once its gradient rows have arrived (skipped where its verdict said so): the owners'
-        rows and the dense layers, with the dense gradient it was Allreduced with; the hot rows' replica
-        refreshed."""
+        """Update `late`'s rows taken once its gradient rows have arrived (skipped where its verdict said so), at its
+        step's count and rate; the hot rows' replica refreshed."""
         if late is None:
             return
-        model, rec, now = self.model, self.timeline.add, time.perf_counter
+        rec, now = self.timeline.add, time.perf_counter
         t0 = now()
         mine = late.rows.wait()
         t1 = now()
@@ -144,9 +153,8 @@ class StaleShardedStep(ShardedStep):
             return
         if not all_finite(mine.rows):
             raise MpinnError("step %d: gradient rows summed on their way to their owner are not finite, though every "
-                             "rank's own were (--stale-rows 2 decides a skip before the sums)" % late.step)
-        model.grad_buffer[model.dense_start:] = late.dense
-        self.update_(mine, late.lr)
+                             "rank's own were (a late rows' update decides a skip before the sums)" % late.step)
+        self.optimizer.late_rows_(self.model.params, mine, late.t, lr=late.lr)
         t2 = now()
         self.shards.refresh_hot_(self.table)
         rec("update", t1, t2, late.step)

@@ -167,3 +167,29 @@ def test_bf16_int8_casts_rows_as_bf16_and_gradient_rows_as_int8():
     want = (s["take_max"] * 2e-8 + 64 * (k * 3e-9 + k * 1e-10 + s["grad_max"] * 4e-10
                                           + s["relay_max"] * 4e-10 + s["sum_out_max"] * 3e-9))
     assert costs.wire_casts(c, s, t) == pytest.approx(want)
+
+
+def test_stale_rows_2_overlaps_the_gradient_rows_too():
+    """--stale-rows 2 posts the gradient rows' exchange as well (costs.LATE_PHASES): between nodes for the node
+    schemes (the hand-in to the relays blocks), all of it for the flat one; twice the posted messages; never slower
+    than --stale-rows 1, and faster where the link, not the compute, was the rest's."""
+    P, R = 16, 4
+    rng = np.random.default_rng(0)
+    rank, ids = w2_loads.rank_ids(rng.integers(0, 1 << 18, (P * 4, 5)), P, 4)
+    shm = dict(costs.ASSUMED, label="shm", a_v=5e-6, b_v=3e9, per_message=1e-6, a_ag=3e-6, b_ag=3e9)
+    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9,
+         "encode": 1e-9, "decode": 1e-9, "take_int8": 3e-8, "encode_int8": 2e-9, "decode_int8": 1e-9}
+    c = w2_loads.step_counts(rank, ids, P, R)
+    for scheme in w2_loads.SCHEMES:
+        s, node = c["schemes"][scheme], c["schemes"][scheme]["node_aware"]
+        terms, one = costs.w2_cluster_split(c, scheme, shm, costs.ASSUMED, t)
+        _, two = costs.w2_cluster_split(c, scheme, shm, costs.ASSUMED, t, costs.LATE_PHASES)
+        pb = w2_loads.phase_bytes(s["inter"])
+        assert two["Alltoallv bytes, inter-node"] == pytest.approx((pb["rows"] + pb["gradient rows"]) / 1.1e9)
+        assert two["Alltoallv messages"] == pytest.approx(2 * one["Alltoallv messages"])
+        intra = 0.0 if node else (s["intra"]["rows"] + s["intra"]["gradient rows"]) / 3e9
+        assert two["Alltoallv bytes, intra-node"] == pytest.approx(intra)
+        for comp in (1e-6, 1e-3, 1.0):
+            assert costs.stale_step(comp, terms, two) <= costs.stale_step(comp, terms, one) + 1e-15
+        comp = sum(two.values())            # the compute hides all that is posted: only the rest is left
+        assert costs.stale_step(comp, terms, two) == pytest.approx(comp + sum(terms.values()) - comp)

@@ -58,17 +58,15 @@ def one_process(optimizer, batch, n, data, ranks, settles=(), skip=(), fresh=Fal
     rank's share of the batch (the scatter's contiguous split) is a micro-batch over its own unique ids, its
     gradient rows one segment, the segments applied in rank order with the summed dense gradient; a step in
     `skip` is not applied (the table stays as it was). fresh: the table as it is (--stale-rows 0). rate(s): step s's
-    learning rate. depth 2 (--stale-rows 2): step s uses the table after update max(s - 3, r) and the dense layers
-    after update max(s - 2, r) (the updates themselves are taken in order, each on the state the one before left)."""
+    learning rate. depth 2 (--stale-rows 2): step s uses the table after update max(s - 3, r) (the dense layers as
+    they are: after update s - 1)."""
     model = model or MLP(spec_for()).init_(0)
     opt = make_optimizer(optimizer, model)
     width, start = model.table[1], model.dense_start
     table = model.params[:N_SPARSE * width].reshape(N_SPARSE, width)
-    history, dense_history, r = [table.copy()], [model.params[start:].copy()], 0
+    history, r = [table.copy()], 0
     for s in range(1, n + 1):
         seen = history[s - 1 if fresh else max(s - 1 - depth, r)]
-        now = model.params[start:].copy()
-        model.params[start:] = dense_history[max(s - depth, r)]     # depth 1: the dense layers as they are
         whole = batch_at(data, batch, s)
         dense, ids, grads = np.zeros_like(model.grad_buffer[start:]), [], []
         bounds = np.r_[0, np.cumsum(split_counts(batch, ranks))]
@@ -79,7 +77,6 @@ def one_process(optimizer, batch, n, data, ranks, settles=(), skip=(), fresh=Fal
                                           table=seen[k]).rows)
             dense += model.grad_buffer[start:]
             ids.append(k)
-        model.params[start:] = now
         model.grad_buffer[start:] = dense
         touched = SparseRows(np.concatenate(ids), np.concatenate(grads), N_SPARSE,
                              displs(np.r_[[len(k) for k in ids], 0]))
@@ -91,7 +88,6 @@ def one_process(optimizer, batch, n, data, ranks, settles=(), skip=(), fresh=Fal
             model.grads[:start].reshape(N_SPARSE, width)[summed.ids] = summed.rows
             opt.step_(model.params, model.grads, None, lr=rate(s))
         history.append(table.copy())
-        dense_history.append(model.params[start:].copy())
         if s in settles:
             r = s
     return model.params

@@ -1,8 +1,9 @@
 """--stale-rows 2 (mpinn.training.stale, depth 2): the gradient rows' exchange overlaps the next batch's compute, so
-update s lands after batch s+1's compute. Written out plainly here in one process: step s computes on the dense
-layers after update s-2 and on the rows after update s-3. P ranks equal one process with the same delays (every
-optimizer, hot rows, the node exchange bit for bit with the flat one); a settle loses nothing; a skipped step
-changes nothing; it is neither --stale-rows 1 nor 0."""
+the rows of update s land after batch s+1's compute (its dense layers at once). Written out plainly here in one
+process: step s computes on the dense layers after update s-1 and on the rows after update s-3. P ranks equal one
+process with the same delay (every lazy optimizer, hot rows, the node exchange bit for bit with the flat one); a
+settle loses nothing; a skipped step changes nothing; it is neither --stale-rows 1 nor 0; --hashed-update dense is
+refused."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -18,25 +19,24 @@ from mpinn.training.stale import StaleShardedStep
 
 
 def plain_late_sgd(batch, n, data):
-    """SGD whose step s computes on the dense layers after update s-2 and the rows after update s-3, each update
-    p -= lr g taken in order on the parameters as they are: the parameters' history kept, written out."""
+    """SGD whose step s computes on the dense layers as they are and on the rows after update s-3, each update
+    p -= lr g taken on the parameters as they are: the table's history kept, written out."""
     model = MLP(spec_for()).init_(0)
     width, start = model.table[1], model.dense_start
-    history = [model.params.copy()]             # history[u]: the parameters after update u (0: as initialised)
-    params = model.params.copy()
+    table = model.params[:N_SPARSE * width].reshape(N_SPARSE, width)
+    history = [table.copy()]                    # history[u]: the table after update u (0: as initialised)
     for s in range(1, n + 1):
         whole = batch_at(data, batch, s)
         ids, Xc = compact_csr(np, sp, whole.Xs)
-        model.params[:] = history[max(s - 2, 0)]
-        rows = history[max(s - 3, 0)][:N_SPARSE * width].reshape(N_SPARSE, width)[ids]
+        rows = history[max(s - 3, 0)][ids]
         rows_grad = model.loss_grad_(Batch(Xc, whole.Xd, whole.y), 1.0 / batch, sparse_grad=True, table=rows).rows
-        params[start:] -= LR * model.grads[start:]
-        params[:N_SPARSE * width].reshape(N_SPARSE, width)[ids] -= LR * rows_grad
-        history.append(params.copy())
-    return params
+        model.params[start:] -= LR * model.grads[start:]
+        table[ids] -= LR * rows_grad
+        history.append(table.copy())
+    return model.params
 
 
-def test_update_s_lands_after_the_next_compute():
+def test_the_rows_of_update_s_land_after_the_next_compute():
     """SGD: --stale-rows 2 equals the plain reference to 1e-12 at every rank count, and neither --stale-rows 1 nor
     the reference's depth-1 mode."""
     got, t = run_stale("sgd", depth=2)
@@ -48,13 +48,30 @@ def test_update_s_lands_after_the_next_compute():
     agree(np.max(np.abs(ref - one_process("sgd", 12, 6, data_for(), COMM.size))) > 1e-6, "the reference's depth")
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adam-dense", "adagrad-rowwise", "ftrl"])
-def test_p_ranks_equal_one_process_with_the_same_delays(optimizer):
-    """P ranks with --stale-rows 2 equal one process with the same delays whose micro-batches are the ranks' shares
-    (uneven at np 2 and 3), for the lazy and the dense updates of the table."""
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad", "adagrad-rowwise", "ftrl"])
+def test_p_ranks_equal_one_process_with_the_same_delay(optimizer):
+    """P ranks with --stale-rows 2 equal one process with the same delay whose micro-batches are the ranks' shares
+    (uneven at np 2 and 3): a row's update taken a step late, at its own step's count and rate (Adam's bias
+    correction, FTRL's rate), changes no bit of what the reference's in-order updates give."""
     got, _ = run_stale(optimizer, batch=7, depth=2)
     ref = one_process(optimizer, 7, 6, data_for(), COMM.size, depth=2)
     agree(np.max(np.abs(got - ref)) < 1e-12, "vs one process: %g" % np.max(np.abs(got - ref)))
+
+
+def test_the_rate_of_a_late_row_is_its_own_steps():
+    """A rate that changes every step: the rows of update s land a call later at step s's rate (Adam)."""
+    def schedule(global_step, plateaus=0):
+        return LR * (global_step + 1) / 3.0
+    got, _ = run_stale("adam", schedule=schedule, depth=2)
+    ref = one_process("adam", 12, 6, data_for(), COMM.size, rate=lambda s: LR * s / 3.0, depth=2)
+    agree(np.max(np.abs(got - ref)) < 1e-12, "vs one process: %g" % np.max(np.abs(got - ref)))
+
+
+def test_the_dense_update_of_the_table_is_refused():
+    """--hashed-update dense steps every row every step with the dense layers: no late rows' update for it (the
+    step refuses it; the options' rule stale-rows-lazy says so first, tests/entry/test_rules.py)."""
+    with pytest.raises(ValueError, match="^depth 2 needs the lazy update of the hashed table"):
+        run_stale("adam-dense", depth=2)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad-rowwise"])

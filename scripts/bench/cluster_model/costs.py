@@ -65,15 +65,18 @@ def w2_cluster_terms(c, scheme, shm, net, t):
 
 
 FETCH_PHASES = ("rows",)        # what a one-step-stale exchange (--stale-rows 1) moves while the step computes
+LATE_PHASES = ("rows", "gradient rows")     # and --stale-rows 2 (the gradient rows' exchange posted too)
 
 
-def w2_cluster_split(c, scheme, shm, net, t):
-    """({term: seconds}, {term: the seconds of it that fetch the rows}): the terms of w2_cluster_terms, and of each
-    the part a one-step-stale exchange overlaps with the compute (stale_step), as mpinn's --stale-rows 1 posts it
-    (TableShards.post, NodeShards.post): the rows' Ialltoallv, its messages and bytes (flat: in the node and
-    between nodes; node schemes: between nodes, the rows' hand-out inside the node is at the wait). The counts and
-    the ids travel before it, blocking, and the fetch's CPU work (the owner's gather, the relay's dedup, the casts
-    of rows answered and received) runs on the compute core: they stay in the rest."""
+def w2_cluster_split(c, scheme, shm, net, t, phases=FETCH_PHASES):
+    """({term: seconds}, {term: the seconds of it that travel posted}): the terms of w2_cluster_terms, and of each
+    the part a stale exchange overlaps with the compute (stale_step), as mpinn posts it. --stale-rows 1 (phases
+    FETCH_PHASES; TableShards.post, NodeShards.post): the rows' Ialltoallv, its messages and bytes (flat: in the
+    node and between nodes; node schemes: between nodes, the rows' hand-out inside the node is at the wait).
+    --stale-rows 2 (LATE_PHASES): the gradient rows' Ialltoallv too (send_back(wait=False): flat, all of it; node
+    schemes, between nodes: the hand-in to the relays and their sum come first, blocking). The counts and the ids
+    travel before them, blocking, and the exchange's CPU work (the owner's gather, the relay's dedup and sum, the
+    casts) runs on the compute core: they stay in the rest."""
     P, R, N = c["P"], c["R"], c["N"]
     s = c["schemes"][scheme]
     if P == 1:
@@ -81,21 +84,21 @@ def w2_cluster_split(c, scheme, shm, net, t):
     pb = w2_loads.phase_bytes(s["inter"])
     counts_b = sum(pb.get(n, 0.0) for n in COUNT_PHASES)
     data_b = sum(v for n, v in pb.items() if n not in COUNT_PHASES + ("hot Allgatherv", "dense tail Allreduce"))
-    fetch_b = pb["rows"]
+    fetch_b = sum(pb[n] for n in phases)
     if s["node_aware"]:
         counts = log2(R) * shm["a2a"] + log2(N) * net["a2a"]       # the counts: per asking rank, N x R
         across = messages(N - 1, net)
         msgs = messages(R - 1, shm) + across                       # one Alltoallv (ids, rows, gradient rows)
-        ahead_msgs, ahead_intra = across, 0.0                      # the rows between nodes; the hand-out waits
+        ahead_msgs, ahead_intra = across, 0.0                      # between nodes; inside the node: blocking
     else:
         counts = log2(R) * shm["a2a"] + (log2(P) - log2(R)) * net["a2a"]
         msgs = messages(R - 1, shm) + messages(P - R, net)
-        ahead_msgs, ahead_intra = msgs, s["intra"]["rows"]
+        ahead_msgs, ahead_intra = msgs, sum(s["intra"][n] for n in phases)
     intra = s["intra"]
     out = {"counts": counts + counts_b / net["b_v"], "Alltoallv messages": 3 * msgs,
            "Alltoallv bytes, inter-node": data_b / net["b_v"],
            "Alltoallv bytes, intra-node": sum(intra.values()) / shm["b_v"]}
-    fetch = {"Alltoallv messages": ahead_msgs, "Alltoallv bytes, inter-node": fetch_b / net["b_v"],
+    fetch = {"Alltoallv messages": len(phases) * ahead_msgs, "Alltoallv bytes, inter-node": fetch_b / net["b_v"],
              "Alltoallv bytes, intra-node": ahead_intra / shm["b_v"]}
     if s["hot"]:
         m = c["hot_rows"] * w2_loads.ROW
@@ -122,9 +125,10 @@ def bookkeeping(c, s, t):
 
 
 def stale_step(compute_s, terms, fetch):
-    """One-step-stale: batch s+1's rows travel while batch s computes (a progress thread moves the messages), so
-    the step is max(compute, fetch) + the rest (the counts and ids, the gradient rows' return, the dense Allreduce,
-    the hot refresh, every CPU term); the synchronous step is compute + fetch + the rest."""
+    """A stale step: what is posted (fetch: batch s+1's rows, and with --stale-rows 2 batch s-1's gradient rows)
+    travels while batch s computes (a progress thread moves the messages), so the step is max(compute, fetch) + the
+    rest (the counts and ids, the gradient rows' return where not posted, the dense Allreduce, the hot refresh,
+    every CPU term); the synchronous step is compute + fetch + the rest."""
     f = sum(fetch.values())
     return max(compute_s, f) + sum(terms.values()) - f
 
@@ -175,11 +179,11 @@ def w2_floor_bytes(c, scheme):
     return w2_loads.node_bytes(c["schemes"][scheme]["inter"])
 
 
-def w2_stale_floor_bytes(c, scheme):
-    """(the busiest node's fetch bytes, the rest's) a step: what a one-step-stale step's floor overlaps and not."""
+def w2_stale_floor_bytes(c, scheme, phases=FETCH_PHASES):
+    """(the busiest node's posted bytes, the rest's) a step: what a stale step's floor overlaps and not."""
     inter = c["schemes"][scheme]["inter"]
-    return (w2_loads.node_bytes({n: v for n, v in inter.items() if n in FETCH_PHASES}),
-            w2_loads.node_bytes({n: v for n, v in inter.items() if n not in FETCH_PHASES}))
+    return (w2_loads.node_bytes({n: v for n, v in inter.items() if n in phases}),
+            w2_loads.node_bytes({n: v for n, v in inter.items() if n not in phases}))
 
 
 def w1_cluster_terms(P, R, shm, net, scheme):
@@ -200,7 +204,8 @@ def w1_cluster_terms(P, R, shm, net, scheme):
 
 def cluster(comp, shm, nets, counts, t, rpns, ranks=None, w1=True):
     """{(workload, scheme, wire, network label, R): {"ranks", "eff": [..], "floor": [..], "terms": {P: {..}}, and
-    for W2 "eff_stale", "floor_stale", "fetch": {P: {..}}}} at `ranks` (default CLUSTER_RANKS); counts: {wire:
+    for W2 "eff_stale", "floor_stale", "fetch": {P: {..}} and the same of --stale-rows 2, "eff_late", "floor_late",
+    "posted": {P: {..}}}} at `ranks` (default CLUSTER_RANKS); counts: {wire:
     w2_loads.loads(.., wire=wire)} (W1's wire is fp32: its Allreduce, as today); comp: seconds a rank computes a
     step. The floors: synchronous, compute / max(compute, the node's link bytes / B) (any overlap of everything);
     one-step-stale, compute / (max(compute, fetch bytes / B) + the rest's bytes / B) (stale_step's overlap)."""
@@ -217,11 +222,13 @@ def cluster(comp, shm, nets, counts, t, rpns, ranks=None, w1=True):
                         c = counts[wire][(P, R)]
                         terms, fetch = w2_cluster_split(c, scheme, shm, net, t)
                         link = w2_floor_bytes(c, scheme) / net["b_v"]
-                        f_b, rest_b = w2_stale_floor_bytes(c, scheme)
-                        cur.setdefault("eff_stale", []).append(comp[wl] / stale_step(comp[wl], terms, fetch))
-                        cur.setdefault("floor_stale", []).append(
-                            comp[wl] / (max(comp[wl], f_b / net["b_v"]) + rest_b / net["b_v"]))
-                        cur.setdefault("fetch", {})[P] = fetch
+                        for sfx, key, phases in (("_stale", "fetch", FETCH_PHASES), ("_late", "posted", LATE_PHASES)):
+                            posted = w2_cluster_split(c, scheme, shm, net, t, phases)[1]
+                            f_b, rest_b = w2_stale_floor_bytes(c, scheme, phases)
+                            cur.setdefault("eff" + sfx, []).append(comp[wl] / stale_step(comp[wl], terms, posted))
+                            cur.setdefault("floor" + sfx, []).append(
+                                comp[wl] / (max(comp[wl], f_b / net["b_v"]) + rest_b / net["b_v"]))
+                            cur.setdefault(key, {})[P] = posted
                     else:
                         terms, nbytes = w1_cluster_terms(P, R, shm, net, scheme)
                         link = nbytes / net["b_ar"]
