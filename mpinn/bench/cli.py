@@ -37,7 +37,7 @@ def build_parser():
                    help="local SGD: average the parameters every K steps instead of reducing gradients")
     p.add_argument("--overlap", action="store_true",
                    help="Iallreduce the later layers' gradients while earlier layers back-propagate")
-    p.add_argument("--wire-rows", default="fp32", choices=["fp32", "bf16", "int8", "bf16-int8"],
+    p.add_argument("--wire-rows", default="fp32", choices=["fp32", "bf16", "int8", "bf16-int8", "int8-bf16"],
                    help="a sharded table's rows and gradient rows on the wire, as training's --wire-rows")
     p.add_argument("--stale-rows", default=0, type=stale_depth, metavar="0|1|2",
                    help="a sharded table's rows fetched a step ahead (1: one update late; 2: the gradient rows sent "

@@ -12,7 +12,7 @@ import numpy as np
 from mpinn.comm.compress import from_bf16, to_bf16
 
 FORMATS = ("fp32", "bf16", "int8")                 # a Wire's
-WIRES = FORMATS + ("bf16-int8",)                  # --wire-rows' (bf16-int8: rows as bf16, gradient rows as int8)
+WIRES = FORMATS + ("bf16-int8", "int8-bf16")     # --wire-rows' (ROWS-GRADS: rows as ROWS, gradient rows as GRADS)
 SCALE = 4               # bytes of an int8 row's float32 scale, after its values
 LEVELS = np.float32(127)
 

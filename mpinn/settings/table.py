@@ -306,8 +306,9 @@ class RunConfig:
     wire_rows: str = option("fp32", "distribution", "a sharded table's rows and gradient rows on the wire: fp32; bf16 "
                             "(half the bytes: every row rounded to nearest even whichever rank sends it); int8 (each "
                             "row as 8-bit integers and a float32 scale: 68 bytes a 64-wide row); bf16-int8 (rows bf16, "
-                            "gradient rows int8); ids as int32 with any; the table and its optimizer state stay in "
-                            "their own precision", choices=("fp32", "bf16", "int8", "bf16-int8"))
+                            "gradient rows int8); int8-bf16 (rows int8, gradient rows bf16); ids as int32 with any; "
+                            "the table and its optimizer state stay in their own precision",
+                            choices=("fp32", "bf16", "int8", "bf16-int8", "int8-bf16"))
     stale_rows: int = option(0, "distribution", "1: a sharded table's rows fetched a step ahead, their exchange "
                              "overlapping the previous batch's compute: batch s+1 sees the rows after update s-1 "
                              "(one update late; the dense layers stay synchronous); 2: the gradient rows' exchange "

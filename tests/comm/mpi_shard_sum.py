@@ -85,7 +85,7 @@ def test_summed_in_the_node_is_the_tree_over_world_ranks(seed, hot):
         agree(same(got, expected(owners, topo, seed, "fp32")), "R=%d" % R)
 
 
-@pytest.mark.parametrize("wire", ["bf16", "int8", "bf16-int8"])
+@pytest.mark.parametrize("wire", ["bf16", "int8", "bf16-int8", "int8-bf16"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_rounded_node_sums_are_rounded_once_more(seed, wire):
     for R in blocks():

@@ -45,11 +45,13 @@ def test_each_format_on_the_wire(name, items, itemsize, ids):
     assert Wire(name, 2 ** 31).ids == np.int64
 
 
-def test_bf16_int8_sends_rows_as_bf16_and_gradient_rows_as_int8():
+def test_mixed_wires_send_rows_and_gradient_rows_each_in_their_format():
     rows, grads = wires("bf16-int8", 1 << 18)
     assert (rows.name, grads.name, rows.ids, grads.ids) == ("bf16", "int8", np.int32, np.int32)
+    rows, grads = wires("int8-bf16", 1 << 18)
+    assert (rows.name, grads.name, rows.ids, grads.ids) == ("int8", "bf16", np.int32, np.int32)
     assert [w.name for w in wires("int8")] == ["int8", "int8"]
     with pytest.raises(ValueError, match="bf16-int8"):
-        wires("int8-bf16")
+        wires("bf16-bf16")
     with pytest.raises(ValueError, match="a wire format is"):
         Wire("bf16-int8")

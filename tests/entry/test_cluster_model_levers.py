@@ -52,6 +52,7 @@ def test_node_sum_bytes_by_hand():
     assert got(half, "ids") == ([2 * 4, 3 * 4], [3 * 4, 2 * 4])
     # int8: a row's 64 values and its 4-byte scale, the ids as bf16's
     assert w2_loads.wire_bytes("int8") == (4, 68, 68) and w2_loads.wire_bytes("bf16-int8") == (4, 128, 68)
+    assert w2_loads.wire_bytes("int8-bf16") == (4, 68, 128)
     eight = tiny_counts("int8")["schemes"]["node-sum"]
     assert got(eight, "gradient rows") == ([2 * 68, 3 * 68], [3 * 68, 2 * 68])
     assert got(eight, "rows") == ([3 * 68, 2 * 68], [2 * 68, 3 * 68]) and got(eight, "ids") == got(half, "ids")

@@ -83,7 +83,8 @@ def written_outside(t, hot):
     return bool(bad)
 
 
-@pytest.mark.parametrize("wire, near", [("bf16", 1e-3), ("int8", 0.1), ("bf16-int8", 0.1)])   # int8: Adam moves ~the rate
+@pytest.mark.parametrize("wire, near", [("bf16", 1e-3), ("int8", 0.1), ("bf16-int8", 0.1),
+                                        ("int8-bf16", 0.1)])   # int8: Adam moves ~the rate
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_rounded_rows_give_the_flat_exchanges_bits_through_the_node_exchange_and_hot_rows(optimizer, wire, near):
     """--wire-rows bf16 or int8: each row is rounded once, by its sender, whichever way it travels (relays forward

@@ -269,10 +269,10 @@ def test_checkpoint_on_p_ranks_resumes_on_fewer_exactly(optimizer):
         shutil.rmtree(d)
 
 
-@pytest.mark.parametrize("wire", ["bf16", "int8", "bf16-int8"])
+@pytest.mark.parametrize("wire", ["bf16", "int8", "bf16-int8", "int8-bf16"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
 def test_rounded_rows_on_the_wire_equal_one_process_rounding_each_ranks_share(optimizer, wire):
-    """--wire-rows bf16, int8 or bf16-int8 at P ranks equals one process whose micro-batches are the ranks' shares,
+    """--wire-rows bf16, int8, bf16-int8 or int8-bf16 at P ranks equals one process whose micro-batches are the ranks' shares,
     each rounding its rows and its gradient rows as a rank does (the dense sums within MPI's order: 1e-12); and it is not
     the fp32 run (the rounding happened)."""
     got, _ = trained("sharded", optimizer, 12, wire_rows=wire)

@@ -24,7 +24,7 @@ LEVER_RANKS = (64, 1024)
 PER_RANKS = (512, 2048)
 LEVER_SCHEMES = ("flat", "node", "node-sum")
 EXCHANGES = ("sync", "stale", "late")   # --stale-rows 0, 1, 2
-WIRES = ("fp32", "bf16", "int8", "bf16-int8")     # --wire-rows (int8: 68 bytes a row; AUC: scripts/results/int8-auc-*)
+WIRES = ("fp32", "bf16", "int8", "bf16-int8", "int8-bf16")     # --wire-rows (int8: 68 bytes a row; AUC: scripts/results/int8-auc-*)
 # the levers within the AUC rule (0.001 of fp32 synchronous on W4, measured): bf16 rows +0.00018 and the stale
 # step -0.00068 are; int8 rows (-0.00152, scripts/results/int8-auc-2026-12-02.json) are not
 WITHIN_AUC_RULE = {"wire": ("fp32", "bf16"), "exchange": ("sync", "stale")}

@@ -217,7 +217,7 @@ def main(argv=None):
     p.add_argument("--ranks", default="64,1024")
     p.add_argument("--ranks-per-node", default="1,8")
     p.add_argument("--per-rank", type=int, default=512)
-    p.add_argument("--wire", default="fp32", choices=("fp32", "bf16", "int8", "bf16-int8"),
+    p.add_argument("--wire", default="fp32", choices=("fp32", "bf16", "int8", "bf16-int8", "int8-bf16"),
                    help="ids and rows as --wire-rows sends them")
     p.add_argument("--steps", metavar="FIRST:STOP",
                    help="instead: all nodes' bytes a step, the mean over mpinn.bench's steps FIRST..STOP-1 (its "
