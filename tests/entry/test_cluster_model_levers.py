@@ -145,7 +145,8 @@ def test_the_bookkeeping_bench_fits_a_line(monkeypatch):
 
 
 def test_targets_are_checked_among_all_levers_and_within_the_auc_rule():
-    """int8 rows fail the AUC rule (measured): each target's best combination is given twice, with and without them."""
+    """int8 gradient rows and --stale-rows 2 fail the AUC rule (measured): each target's best combination is given
+    twice, among every lever and among those within the rule."""
     from scripts.bench.cluster_model import levers
     rows = [{"network": "n", "ranks": P, "per_rank": per, "scheme": "node-sum", "wire": wire, "exchange": "sync",
              "efficiency": eff, "floor": 0.9, "terms_s": {"x": 1e-3}, "fetch_s": {}}
@@ -156,6 +157,12 @@ def test_targets_are_checked_among_all_levers_and_within_the_auc_rule():
     assert all(("int8" in g["best"]) == (g["among"] == "all levers") for g in got)
     assert [g["met"] for g in got[:2]] == [True, False]          # 70% and 30% against 35%
     assert got[0]["efficiency_affine_compute"] == pytest.approx(0.5)
+    # int8 rows with bf16 gradient rows keep the AUC, --stale-rows 2 does not (measured)
+    rows = [dict(r, wire=w, exchange=ex, efficiency=eff) for r in rows if r["wire"] == "fp32"
+            for w, ex, eff in (("bf16", "late", 0.8), ("int8-bf16", "sync", 0.4), ("int8-bf16", "stale", 0.5),
+                               ("bf16", "stale", 0.45))]
+    got = levers.check_targets(rows, inputs, "n")[:2]
+    assert [g["best"] for g in got] == ["node-sum, bf16 rows, late", "node-sum, int8-bf16 rows, stale"]
 
 
 def test_bf16_int8_casts_rows_as_bf16_and_gradient_rows_as_int8():
