@@ -68,6 +68,16 @@ def test_node_sum_costs_the_relays_sum():
     assert "relay's sum" not in costs.w2_cluster_terms(c, "node", costs.ASSUMED, costs.ASSUMED, t)
 
 
+def split_inputs(P):
+    """16 ranks' W2-like ids (4 rows a rank, 5 ids a row), a shared memory, and per-row costs, for w2_cluster_split."""
+    rng = np.random.default_rng(0)
+    rank, ids = w2_loads.rank_ids(rng.integers(0, 1 << 18, (P * 4, 5)), P, 4)
+    shm = dict(costs.ASSUMED, label="shm", a_v=5e-6, b_v=3e9, per_message=1e-6, a_ag=3e-6, b_ag=3e9)
+    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9,
+         "encode": 1e-9, "decode": 1e-9, "take_int8": 3e-8, "encode_int8": 2e-9, "decode_int8": 1e-9}
+    return rank, ids, shm, t
+
+
 def test_the_stale_step_is_max_of_compute_and_fetch_plus_the_rest():
     # step = max(compute, fetch) + (everything - fetch)
     assert costs.stale_step(1.0, {"a": 0.5, "b": 0.3}, {"a": 0.4}) == pytest.approx(1.0 + 0.4)
@@ -77,11 +87,7 @@ def test_the_stale_step_is_max_of_compute_and_fetch_plus_the_rest():
     # the node and between nodes; node schemes: between nodes only, the hand-out inside the node waits); not the
     # counts, not the ids (blocking, before it), no CPU term
     P, R = 16, 4
-    rng = np.random.default_rng(0)
-    rank, ids = w2_loads.rank_ids(rng.integers(0, 1 << 18, (P * 4, 5)), P, 4)
-    shm = dict(costs.ASSUMED, label="shm", a_v=5e-6, b_v=3e9, per_message=1e-6, a_ag=3e-6, b_ag=3e9)
-    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9,
-         "encode": 1e-9, "decode": 1e-9, "take_int8": 3e-8, "encode_int8": 2e-9, "decode_int8": 1e-9}
+    rank, ids, shm, t = split_inputs(P)
     for wire in costs.WIRES + ("int8",):
         c = w2_loads.step_counts(rank, ids, P, R, wire=wire)
         for scheme in w2_loads.SCHEMES:
@@ -182,11 +188,7 @@ def test_stale_rows_2_overlaps_the_gradient_rows_too():
     schemes (the hand-in to the relays blocks), all of it for the flat one; twice the posted messages; never slower
     than --stale-rows 1, and faster where the link, not the compute, was the rest's."""
     P, R = 16, 4
-    rng = np.random.default_rng(0)
-    rank, ids = w2_loads.rank_ids(rng.integers(0, 1 << 18, (P * 4, 5)), P, 4)
-    shm = dict(costs.ASSUMED, label="shm", a_v=5e-6, b_v=3e9, per_message=1e-6, a_ag=3e-6, b_ag=3e9)
-    t = {"take": 1e-8, "take_bf16": 2e-8, "row": 1e-7, "book_flat": (0.0, 0.0), "book_node": (0.0, 0.0), "sum": 1e-9,
-         "encode": 1e-9, "decode": 1e-9, "take_int8": 3e-8, "encode_int8": 2e-9, "decode_int8": 1e-9}
+    rank, ids, shm, t = split_inputs(P)
     c = w2_loads.step_counts(rank, ids, P, R)
     for scheme in w2_loads.SCHEMES:
         s, node = c["schemes"][scheme], c["schemes"][scheme]["node_aware"]

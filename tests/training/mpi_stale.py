@@ -228,11 +228,11 @@ def test_a_checkpoint_and_its_resume_lose_nothing(optimizer):
         shutil.rmtree(d)
 
 
-def test_a_skipped_step_changes_nothing():
-    """A NaN in one rank's dense gradient at step 3: its verdict comes a call late, every rank skips it, and the
-    run equals the reference whose update 3 is left out (the rows of step 5 are then those after update 2)."""
+def skipped_at_3(depth):
+    """Six Adam steps with --stale-rows `depth`, a NaN in the last rank's dense gradient at step 3: (each step's
+    verdict in the order the step reports them, the final parameters); the results must come one call late."""
     from mpinn.training import Faults
-    t = make_trainer("sharded", "adam", 12, stale_rows=1)
+    t = make_trainer("sharded", "adam", 12, stale_rows=depth)
     t.stepper.faults = Faults("nan:%d:3" % (COMM.size - 1), COMM.rank)
     t.start()
     data, verdicts = data_for(), []
@@ -242,9 +242,15 @@ def test_a_skipped_step_changes_nothing():
         agree(len(verdicts) == s, "results are one call late: %s" % verdicts)
     t.stepper.settle_(7)        # the trainer's settle_ would tally the result itself
     verdicts += [(step, ok) for _, ok, _, step in t.stepper.outcomes(None, flush=True)]
-    got = COMM.bcast(t.final_params())
+    return verdicts, COMM.bcast(t.final_params())
+
+
+def test_a_skipped_step_changes_nothing():
+    """A NaN in one rank's dense gradient at step 3: its verdict comes a call late, every rank skips it, and the
+    run equals the reference whose update 3 is left out (the rows of step 5 are then those after update 2)."""
+    verdicts, got = skipped_at_3(1)
     agree(verdicts == [(1, True), (2, True), (3, False), (4, True), (5, True), (6, True)], "%s" % verdicts)
-    ref = one_process("adam", 12, 6, data, COMM.size, skip={3})
+    ref = one_process("adam", 12, 6, data_for(), COMM.size, skip={3})
     agree(np.isfinite(got).all() and np.max(np.abs(got - ref)) < 1e-12,
           "vs one process: %g" % np.max(np.abs(got - ref)))
 

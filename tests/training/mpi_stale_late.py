@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from mpi_shard_exchange import cut, cuts
 from mpi_sharded import data_for, make_trainer, spec_for, steps
-from mpi_stale import N_SPARSE, batch_at, one_process, run_stale
+from mpi_stale import N_SPARSE, batch_at, one_process, run_stale, skipped_at_3
 from ranks import COMM, LR, agree
 from mpinn.core.batch import Batch
 from mpinn.device.backend import compact_csr
@@ -102,21 +102,12 @@ def test_a_settle_lands_every_update():
 
 
 def test_a_skipped_step_changes_nothing():
-    """A NaN in one rank's dense gradient at step 3: every rank skips update 3 (its verdict rides in its own dense
-    Allreduce), the results still come one call late, and the run equals the reference without update 3."""
-    from mpinn.training import Faults
-    t = make_trainer("sharded", "adam", 12, stale_rows=2)
-    t.stepper.faults = Faults("nan:%d:3" % (COMM.size - 1), COMM.rank)
-    t.start()
-    data, verdicts = data_for(), []
-    for s in range(6):
-        steps(t, data, 12, s, s + 1)
-        verdicts += [(step, ok) for _, ok, _, step in t.stepper.outcomes(None)]
-    t.stepper.settle_(7)
-    verdicts += [(step, ok) for _, ok, _, step in t.stepper.outcomes(None, flush=True)]
-    got = COMM.bcast(t.final_params())
+    """A NaN in one rank's dense gradient at step 3: every rank skips update 3, its dense layers and its rows (its
+    verdict rides in its own dense Allreduce), the results still come one call late, and the run equals the
+    reference without update 3."""
+    verdicts, got = skipped_at_3(2)
     agree(verdicts == [(1, True), (2, True), (3, False), (4, True), (5, True), (6, True)], "%s" % verdicts)
-    ref = one_process("adam", 12, 6, data, COMM.size, skip={3}, depth=2)
+    ref = one_process("adam", 12, 6, data_for(), COMM.size, skip={3}, depth=2)
     agree(np.isfinite(got).all() and np.max(np.abs(got - ref)) < 1e-12,
           "vs one process: %g" % np.max(np.abs(got - ref)))
 
