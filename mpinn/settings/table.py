@@ -304,18 +304,16 @@ class RunConfig:
     overlap: bool = option(False, "distribution", "post the later layers' gradient Allreduce (non-blocking, in "
                            "buckets) while the earlier layers still back-propagate", action="store_true")
     wire_rows: str = option("fp32", "distribution", "a sharded table's rows and gradient rows on the wire: fp32; bf16 "
-                            "(half the bytes: every row rounded to nearest even whichever rank sends it); int8 (each "
-                            "row as 8-bit integers and a float32 scale: 68 bytes a 64-wide row); bf16-int8 (rows bf16, "
-                            "gradient rows int8); int8-bf16 (rows int8, gradient rows bf16); ids as int32 with any; "
-                            "the table and its optimizer state stay in their own precision",
-                            choices=("fp32", "bf16", "int8", "bf16-int8", "int8-bf16"))
+                            "(half the bytes, each row rounded to nearest even by its sender); int8 (each row as 8-bit "
+                            "integers and a float32 scale: 68 bytes a 64-wide row); bf16-int8 or int8-bf16 (rows as "
+                            "the first, gradient rows as the second); ids as int32 with any; the table and its state "
+                            "keep their precision", choices=("fp32", "bf16", "int8", "bf16-int8", "int8-bf16"))
     stale_rows: int = option(0, "distribution", "1: a sharded table's rows fetched a step ahead, their exchange "
-                             "overlapping the previous batch's compute: batch s+1 sees the rows after update s-1 "
-                             "(one update late; the dense layers stay synchronous); 2: the gradient rows' exchange "
-                             "overlaps the next batch's compute too, every update landing a step late (batch s+1 "
-                             "sees the rows after update s-2, the dense layers after s-1); deterministic, one "
-                             "process reproduces it (docs/scale.md). --table sharded; 0: off", resume=True,
-                             type=stale_depth, metavar="0|1|2")
+                             "overlapping the previous batch's compute (batch s+1 sees the rows after update s-1); 2: "
+                             "the gradient rows' exchange overlaps the next batch's compute too (a row's update lands "
+                             "a step late: batch s+1 sees the rows after update s-2); the dense layers stay "
+                             "synchronous; deterministic, one process reproduces it (docs/scale.md). --table sharded; "
+                             "0: off", resume=True, type=stale_depth, metavar="0|1|2")
     graph: str = option("auto", "distribution", "a GPU rank's step as one captured CUDA graph, replayed with no "
                         "host wait (auto: where the step plan covers the run, else eager with the reason on the "
                         "device line; on: refuse a run it does not cover; off: eager)", choices=("auto", "on", "off"))
