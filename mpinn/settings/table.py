@@ -308,12 +308,11 @@ class RunConfig:
                             "integers and a float32 scale: 68 bytes a 64-wide row); bf16-int8 or int8-bf16 (rows as "
                             "the first, gradient rows as the second); ids as int32 with any; the table and its state "
                             "keep their precision", choices=("fp32", "bf16", "int8", "bf16-int8", "int8-bf16"))
-    stale_rows: int = option(0, "distribution", "1: a sharded table's rows fetched a step ahead, their exchange "
-                             "overlapping the previous batch's compute (batch s+1 sees the rows after update s-1); 2: "
-                             "the gradient rows' exchange overlaps the next batch's compute too (a row's update lands "
-                             "a step late: batch s+1 sees the rows after update s-2); the dense layers stay "
-                             "synchronous; deterministic, one process reproduces it (docs/scale.md). --table sharded; "
-                             "0: off", resume=True, type=stale_depth, metavar="0|1|2")
+    stale_rows: int = option(0, "distribution", "1: a sharded table's rows fetched a step ahead, overlapping the "
+                             "previous batch's compute (batch s+1 sees the rows after update s-1); 2: the gradient "
+                             "rows' return overlaps the next compute too (batch s+1 sees the rows after update s-2); "
+                             "the dense layers stay synchronous; deterministic (docs/scale.md). --table sharded; 0: "
+                             "off", resume=True, type=stale_depth, metavar="0|1|2")
     graph: str = option("auto", "distribution", "a GPU rank's step as one captured CUDA graph, replayed with no "
                         "host wait (auto: where the step plan covers the run, else eager with the reason on the "
                         "device line; on: refuse a run it does not cover; off: eager)", choices=("auto", "on", "off"))
