@@ -215,13 +215,17 @@ class TableShards:
         Alltoallv posted (an Ialltoallv) and a PendingRows returned, whose wait() gives those SparseRows."""
         w, wire, dtype = self.width, self.grad_wire, grad_rows.dtype
         send = grad_rows if plan.order is None else grad_rows[plan.order]
-        pending = PendingRows(lambda p: SparseRows(plan.wanted, wire.back(p.got, dtype), self.n_rows,
-                                                   displs(np.r_[plan.given, 0])),
-                              plan.wanted.shape[0], w, dtype, plan)
+        pending = PendingRows(self.returned(plan.given, dtype), plan.wanted.shape[0], w, dtype, plan)
         self.send_rows(self.comm, pending, wire.out(send), plan.asked, wire.buffer(plan.wanted.shape[0], w, dtype),
                        plan.given, "gradient rows", wait, wire)
         self._count(plan.asked, wire.row_bytes(w, dtype))
         return pending.wait() if wait else pending
+
+    def returned(self, counts, dtype):
+        """PendingRows' finish for gradient rows on their way to this owner: the SparseRows of the plan's ids, one
+        segment per sender (`counts` rows each), in the grad wire's format until they arrive."""
+        return lambda p: SparseRows(p.plan.wanted, self.grad_wire.back(p.got, dtype), self.n_rows,
+                                    displs(np.r_[counts, 0]))
 
     # ------------------------------------------------------------ the hot rows' replica
     def refresh_hot_(self, table):

@@ -218,9 +218,7 @@ class NodeShards(TableShards):
         summed = self.sum_rows([(plan.key_in[a:b], vals[a:b]) for a, b in zip(ends[:-1], ends[1:])], n_rows * N, w,
                                dtype)
         # one row per key the fetch sent (plan.per: per node), arriving as its ids did (plan.wanted, plan.per_in)
-        pending = PendingRows(lambda p: SparseRows(plan.wanted, wire.back(p.got, dtype), n_rows,
-                                                   displs(np.r_[plan.per_in, 0])),
-                              plan.wanted.shape[0], w, dtype, plan)
+        pending = PendingRows(self.returned(plan.per_in, dtype), plan.wanted.shape[0], w, dtype, plan)
         self.send_rows(self.peers, pending, wire.out(summed.rows), plan.per,
                        wire.buffer(plan.wanted.shape[0], w, dtype), plan.per_in,
                        "gradient rows summed in the node (between nodes)", wait, wire)

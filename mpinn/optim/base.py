@@ -160,20 +160,6 @@ class Optimizer:
     def end_step_(self, lr):
         """After every part of a step (e.g. FTRL records the step's rate)."""
 
-    def late_rows_(self, params, rows, t, *, lr):
-        """The hashed table's part of step t, taken after the dense parts of later steps (step_ with rows=None
-        and the dense layers' region counted the step): the touched rows, lazily, at step t's count and rate (a
-        row's update reads only its own state; Adam's counts are the rows' own). --stale-rows 2."""
-        if not self.sparse_ok:
-            raise ValueError("a late rows' step needs the lazy update of the hashed table")
-        if rows is None or not len(rows):
-            return
-        now, self.t = self.t, int(t)
-        try:
-            self.rows_(params[:self.table_size].reshape(self.n_rows, self.width), rows, float(lr))
-        finally:
-            self.t = now
-
     def first_step_(self, params):
         """Before the first update (state just allocated or zero): e.g. FTRL's z from the initial weights."""
 

@@ -28,12 +28,11 @@ class _Held:
 
 class _Late:
     """A rows' update on its way (--stale-rows 2): its gradient rows posted to their owners (send_back's
-    PendingRows), its verdict, the step number and learning rate it was given with, and the optimizer's count of
-    its step (t)."""
-    __slots__ = ("rows", "ok", "step", "lr", "t")
+    PendingRows), its verdict, and the step number and learning rate it was given with."""
+    __slots__ = ("rows", "ok", "step", "lr")
 
-    def __init__(self, rows, ok, step, lr, t):
-        self.rows, self.ok, self.step, self.lr, self.t = rows, ok, step, lr, t
+    def __init__(self, rows, ok, step, lr):
+        self.rows, self.ok, self.step, self.lr = rows, ok, step, lr
 
 
 class StaleShardedStep(ShardedStep):
@@ -56,8 +55,9 @@ class StaleShardedStep(ShardedStep):
 
     depth 2 (--stale-rows 2): the gradient rows of batch s are posted too (send_back's Ialltoallv; the node
     exchange's hand-in and the relay's sum are done first) and travel while batch s+1 computes; the dense part of
-    update s is taken at once, its rows' part after that compute (_land: Optimizer.late_rows_, at step s's count
-    and rate; a lazy update's rows read only their own state, so the order of the two parts changes no bit). So
+    update s is taken at once (Optimizer.step_ on the dense region: the step counted), its rows' part after that
+    compute (_land: Optimizer.rows_ at step s's rate; a lazy update's row reads only its own state, Adam's count
+    too, so the order of the two parts changes no bit). So
     batch s computes on the dense layers after update s-1 and on the rows after update s-3 (its fetch was posted
     before update s-2's rows landed). The verdict rides in the dense Allreduce as before, from every rank's own
     gradient rows (a sum of finite rows that overflows on its way is an error, not a skip). One process reproduces
@@ -135,13 +135,13 @@ class StaleShardedStep(ShardedStep):
         rec("comm", t1, t2, held.step, "gradient rows posted to owners (Ialltoallv)")
         rec("comm", t2, t3, held.step, "dense Allreduce")
         rec("update", t3, t4, held.step)
-        self.late = _Late(sent, ok, held.step, held.lr, self.optimizer.t)
+        self.late = _Late(sent, ok, held.step, held.lr)
         self._land(late)
         return loss, ok
 
     def _land(self, late):
         """Update `late`'s rows taken once its gradient rows have arrived (skipped where its verdict said so), at its
-        step's count and rate; the hot rows' replica refreshed."""
+        step's rate; the hot rows' replica refreshed."""
         if late is None:
             return
         rec, now = self.timeline.add, time.perf_counter
@@ -154,7 +154,7 @@ class StaleShardedStep(ShardedStep):
         if not all_finite(mine.rows):
             raise MpinnError("step %d: gradient rows summed on their way to their owner are not finite, though every "
                              "rank's own were (a late rows' update decides a skip before the sums)" % late.step)
-        self.optimizer.late_rows_(self.model.params, mine, late.t, lr=late.lr)
+        self.optimizer.rows_(self.table, mine, late.lr)
         t2 = now()
         self.shards.refresh_hot_(self.table)
         rec("update", t1, t2, late.step)
